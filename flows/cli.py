@@ -1,0 +1,34 @@
+"""The ``flowplanner`` command line. Each subcommand lives in ``flows/commands/<name>.py``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that each define ``add_to(subparsers)``; the parser they add sets ``func``.
+COMMAND_MODULES = [
+    "flows.commands.schema",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every registered subcommand)."""
+    parser = argparse.ArgumentParser(
+        prog="flowplanner",
+        description="SLA-aware autoscaling planner for LLM inference fleets (bytewax dataflow).",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_to(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``flowplanner`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

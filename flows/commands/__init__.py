@@ -1,0 +1,1 @@
+"""One module per ``flowplanner`` subcommand, each exposing ``add_to(subparsers)``."""

@@ -1,0 +1,89 @@
+"""The tick model of the planner core (reference spec §1.2–§1.3).
+
+A tick is a pure function of (state, ``TickInput``, time) → ``PlannerEffects``. Time arrives as
+data: event time in replay, system time live. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import (
+    ForwardPassMetrics,
+    Role,
+    ScalingDecision,
+    TickDiagnostics,
+    TrafficObservation,
+    WorkerCounts,
+)
+
+EngineKey = tuple[str, int]
+"""``(worker_id, dp_rank)`` of one engine."""
+
+MERGE_TOLERANCE_S = 0.5
+"""Cadences due within this many seconds of each other run in one tick (spec §1.3)."""
+
+
+@dataclass(frozen=True)
+class ScheduledTick:
+    """When the next tick runs and which loops it runs (absolute seconds).
+
+    >>> ScheduledTick(at_s=105.0, run_load_scaling=True).run_throughput_scaling
+    False
+    """
+
+    at_s: float
+    run_load_scaling: bool = False
+    run_throughput_scaling: bool = False
+    need_traffic_metrics: bool = False
+    traffic_metrics_duration_s: float = 0.0
+    need_worker_states: bool = False
+    need_worker_fpm: bool = False
+
+
+@dataclass(frozen=True)
+class FpmObservations:
+    """The latest FPM of every engine, per role (``None`` = no data for that role).
+
+    >>> obs = FpmObservations(decode={("w1", 0): ForwardPassMetrics(worker_id="w1")})
+    >>> list(obs.decode)
+    [('w1', 0)]
+    """
+
+    prefill: dict[EngineKey, ForwardPassMetrics] | None = None
+    decode: dict[EngineKey, ForwardPassMetrics] | None = None
+
+    def for_role(self, role: Role) -> dict[EngineKey, ForwardPassMetrics] | None:
+        """The engines of one role."""
+        return self.prefill if role == "prefill" else self.decode
+
+
+@dataclass(frozen=True)
+class TickInput:
+    """Everything a tick may look at.
+
+    ``training_fpms`` (ours) are the forward passes that train the perf models this tick; when
+    ``None`` the tick trains on ``fpm_observations`` (the reference behaviour: latest FPM only).
+
+    >>> TickInput(now_s=5.0).traffic is None
+    True
+    """
+
+    now_s: float
+    traffic: TrafficObservation | None = None
+    worker_counts: WorkerCounts | None = None
+    fpm_observations: FpmObservations | None = None
+    training_fpms: dict[Role, list[ForwardPassMetrics]] | None = None
+
+
+@dataclass
+class PlannerEffects:
+    """What a tick produced: an optional decision, the next tick, and its diagnostics.
+
+    >>> PlannerEffects().scale_to is None
+    True
+    """
+
+    scale_to: ScalingDecision | None = None
+    next_tick: ScheduledTick | None = None
+    diagnostics: TickDiagnostics = field(default_factory=TickDiagnostics)

@@ -1,0 +1,223 @@
+"""PlannerConfig (reference spec §9): one per deployment, loaded from YAML or JSON.
+
+A config file maps deployment names to planner configs::
+
+    deployments:
+      llama-disagg:
+        mode: disagg
+        optimization_target: sla
+        ttft_ms: 500
+        itl_ms: 50
+        enable_load_scaling: true
+
+Names and defaults follow the reference (G3 names; the G2 names ``ttft``, ``itl``,
+``load_adjustment_interval`` and ``throughput_adjustment_interval`` are accepted as aliases).
+Fields marked *ours* go beyond the reference. Unknown fields are rejected so a typo never falls
+back to a default silently; every error names the field it is about.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.events import Role
+
+Mode = Literal["disagg", "agg", "prefill", "decode"]
+OptimizationTarget = Literal["sla", "throughput", "latency"]
+PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "selector"]
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names every offending field."""
+
+
+class PlannerConfig(BaseModel):
+    """Planner settings of one deployment.
+
+    >>> cfg = PlannerConfig(mode="decode", optimization_target="sla", enable_load_scaling=True,
+    ...                     enable_throughput_scaling=False, itl_ms=25)
+    >>> cfg.min_endpoint_for("decode"), cfg.load_adjustment_interval_seconds
+    (1, 5.0)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # --- core (§9.1) ---
+    mode: Mode = "disagg"
+    optimization_target: OptimizationTarget = "throughput"
+    enable_throughput_scaling: bool = True
+    enable_load_scaling: bool = False
+    ttft_ms: Positive = Field(500.0, validation_alias=AliasChoices("ttft_ms", "ttft"))
+    itl_ms: Positive = Field(50.0, validation_alias=AliasChoices("itl_ms", "itl"))
+    advisory: bool = False
+
+    # --- perf model / profiling (§9.2) ---
+    profile_results_dir: str | None = None
+    prefill_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+
+    # --- throughput scaling (§9.3) ---
+    throughput_adjustment_interval_seconds: Positive = Field(
+        180.0,
+        validation_alias=AliasChoices(
+            "throughput_adjustment_interval_seconds", "throughput_adjustment_interval"
+        ),
+    )
+    max_throughput_scaling_replicas: Annotated[int, Field(gt=0)] = 8
+    throughput_metrics_source: Literal["frontend", "router"] = "frontend"
+    load_predictor: PredictorName = "arima"
+    load_predictor_log1p: bool = False
+    load_predictor_warmup_trace: str | None = None
+    kalman_q_level: Positive = 1.0
+    kalman_q_trend: Positive = 0.1
+    kalman_r: Positive = 10.0
+    kalman_min_points: Annotated[int, Field(ge=1)] = 5
+    seasonal_period_seconds: Positive = 86400.0
+    """*ours*: season length of the Holt-Winters predictor (replaces Prophet)."""
+    capacity_isl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """*ours*: size capacity for this ISL quantile instead of the mean (off by default)."""
+    capacity_osl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """*ours*: size capacity for this OSL quantile instead of the mean (off by default)."""
+
+    # --- load scaling (§9.4) ---
+    load_adjustment_interval_seconds: Positive = Field(
+        5.0,
+        validation_alias=AliasChoices(
+            "load_adjustment_interval_seconds", "load_adjustment_interval"
+        ),
+    )
+    max_num_fpm_samples: Annotated[int, Field(ge=1)] = 64
+    fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
+    load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100)] = 80
+    load_min_observations: Annotated[int, Field(ge=1)] = 5
+    speculative_nextn: Annotated[int, Field(ge=0)] = 0
+    scale_down_rule: Literal["consolidation", "flat"] = "consolidation"
+    """*ours* (as a switch): ``consolidation`` = spec §4.6 (default), ``flat`` = spec §4.5."""
+    fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
+    """*ours*: how many of an engine's forward passes in a tick window train the perf model
+    (evenly spaced; the reference trains on the latest one only)."""
+
+    # --- budget / endpoints (§9.5) ---
+    max_gpu_budget: int = 8
+    min_endpoint: Annotated[int, Field(ge=0)] = 1
+    prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+    decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+
+    # --- event time (ours) ---
+    allowed_lateness_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    """*ours*: how far behind the newest event an input may arrive and still be used."""
+
+    # --- actuation (§9.10) ---
+    scaling_max_wait_seconds: Positive = 1800.0
+    """Virtual connector: proceed without an acknowledgement after this long."""
+
+    # --- exporter and diagnostics (§9.6, §9.7) ---
+    metric_reporting_prometheus_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    report_interval_hours: Positive | None = 24.0
+    report_output_dir: str = "./planner_reports"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _easy_targets_force_flags(cls, data: Any) -> Any:
+        # throughput/latency targets are threshold modes: load on, throughput off (spec §4.1).
+        if isinstance(data, dict) and data.get("optimization_target", "throughput") != "sla":
+            data = {**data, "enable_load_scaling": True, "enable_throughput_scaling": False}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> PlannerConfig:
+        buckets = self.fpm_sample_bucket_size
+        if math.isqrt(buckets) ** 2 != buckets:
+            raise ValueError(f"fpm_sample_bucket_size must be a perfect square, got {buckets}")
+        if not (self.enable_load_scaling or self.enable_throughput_scaling):
+            raise ValueError(
+                "enable_load_scaling and enable_throughput_scaling are both false: "
+                "at least one scaling loop must be on"
+            )
+        if (
+            self.enable_load_scaling
+            and self.enable_throughput_scaling
+            and self.load_adjustment_interval_seconds >= self.throughput_adjustment_interval_seconds
+        ):
+            raise ValueError(
+                "load_adjustment_interval_seconds must be < throughput_adjustment_interval_seconds "
+                "when both loops are on"
+            )
+        roles = self.roles
+        for field, role in (("prefill_min_endpoint", "prefill"), ("decode_min_endpoint", "decode")):
+            if getattr(self, field) is not None and (self.mode == "agg" or role not in roles):
+                raise ValueError(f"{field} is set but mode {self.mode!r} has no {role} role")
+        return self
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """Roles this deployment scales (agg engines are carried as ``decode``)."""
+        return {"disagg": ("prefill", "decode"), "prefill": ("prefill",)}.get(
+            self.mode, ("decode",)
+        )
+
+    @property
+    def sla_mode(self) -> bool:
+        """True for the regression-based SLA target; False for the threshold (easy) targets."""
+        return self.optimization_target == "sla"
+
+    def min_endpoint_for(self, role: Role) -> int:
+        """Effective minimum replicas of a role (role-specific override, else ``min_endpoint``)."""
+        override = self.prefill_min_endpoint if role == "prefill" else self.decode_min_endpoint
+        return self.min_endpoint if override is None else override
+
+
+class PlannerFile(BaseModel):
+    """A config file: planner settings per deployment name.
+
+    >>> PlannerFile.model_validate({"deployments": {"a": {"mode": "agg"}}}).deployments["a"].mode
+    'agg'
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployments: dict[Annotated[str, Field(min_length=1)], PlannerConfig] = Field(min_length=1)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(config)"
+        lines.append(f"  {where}: {item['msg']}")
+    return "invalid planner config:\n" + "\n".join(lines)
+
+
+def load_config(source: str | Path) -> dict[str, PlannerConfig]:
+    """Load a config from a ``.yaml``/``.yml``/``.json`` file or an inline JSON string.
+
+    Raises :class:`ConfigError` with one line per invalid field.
+
+    >>> load_config('{"deployments": {"d": {"optimization_target": "sla"}}}')["d"].ttft_ms
+    500.0
+    """
+    text = str(source)
+    if text.lstrip().startswith("{"):
+        raw = text
+        parse = json.loads
+    else:
+        path = Path(text)
+        if not path.exists():
+            raise ConfigError(f"config file not found: {path}")
+        raw = path.read_text()
+        parse = json.loads if path.suffix == ".json" else yaml.safe_load
+    try:
+        data = parse(raw)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config is not valid JSON/YAML: {exc}") from exc
+    try:
+        return dict(PlannerFile.model_validate(data).deployments)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc

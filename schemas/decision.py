@@ -1,0 +1,153 @@
+"""What the planner emits: scaling decisions, their diagnostics, and dead letters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.events import TrafficObservation
+
+LoadReason = Literal[
+    "unset",
+    "disabled",
+    "no_fpm_data",
+    "scaling_in_progress",
+    "worker_count_mismatch",
+    "insufficient_data",
+    "no_change",
+    "scale_up",
+    "scale_down",
+    "scale_down_capped_by_throughput",
+    "scale_down_refused_consolidation",
+]
+"""Load-scaling decision reasons, exactly the reference's enum states (spec §4.8)."""
+
+ThroughputReason = Literal[
+    "unset",
+    "disabled",
+    "no_traffic_data",
+    "predict_failed",
+    "model_not_ready",
+    "partner_not_ready",
+    "set_lower_bound",
+    "scale",
+    "no_change",
+]
+"""Throughput-scaling decision reasons (spec §5.3)."""
+
+LOAD_REASONS: tuple[str, ...] = LoadReason.__args__  # type: ignore[attr-defined]
+THROUGHPUT_REASONS: tuple[str, ...] = ThroughputReason.__args__  # type: ignore[attr-defined]
+
+
+class TickDiagnostics(BaseModel):
+    """Intermediate numbers of one tick (spec §1.2), all ``None`` until the tick sets them.
+
+    >>> TickDiagnostics().estimated_ttft_ms is None
+    True
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    estimated_ttft_ms: float | None = None
+    estimated_itl_ms: float | None = None
+    predicted_num_req: float | None = None
+    predicted_isl: float | None = None
+    predicted_osl: float | None = None
+    predicted_kv_hit_rate: float | None = None
+    engine_rps_prefill: float | None = None
+    engine_rps_decode: float | None = None
+    throughput_lower_bound_prefill: int | None = None
+    throughput_lower_bound_decode: int | None = None
+    load_decision_reason: LoadReason | None = None
+    throughput_decision_reason: ThroughputReason | None = None
+    load_decision_reason_prefill: LoadReason | None = None
+    load_decision_reason_decode: LoadReason | None = None
+    throughput_decision_reason_prefill: ThroughputReason | None = None
+    throughput_decision_reason_decode: ThroughputReason | None = None
+
+
+class ScalingDecision(BaseModel):
+    """A durable scaling fact: target replicas per role for one deployment.
+
+    ``decision_id`` increases by one per decision of a deployment, so consumers deduplicate by
+    ``(deployment, decision_id)``. ``None`` targets mean "no opinion" (keep the current count);
+    aggregated deployments carry their engine count in ``num_decode``. ``current_*`` are the ready
+    counts the decision was made from, so a reader sees the step (e.g. ``2 -> 3``).
+
+    >>> d = ScalingDecision(deployment="llama", decision_id=1, time=105.0, num_prefill=2,
+    ...                     num_decode=None, reason="scale_up", source="load")
+    >>> ScalingDecision.model_validate_json(d.model_dump_json()) == d
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    deployment: str
+    decision_id: int = Field(ge=1)
+    time: float
+    num_prefill: int | None = Field(default=None, ge=0)
+    num_decode: int | None = Field(default=None, ge=0)
+    current_prefill: int | None = None
+    current_decode: int | None = None
+    source: Literal["load", "throughput"]
+    reason: str
+    prefill_reason: str | None = None
+    decode_reason: str | None = None
+    note: str | None = None
+    diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
+
+
+class DeadLetter(BaseModel):
+    """An input that was not used, with the reason. Nothing valid is ever dead-lettered.
+
+    >>> DeadLetter(source="in.jsonl", position=7, reason="invalid JSON", raw="{oops").position
+    7
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    position: int | None = None
+    reason: str
+    raw: str = ""
+    deployment: str | None = None
+
+
+class EngineLoad(BaseModel):
+    """Queue gauges of one engine at a tick (from its latest FPM).
+
+    >>> EngineLoad(role="decode", worker_id="w1", queued_decode_kv_tokens=10).dp_rank
+    0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["prefill", "decode"]
+    worker_id: str
+    dp_rank: int = 0
+    queued_prefill_tokens: int = 0
+    queued_decode_kv_tokens: int = 0
+    inflight_decode_kv_tokens: int = 0
+
+
+class TickRecord(BaseModel):
+    """Everything one planner tick saw and decided: feeds metrics, reports and scoring.
+
+    >>> TickRecord(deployment="d", time=5.0).decision is None
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment: str
+    time: float
+    ready_prefill: int | None = None
+    ready_decode: int | None = None
+    ran_load: bool = False
+    ran_throughput: bool = False
+    decision: ScalingDecision | None = None
+    diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
+    engines: list[EngineLoad] = Field(default_factory=list)
+    observed_traffic: TrafficObservation | None = None

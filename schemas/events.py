@@ -1,0 +1,206 @@
+"""The event envelope of recorded and Kafka streams, and the payloads it carries.
+
+Every input of the planner is one JSON object per line::
+
+    {"type": "fpm", "deployment": "llama", "time": 12.5,
+     "payload": {"role": "decode", "fpm": {"worker_id": "w1", "wall_time": 0.021, ...}}}
+
+``time`` is the event time in seconds (Unix time live, any origin in a recording). The planner's
+clock is the event time of its inputs, which is what makes a replay reproduce its decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.fpm import Count, ForwardPassMetrics, NonNegativeFinite
+
+Role = Literal["prefill", "decode"]
+"""Engine role. Aggregated engines report as ``decode`` (reference spec §1.2)."""
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+_PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineFpm(BaseModel):
+    """An FPM together with the role of the engine that produced it.
+
+    >>> EngineFpm(role="prefill", fpm=ForwardPassMetrics(worker_id="p0")).fpm.worker_id
+    'p0'
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    role: Role
+    fpm: ForwardPassMetrics
+
+
+class WorkerCounts(BaseModel):
+    """Worker inventory of a deployment: ready and expected (desired) replicas per role.
+
+    ``None`` means unknown. A role whose expected count differs from its ready count, or whose
+    scaling flag is set, is *scaling in progress* and gets no new load decision (spec §4.2).
+
+    >>> WorkerCounts(ready_num_decode=2, expected_num_decode=3).expected_num_decode
+    3
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    ready_num_prefill: Count | None = None
+    ready_num_decode: Count | None = None
+    expected_num_prefill: Count | None = None
+    expected_num_decode: Count | None = None
+    prefill_scaling_in_progress: bool = False
+    decode_scaling_in_progress: bool = False
+
+
+class EngineCapabilities(BaseModel):
+    """Static limits of one engine type (from the worker's model card or the config).
+
+    >>> EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192).max_num_batched_tokens
+    8192
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    num_gpu: Annotated[int, Field(ge=1)] | None = None
+    max_num_batched_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
+    context_length: Annotated[int, Field(ge=1)] | None = None
+    max_kv_tokens: Annotated[int, Field(ge=1)] | None = None
+    kv_cache_block_size: Annotated[int, Field(ge=1)] | None = None
+    speculative_nextn: Count | None = None
+
+
+class WorkerCapabilities(BaseModel):
+    """Capabilities per role; aggregated deployments fill only ``decode``.
+
+    >>> WorkerCapabilities(decode=EngineCapabilities(max_kv_tokens=100_000)).prefill is None
+    True
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    prefill: EngineCapabilities | None = None
+    decode: EngineCapabilities | None = None
+
+
+class TrafficObservation(BaseModel):
+    """Traffic over a window: ``num_req`` is a COUNT over ``duration_s``, ISL/OSL are means.
+
+    ``None`` for KV hit rate / accept length means *unknown* (never "zero"). The quantile fields
+    are filled when the observation is built from request records.
+
+    >>> TrafficObservation(duration_s=60, num_req=120, isl=3000, osl=150).num_req / 60
+    2.0
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    duration_s: NonNegativeFinite
+    num_req: NonNegativeFinite
+    isl: NonNegativeFinite
+    osl: NonNegativeFinite
+    kv_hit_rate: Fraction | None = None
+    accept_length: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
+    isl_quantiles: dict[str, NonNegativeFinite] | None = None
+    osl_quantiles: dict[str, NonNegativeFinite] | None = None
+
+
+class RequestRecord(BaseModel):
+    """One finished request, as seen by the frontend (e.g. ``dynamo.request.trace.v1``).
+
+    >>> RequestRecord(isl=3000, osl=150, kv_hit_rate=0.25).osl
+    150
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    request_id: str | None = None
+    isl: Count
+    osl: Count
+    kv_hit_rate: Fraction | None = None
+    accept_length: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment: Annotated[str, Field(min_length=1)]
+    time: NonNegativeFinite
+
+
+class FpmEvent(_Envelope):
+    """An engine's forward pass."""
+
+    type: Literal["fpm"] = "fpm"
+    payload: EngineFpm
+
+
+class InventoryEvent(_Envelope):
+    """The deployment's worker counts changed or were re-read."""
+
+    type: Literal["inventory"] = "inventory"
+    payload: WorkerCounts
+
+
+class CapabilitiesEvent(_Envelope):
+    """Engine capabilities were discovered."""
+
+    type: Literal["capabilities"] = "capabilities"
+    payload: WorkerCapabilities
+
+
+class TrafficEvent(_Envelope):
+    """A traffic observation (e.g. from Prometheus)."""
+
+    type: Literal["traffic"] = "traffic"
+    payload: TrafficObservation
+
+
+class RequestEvent(_Envelope):
+    """A finished request (for traffic windows built inside the dataflow)."""
+
+    type: Literal["request"] = "request"
+    payload: RequestRecord
+
+
+class ClockEvent(_Envelope):
+    """Nothing happened except that event time reached ``time`` (advances the planner's clock)."""
+
+    type: Literal["clock"] = "clock"
+    payload: dict[str, None] = Field(default_factory=dict, max_length=0)
+
+
+Event = Annotated[
+    FpmEvent | InventoryEvent | CapabilitiesEvent | TrafficEvent | RequestEvent | ClockEvent,
+    Field(discriminator="type"),
+]
+"""Any input event, discriminated by ``type``."""
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(raw: str | bytes) -> Event:
+    """Decode one JSON line into an event; raises ``pydantic.ValidationError`` when invalid.
+
+    >>> parse_event('{"type":"clock","deployment":"d","time":5}').time
+    5.0
+    """
+    return EVENT_ADAPTER.validate_json(raw)
+
+
+class RawEvent(NamedTuple):
+    """An undecoded input line/message and where it came from (for dead letters).
+
+    >>> RawEvent("in.jsonl", 3, '{"type": "clock"}').position
+    3
+    """
+
+    source: str
+    position: int
+    data: str | bytes

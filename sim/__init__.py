@@ -1,0 +1,1 @@
+"""Closed-loop simulator of prefill/decode/aggregated engine fleets."""
