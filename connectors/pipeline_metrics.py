@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-EVENTS_IN = Counter(
-    "flowplanner_events_in", "Input events read, before validation", ["source"]
-)
+EVENTS_IN = Counter("flowplanner_events_in", "Input events read, before validation", ["source"])
 DEAD_LETTERS = Counter(
     "flowplanner_dead_letters", "Inputs rejected with a reason (dead-lettered)", ["kind"]
 )
 FPM_GAPS = Counter(
-    "flowplanner_fpm_sequence_gaps", "FPM messages missing according to publisher sequence numbers",
+    "flowplanner_fpm_sequence_gaps",
+    "FPM messages missing according to publisher sequence numbers",
     ["endpoint"],
 )
-DECISIONS_OUT = Counter(
-    "flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"]
-)
+DECISIONS_OUT = Counter("flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"])

@@ -7,11 +7,11 @@ data: event time in replay, system time live. Nothing here reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from schemas import (
     ForwardPassMetrics,
     Role,
-    ScalingDecision,
     TickDiagnostics,
     TrafficObservation,
     WorkerCounts,
@@ -76,6 +76,26 @@ class TickInput:
     training_fpms: dict[Role, list[ForwardPassMetrics]] | None = None
 
 
+@dataclass(frozen=True)
+class ScaleTarget:
+    """A scaling decision of the core: target replicas per role (``None`` = keep current).
+
+    ``source`` says which loop decided; ``reason`` is the aggregate reason, and the per-role
+    reasons use the exact reference names (spec §4.8, §5.3). The flow adapter turns this into a
+    durable :class:`schemas.ScalingDecision` (deployment, decision id, time, diagnostics).
+
+    >>> ScaleTarget(num_prefill=3, num_decode=None, source="load", reason="scale_up").num_prefill
+    3
+    """
+
+    num_prefill: int | None
+    num_decode: int | None
+    source: Literal["load", "throughput"]
+    reason: str
+    prefill_reason: str | None = None
+    decode_reason: str | None = None
+
+
 @dataclass
 class PlannerEffects:
     """What a tick produced: an optional decision, the next tick, and its diagnostics.
@@ -84,6 +104,6 @@ class PlannerEffects:
     True
     """
 
-    scale_to: ScalingDecision | None = None
+    scale_to: ScaleTarget | None = None
     next_tick: ScheduledTick | None = None
     diagnostics: TickDiagnostics = field(default_factory=TickDiagnostics)

@@ -15,7 +15,13 @@ from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from schemas.fpm import Count, ForwardPassMetrics, NonNegativeFinite
+from schemas.fpm import (
+    Count,
+    ForwardPassMetrics,
+    NonNegativeFinite,
+    QueuedRequestMetrics,
+    ScheduledRequestMetrics,
+)
 
 Role = Literal["prefill", "decode"]
 """Engine role. Aggregated engines report as ``decode`` (reference spec §1.2)."""
@@ -127,6 +133,79 @@ class RequestRecord(BaseModel):
     accept_length: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
 
 
+FPM_BATCH_COLUMNS: tuple[str, ...] = (
+    "time",
+    "counter_id",
+    "wall_time",
+    "scheduled.num_prefill_requests",
+    "scheduled.sum_prefill_tokens",
+    "scheduled.var_prefill_length",
+    "scheduled.sum_prefill_kv_tokens",
+    "scheduled.num_decode_requests",
+    "scheduled.sum_decode_kv_tokens",
+    "scheduled.var_decode_kv_tokens",
+    "queued.num_prefill_requests",
+    "queued.sum_prefill_tokens",
+    "queued.var_prefill_length",
+    "queued.num_decode_requests",
+    "queued.sum_decode_kv_tokens",
+    "queued.var_decode_kv_tokens",
+)
+"""Row layout of :class:`FpmBatch`: event time, then every numeric ForwardPassMetrics field."""
+
+FpmRow = tuple[
+    float, int, float, int, int, float, int, int, int, float, int, int, float, int, int, float
+]
+
+
+class FpmBatch(BaseModel):
+    """Consecutive forward passes of ONE engine, one row per iteration (columnar, compact).
+
+    High-rate producers (the simulator, batched receivers) send these instead of one event per
+    iteration; every row is a complete ForwardPassMetrics (see :meth:`fpm`). Rows are in event
+    time order and lie within one planner tick window.
+
+    >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> batch = FpmBatch(role="decode", worker_id="w1", rows=[row])
+    >>> batch.fpm(0).scheduled_requests.sum_decode_kv_tokens
+    4000
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    worker_id: str = ""
+    dp_rank: Count = 0
+    rows: list[FpmRow]
+
+    def fpm(self, index: int) -> ForwardPassMetrics:
+        """Row ``index`` as a ForwardPassMetrics."""
+        r = self.rows[index]
+        return ForwardPassMetrics(
+            worker_id=self.worker_id,
+            dp_rank=self.dp_rank,
+            counter_id=r[1],
+            wall_time=r[2],
+            scheduled_requests=ScheduledRequestMetrics(
+                num_prefill_requests=r[3],
+                sum_prefill_tokens=r[4],
+                var_prefill_length=r[5],
+                sum_prefill_kv_tokens=r[6],
+                num_decode_requests=r[7],
+                sum_decode_kv_tokens=r[8],
+                var_decode_kv_tokens=r[9],
+            ),
+            queued_requests=QueuedRequestMetrics(
+                num_prefill_requests=r[10],
+                sum_prefill_tokens=r[11],
+                var_prefill_length=r[12],
+                num_decode_requests=r[13],
+                sum_decode_kv_tokens=r[14],
+                var_decode_kv_tokens=r[15],
+            ),
+        )
+
+
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -139,6 +218,13 @@ class FpmEvent(_Envelope):
 
     type: Literal["fpm"] = "fpm"
     payload: EngineFpm
+
+
+class FpmBatchEvent(_Envelope):
+    """Many forward passes of one engine; ``time`` is the event time of the last row."""
+
+    type: Literal["fpm_batch"] = "fpm_batch"
+    payload: FpmBatch
 
 
 class InventoryEvent(_Envelope):
@@ -177,7 +263,13 @@ class ClockEvent(_Envelope):
 
 
 Event = Annotated[
-    FpmEvent | InventoryEvent | CapabilitiesEvent | TrafficEvent | RequestEvent | ClockEvent,
+    FpmEvent
+    | FpmBatchEvent
+    | InventoryEvent
+    | CapabilitiesEvent
+    | TrafficEvent
+    | RequestEvent
+    | ClockEvent,
     Field(discriminator="type"),
 ]
 """Any input event, discriminated by ``type``."""
