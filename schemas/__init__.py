@@ -33,6 +33,8 @@ from schemas.events import (
     TrafficObservation,
     WorkerCapabilities,
     WorkerCounts,
+    fpm_from_row,
+    fpm_to_row,
     parse_event,
 )
 from schemas.fpm import ForwardPassMetrics, QueuedRequestMetrics, ScheduledRequestMetrics
@@ -73,6 +75,8 @@ __all__ = [
     "TrafficObservation",
     "WorkerCapabilities",
     "WorkerCounts",
+    "fpm_from_row",
+    "fpm_to_row",
     "load_config",
     "parse_event",
 ]

@@ -115,6 +115,10 @@ class PlannerConfig(BaseModel):
     allowed_lateness_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     """*ours*: how far behind the newest event an input may arrive and still be used."""
 
+    engine_silence_seconds: Positive = 3.0
+    """*ours*: an engine silent this long (heartbeats come every second) is gone; its last
+    forward pass no longer counts."""
+
     # --- actuation (§9.10) ---
     scaling_max_wait_seconds: Positive = 1800.0
     """Virtual connector: proceed without an acknowledgement after this long."""

@@ -11,9 +11,10 @@ clock is the event time of its inputs, which is what makes a replay reproduce it
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from schemas.fpm import (
     Count,
@@ -178,32 +179,75 @@ class FpmBatch(BaseModel):
     dp_rank: Count = 0
     rows: list[FpmRow]
 
+    @model_validator(mode="after")
+    def _rows_are_valid(self) -> FpmBatch:
+        last = -math.inf
+        for i, row in enumerate(self.rows):
+            if not all(v >= 0 and math.isfinite(v) for v in row):
+                raise ValueError(f"row {i}: values must be finite and >= 0")
+            if row[0] < last:
+                raise ValueError(f"row {i}: rows must be in event-time order")
+            last = row[0]
+        return self
+
     def fpm(self, index: int) -> ForwardPassMetrics:
         """Row ``index`` as a ForwardPassMetrics."""
-        r = self.rows[index]
-        return ForwardPassMetrics(
-            worker_id=self.worker_id,
-            dp_rank=self.dp_rank,
-            counter_id=r[1],
-            wall_time=r[2],
-            scheduled_requests=ScheduledRequestMetrics(
-                num_prefill_requests=r[3],
-                sum_prefill_tokens=r[4],
-                var_prefill_length=r[5],
-                sum_prefill_kv_tokens=r[6],
-                num_decode_requests=r[7],
-                sum_decode_kv_tokens=r[8],
-                var_decode_kv_tokens=r[9],
-            ),
-            queued_requests=QueuedRequestMetrics(
-                num_prefill_requests=r[10],
-                sum_prefill_tokens=r[11],
-                var_prefill_length=r[12],
-                num_decode_requests=r[13],
-                sum_decode_kv_tokens=r[14],
-                var_decode_kv_tokens=r[15],
-            ),
-        )
+        return fpm_from_row(self.worker_id, self.dp_rank, self.rows[index])
+
+
+def fpm_from_row(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:
+    """Build the ForwardPassMetrics of one :class:`FpmBatch` row (validated)."""
+    r = row
+    return ForwardPassMetrics(
+        worker_id=worker_id,
+        dp_rank=dp_rank,
+        counter_id=r[1],
+        wall_time=r[2],
+        scheduled_requests=ScheduledRequestMetrics(
+            num_prefill_requests=r[3],
+            sum_prefill_tokens=r[4],
+            var_prefill_length=r[5],
+            sum_prefill_kv_tokens=r[6],
+            num_decode_requests=r[7],
+            sum_decode_kv_tokens=r[8],
+            var_decode_kv_tokens=r[9],
+        ),
+        queued_requests=QueuedRequestMetrics(
+            num_prefill_requests=r[10],
+            sum_prefill_tokens=r[11],
+            var_prefill_length=r[12],
+            num_decode_requests=r[13],
+            sum_decode_kv_tokens=r[14],
+            var_decode_kv_tokens=r[15],
+        ),
+    )
+
+
+def fpm_to_row(time: float, fpm: ForwardPassMetrics) -> FpmRow:
+    """One :class:`FpmBatch` row from an FPM observed at event time ``time``.
+
+    >>> fpm_to_row(2.0, fpm_from_row("w", 0, fpm_to_row(2.0, ForwardPassMetrics())))[:3]
+    (2.0, 0, 0.0)
+    """
+    s, q = fpm.scheduled_requests, fpm.queued_requests
+    return (
+        time,
+        fpm.counter_id,
+        fpm.wall_time,
+        s.num_prefill_requests,
+        s.sum_prefill_tokens,
+        s.var_prefill_length,
+        s.sum_prefill_kv_tokens,
+        s.num_decode_requests,
+        s.sum_decode_kv_tokens,
+        s.var_decode_kv_tokens,
+        q.num_prefill_requests,
+        q.sum_prefill_tokens,
+        q.var_prefill_length,
+        q.num_decode_requests,
+        q.sum_decode_kv_tokens,
+        q.var_decode_kv_tokens,
+    )
 
 
 class _Envelope(BaseModel):
