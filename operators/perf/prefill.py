@@ -1,0 +1,109 @@
+"""Prefill engine perf model: forward-pass time vs prefill tokens (reference spec §3.3)."""
+
+from __future__ import annotations
+
+import math
+
+from operators.perf.moving_average import MovingAverage
+from operators.perf.regression import (
+    FpmRegressor,
+    chunked_prefill_seconds,
+    clamp_kv_hit_rate,
+    require_finite,
+)
+from schemas import ForwardPassMetrics
+
+
+class PrefillPerfModel(FpmRegressor):
+    """Online OLS of prefill wall time on ``sum_prefill_tokens`` (1-D).
+
+    Moving averages (window ``max_num_fpm_samples``): ``avg_isl`` (prefill tokens per scheduled
+    request, i.e. the chunk per request under chunked prefill) and ``avg_num_prefill``.
+
+    >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
+    >>> model = PrefillPerfModel(min_observations=3)
+    >>> for tokens in (500, 1000, 1500, 2000, 2500):
+    ...     model.add_observation(ForwardPassMetrics(wall_time=0.001 * tokens + 0.002,
+    ...         scheduled_requests=ScheduledRequestMetrics(num_prefill_requests=1,
+    ...                                                    sum_prefill_tokens=tokens)))
+    >>> round(model.estimate_next_ttft(0, 2048), 6)
+    1.502
+    >>> rps, ttft_ms = model.find_best_engine_prefill_rps(ttft_sla_ms=2000, isl=1000)
+    >>> round(rps, 5), round(ttft_ms, 3)
+    (0.998, 1002.0)
+    """
+
+    feature_names = ("sum_prefill_tokens",)
+
+    def __init__(
+        self, max_num_fpm_samples: int = 64, min_observations: int = 5, bucket_count: int = 16
+    ) -> None:
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
+        self.isl_average = MovingAverage(max_num_fpm_samples)
+        self.num_prefill_average = MovingAverage(max_num_fpm_samples)
+
+    @property
+    def avg_isl(self) -> float:
+        """Moving average of prefill tokens per scheduled prefill request."""
+        return self.isl_average.get()
+
+    @property
+    def avg_num_prefill(self) -> float:
+        """Moving average of scheduled prefill requests per forward pass."""
+        return self.num_prefill_average.get()
+
+    def _features_of(self, fpm: ForwardPassMetrics) -> tuple[float, ...]:
+        return (float(fpm.scheduled_requests.sum_prefill_tokens),)
+
+    def _observe_averages(self, fpm: ForwardPassMetrics) -> None:
+        s = fpm.scheduled_requests
+        if s.num_prefill_requests > 0:
+            self.isl_average.update(s.sum_prefill_tokens / s.num_prefill_requests)
+        self.num_prefill_average.update(s.num_prefill_requests)
+
+    def estimate_next_ttft(
+        self,
+        queued_prefill_tokens: float,
+        max_num_batched_tokens: float,
+        kv_hit_rate: float | None = None,
+    ) -> float | None:
+        """Seconds until a request joining now finishes prefill, or ``None`` if not ready.
+
+        The queue plus one average request, discounted by the clamped KV hit rate, is prefilled
+        in chunks of ``max_num_batched_tokens``. ``None`` also when ``max_num_batched_tokens <= 0``.
+        """
+        queued = require_finite("queued_prefill_tokens", queued_prefill_tokens)
+        mbt = require_finite("max_num_batched_tokens", max_num_batched_tokens)
+        fit = self._fit()
+        if fit is None or mbt <= 0:
+            return None
+        total = (queued + self.avg_isl) * (1.0 - clamp_kv_hit_rate(kv_hit_rate))
+        return chunked_prefill_seconds(total, mbt, lambda c: fit.predict((c,)))
+
+    def find_best_engine_prefill_rps(
+        self, ttft_sla_ms: float, isl: float, max_num_batched_tokens: float | None = None
+    ) -> tuple[float, float]:
+        """``(requests/s one engine sustains, TTFT ms of one request)`` at this ISL.
+
+        ``(0.0, 0.0)`` when not ready or ``isl <= 0``. A prompt longer than
+        ``max_num_batched_tokens`` is prefilled in full chunks plus a tail. The TTFT may exceed
+        ``ttft_sla_ms``; the caller compares (a linear model's rate does not depend on batching).
+        Callers pass the KV-hit-discounted ISL.
+        """
+        require_finite("ttft_sla_ms", ttft_sla_ms)
+        tokens = require_finite("isl", isl)
+        fit = self._fit()
+        if fit is None or tokens <= 0:
+            return 0.0, 0.0
+        mbt = (
+            None
+            if max_num_batched_tokens is None
+            else require_finite("max_num_batched_tokens", max_num_batched_tokens)
+        )
+        if mbt is not None and mbt > 0 and tokens > mbt:
+            chunks = math.ceil(tokens / mbt)
+            tail = tokens - (chunks - 1) * mbt
+            wall = (chunks - 1) * fit.predict((mbt,)) + fit.predict((tail,))
+        else:
+            wall = fit.predict((tokens,))
+        return 1.0 / wall, 1000.0 * wall

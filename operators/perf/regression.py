@@ -1,0 +1,222 @@
+"""The shared machinery of the FPM perf models (reference spec §3.1): a river regressor over a
+bucketed sample store, refitted lazily by exact least squares.
+
+Conventions shared by :class:`~operators.perf.PrefillPerfModel`,
+:class:`~operators.perf.DecodePerfModel` and :class:`~operators.perf.AggPerfModel`:
+
+* ``learn_one(x, y)`` adds one sample: ``x`` maps every feature name of the model to a finite,
+  non-negative number (extra keys are ignored), ``y`` is the forward-pass wall time in seconds
+  (finite and > 0). Anything else raises ``ValueError`` naming the problem; nothing is stored.
+* ``predict_one(x)`` is the fitted wall time in seconds, floored at 1 µs. It returns **0.0 when
+  the model is not ready** (too few samples, or the fit was rejected for a negative slope);
+  planner code uses the ``estimate_*`` / ``find_best_*`` methods, which say "not ready" with
+  ``None`` / zero rates instead.
+* ``add_observation(fpm)`` always updates the moving averages first; an idle heartbeat
+  (``wall_time == 0``) is not a sample.
+* The constructor stores parameters (``clone()`` works); all state is plain attributes that pickle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from river import base
+from river.base.typing import FeatureName
+
+from operators.perf.samples import BucketedSampleStore, LinearFit, least_squares
+from schemas import ForwardPassMetrics
+
+MAX_KV_HIT_RATE_DISCOUNT = 0.95
+"""The KV-cache hit rate discount on prefill work is clamped to ``[0, 0.95]`` (spec §3.3)."""
+
+
+def clamp_kv_hit_rate(kv_hit_rate: float | None) -> float:
+    """Clamp a KV hit rate to ``[0, 0.95]``; ``None`` and NaN mean 0 (no discount).
+
+    >>> clamp_kv_hit_rate(1.5), clamp_kv_hit_rate(-0.3), clamp_kv_hit_rate(float("nan"))
+    (0.95, 0.0, 0.0)
+    """
+    if kv_hit_rate is None or math.isnan(kv_hit_rate):
+        return 0.0
+    return min(max(float(kv_hit_rate), 0.0), MAX_KV_HIT_RATE_DISCOUNT)
+
+
+def effective_accept_length(accept_length: float | None) -> float:
+    """Speculative-decoding tokens per forward pass: 1.0 unless finite and >= 1 (spec §5.5).
+
+    >>> effective_accept_length(2.5), effective_accept_length(0.5), effective_accept_length(None)
+    (2.5, 1.0, 1.0)
+    """
+    if accept_length is None or not math.isfinite(accept_length) or accept_length < 1.0:
+        return 1.0
+    return float(accept_length)
+
+
+def require_finite(name: str, value: float) -> float:
+    """``value`` as a float, or ``ValueError`` naming ``name`` when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def chunked_prefill_seconds(
+    total_tokens: float, max_num_batched_tokens: float, chunk_seconds: Callable[[float], float]
+) -> float:
+    """Time to prefill ``total_tokens`` in chunks of at most ``max_num_batched_tokens``.
+
+    ``ceil(total / mbt) - 1`` full chunks plus one tail chunk; 0 when there is nothing to do.
+
+    >>> chunked_prefill_seconds(5300, 2048, lambda c: 0.001 * c)
+    5.3
+    """
+    if total_tokens <= 0:
+        return 0.0
+    chunks = math.ceil(total_tokens / max_num_batched_tokens)
+    tail = total_tokens - (chunks - 1) * max_num_batched_tokens
+    return (chunks - 1) * chunk_seconds(max_num_batched_tokens) + chunk_seconds(tail)
+
+
+class FpmRegressor(base.Regressor):
+    """Base class: OLS of forward-pass wall time on a few FPM features (see module docstring).
+
+    Subclasses set ``feature_names`` (and ``relaxable_features``) and implement
+    ``_features_of`` and ``_observe_averages``.
+
+    >>> class TokensModel(FpmRegressor):
+    ...     feature_names = ("tokens",)
+    ...     def _features_of(self, fpm): return (float(fpm.scheduled_requests.sum_prefill_tokens),)
+    ...     def _observe_averages(self, fpm): pass
+    >>> m = TokensModel(min_observations=2)
+    >>> m.learn_one({"tokens": 100}, 0.2); m.learn_one({"tokens": 200}, 0.3)
+    >>> round(m.predict_one({"tokens": 300}), 6)
+    0.4
+    >>> {name: round(value, 12) for name, value in m.coefficients.items()}
+    {'tokens': 0.001, 'intercept': 0.1}
+    """
+
+    feature_names: ClassVar[tuple[str, ...]] = ()
+    relaxable_features: ClassVar[frozenset[int]] = frozenset()
+
+    def __init__(
+        self, max_num_fpm_samples: int = 64, min_observations: int = 5, bucket_count: int = 16
+    ) -> None:
+        for name, value in (
+            ("max_num_fpm_samples", max_num_fpm_samples),
+            ("min_observations", min_observations),
+            ("bucket_count", bucket_count),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.max_num_fpm_samples = max_num_fpm_samples
+        self.min_observations = min_observations
+        self.bucket_count = bucket_count
+        ndim = len(self.feature_names)
+        per_axis = bucket_count if ndim == 1 else math.isqrt(bucket_count)
+        self.samples = BucketedSampleStore(ndim, max_num_fpm_samples, max(1, per_axis))
+        self._outcome: tuple[LinearFit | None, str] | None = None  # None = refit needed
+
+    # -- river interface ---------------------------------------------------------------------
+
+    def learn_one(self, x: dict[FeatureName, Any], y: Any) -> None:
+        """Add one sample: features ``x`` (by name) took ``y`` seconds."""
+        values = self._feature_values(x)
+        wall = require_finite("y (wall time)", y)
+        if wall <= 0.0:
+            raise ValueError(f"y (wall time) must be > 0 seconds, got {y!r}")
+        self._add_sample(values, wall)
+
+    def predict_one(self, x: dict[FeatureName, Any]) -> float:
+        """Fitted wall time (s) for features ``x``, floored at 1 µs; 0.0 when not ready."""
+        values = self._feature_values(x)
+        fit = self._fit()
+        return fit.predict(values) if fit is not None else 0.0
+
+    # -- FPM intake --------------------------------------------------------------------------
+
+    def add_observation(self, fpm: ForwardPassMetrics) -> None:
+        """Update the moving averages; then, unless it is a heartbeat, add the FPM as a sample."""
+        if not isinstance(fpm, ForwardPassMetrics):
+            raise TypeError(f"expected ForwardPassMetrics, got {type(fpm).__name__}")
+        self._observe_averages(fpm)
+        if fpm.wall_time == 0.0:
+            return
+        self._add_sample(self._features_of(fpm), fpm.wall_time)
+
+    def load_benchmark_fpms(self, fpms: Iterable[ForwardPassMetrics]) -> None:
+        """Add benchmark / profile FPMs (bootstrap), in order."""
+        for fpm in fpms:
+            self.add_observation(fpm)
+
+    def has_sufficient_data(self) -> bool:
+        """At least ``min_observations`` samples are retained."""
+        return len(self.samples) >= self.min_observations
+
+    @property
+    def num_observations(self) -> int:
+        """Samples currently retained (at most ``max_num_fpm_samples``)."""
+        return len(self.samples)
+
+    @property
+    def is_ready(self) -> bool:
+        """Enough samples and the fit was not rejected."""
+        return self._fit() is not None
+
+    @property
+    def rejection_reason(self) -> str | None:
+        """Why the model is not ready (``None`` when ready)."""
+        if self._fit() is not None:
+            return None
+        if not self.has_sufficient_data():
+            return f"insufficient data ({self.num_observations} < {self.min_observations})"
+        assert self._outcome is not None
+        return self._outcome[1]
+
+    @property
+    def coefficients(self) -> dict[str, float] | None:
+        """Slope per feature name plus ``"intercept"`` (seconds), or ``None`` when not ready."""
+        fit = self._fit()
+        if fit is None:
+            return None
+        out = dict(zip(self.feature_names, fit.coefficients, strict=True))
+        out["intercept"] = fit.intercept
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _features_of(self, fpm: ForwardPassMetrics) -> tuple[float, ...]:
+        raise NotImplementedError
+
+    def _observe_averages(self, fpm: ForwardPassMetrics) -> None:
+        raise NotImplementedError
+
+    def _feature_values(self, x: dict[FeatureName, Any]) -> tuple[float, ...]:
+        if not isinstance(x, dict):
+            raise ValueError(f"features must be a dict, got {type(x).__name__}")
+        missing = [name for name in self.feature_names if name not in x]
+        if missing:
+            raise ValueError(f"missing feature(s) {missing}; expected {list(self.feature_names)}")
+        values = tuple(require_finite(name, x[name]) for name in self.feature_names)
+        negative = [n for n, v in zip(self.feature_names, values, strict=True) if v < 0]
+        if negative:
+            raise ValueError(f"feature(s) {negative} must be >= 0")
+        return values
+
+    def _add_sample(self, values: tuple[float, ...], wall_time: float) -> None:
+        self.samples.add(values, wall_time)
+        self._outcome = None
+
+    def _fit(self) -> LinearFit | None:
+        if not self.has_sufficient_data():
+            return None
+        if self._outcome is None:
+            stored = self.samples.samples()
+            outcome = least_squares(
+                [x for x, _ in stored],
+                [y for _, y in stored],
+                self.relaxable_features,
+                self.feature_names,
+            )
+            self._outcome = (outcome.fit, outcome.reason)
+        return self._outcome[0]

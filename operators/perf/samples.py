@@ -1,0 +1,207 @@
+"""Bucketed sample store and exact least squares for the perf models (reference spec §3.1).
+
+A perf model keeps at most ``max_samples`` (features, wall time) samples. To keep the fit
+covering the whole operating range, samples are spread over a grid of buckets (per feature axis,
+``buckets_per_axis`` equal-width buckets between the smallest and largest value ever seen); when
+the store overflows, the OLDEST sample of the FATTEST bucket is retired. A long stretch of
+identical load therefore cannot push out the few samples that pin the other end of the line.
+
+The fit is ordinary least squares with an intercept, solved exactly with ``numpy.linalg.lstsq``
+on centered data (the minimum-norm solution when features are collinear, as sklearn's
+``LinearRegression`` gives). A negative slope on a "relaxable" feature is constrained to zero by
+refitting without that feature (the exact least-squares solution under ``coef >= 0``); a
+negative slope on any other feature rejects the fit, because a model that says more work is
+faster would drive scaling the wrong way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_WALL_TIME_S = 1e-6
+"""Every prediction is floored at this many seconds."""
+
+NEGLIGIBLE_CONTRIBUTION_S = 1e-9
+"""A negative slope whose largest contribution over the retained samples is smaller than this
+(one nanosecond) is round-off of a true zero slope; it is set to exactly 0 instead of rejecting."""
+
+Features = tuple[float, ...]
+Sample = tuple[int, Features, float]
+"""``(sequence number, features, wall time in seconds)``; the sequence number orders samples."""
+
+
+class BucketedSampleStore:
+    """At most ``max_samples`` samples on a grid of buckets; fattest-bucket FIFO retirement.
+
+    Bucket index on each axis: ``int((v - lo) / (hi - lo) * B)`` clamped to ``[0, B - 1]`` (0 when
+    ``hi <= lo``), where ``lo``/``hi`` are the smallest/largest values ever seen on that axis.
+    When a bound moves, every stored sample is re-bucketed. On overflow the oldest sample of the
+    bucket holding the most samples is dropped; among equally fat buckets, the one whose oldest
+    sample is the oldest loses it (a total order, so retirement is deterministic).
+
+    >>> store = BucketedSampleStore(ndim=1, max_samples=3, buckets_per_axis=2)
+    >>> for tokens in (100.0, 110.0, 120.0, 1000.0):
+    ...     store.add((tokens,), tokens / 1000)
+    >>> [x for x, _ in store.samples()]
+    [(110.0,), (120.0,), (1000.0,)]
+    """
+
+    def __init__(self, ndim: int, max_samples: int, buckets_per_axis: int) -> None:
+        if ndim < 1 or max_samples < 1 or buckets_per_axis < 1:
+            raise ValueError("ndim, max_samples and buckets_per_axis must all be >= 1")
+        self.ndim = ndim
+        self.max_samples = max_samples
+        self.buckets_per_axis = buckets_per_axis
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.buckets: dict[tuple[int, ...], deque[Sample]] = {}
+        self.total = 0
+        self.next_seq = 0
+
+    def __len__(self) -> int:
+        return self.total
+
+    def add(self, x: Features, y: float) -> None:
+        """Store one sample (retiring one if the store is full). ``x`` has ``ndim`` values."""
+        if len(x) != self.ndim:
+            raise ValueError(f"expected {self.ndim} feature values, got {len(x)}")
+        if self._widen_bounds(x) and self.total:
+            self._rebucket()
+        self.buckets.setdefault(self._key(x), deque()).append((self.next_seq, x, y))
+        self.next_seq += 1
+        self.total += 1
+        if self.total > self.max_samples:
+            self._retire_one()
+
+    def samples(self) -> list[tuple[Features, float]]:
+        """The retained samples, oldest first."""
+        stored = sorted(s for bucket in self.buckets.values() for s in bucket)
+        return [(x, y) for _, x, y in stored]
+
+    def bucket_sizes(self) -> dict[tuple[int, ...], int]:
+        """Number of samples per non-empty bucket (for diagnostics and tests)."""
+        return {key: len(bucket) for key, bucket in sorted(self.buckets.items())}
+
+    def _widen_bounds(self, x: Features) -> bool:
+        if not self.lower:
+            self.lower = list(x)
+            self.upper = list(x)
+            return True
+        changed = False
+        for i, v in enumerate(x):
+            if v < self.lower[i]:
+                self.lower[i] = v
+                changed = True
+            if v > self.upper[i]:
+                self.upper[i] = v
+                changed = True
+        return changed
+
+    def _key(self, x: Features) -> tuple[int, ...]:
+        b = self.buckets_per_axis
+        key = []
+        for v, lo, hi in zip(x, self.lower, self.upper, strict=True):
+            idx = 0 if hi <= lo else int((v - lo) / (hi - lo) * b)
+            key.append(min(max(idx, 0), b - 1))
+        return tuple(key)
+
+    def _rebucket(self) -> None:
+        stored = sorted(s for bucket in self.buckets.values() for s in bucket)
+        self.buckets = {}
+        for sample in stored:
+            self.buckets.setdefault(self._key(sample[1]), deque()).append(sample)
+
+    def _retire_one(self) -> None:
+        # Fattest bucket; ties go to the bucket whose head (oldest sample) is oldest.
+        key = min(self.buckets, key=lambda k: (-len(self.buckets[k]), self.buckets[k][0][0]))
+        bucket = self.buckets[key]
+        bucket.popleft()
+        if not bucket:
+            del self.buckets[key]
+        self.total -= 1
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``wall_time = intercept + sum(coefficients * features)``, floored at 1 µs.
+
+    >>> LinearFit(coefficients=(0.001,), intercept=0.002).predict((1500.0,))
+    1.502
+    >>> LinearFit(coefficients=(0.001,), intercept=-5.0).predict((0.0,))
+    1e-06
+    """
+
+    coefficients: tuple[float, ...]
+    intercept: float
+
+    def predict(self, x: Sequence[float]) -> float:
+        """Predicted wall time (seconds) of one forward pass with features ``x``."""
+        value = self.intercept
+        for c, v in zip(self.coefficients, x, strict=True):
+            value += c * v
+        return max(MIN_WALL_TIME_S, value)
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    """A fit, or the reason there is none (``fit is None``)."""
+
+    fit: LinearFit | None
+    reason: str = ""
+
+
+def least_squares(
+    xs: Sequence[Features],
+    ys: Sequence[float],
+    relaxable: frozenset[int] = frozenset(),
+    names: Sequence[str] = (),
+) -> FitOutcome:
+    """Exact OLS with intercept; negative slopes on ``relaxable`` features are held at zero.
+
+    >>> fit = least_squares([(1.0,), (2.0,), (3.0,)], [0.3, 0.5, 0.7]).fit
+    >>> round(fit.coefficients[0], 12), round(fit.intercept, 12)
+    (0.2, 0.1)
+    >>> least_squares([(1.0,), (2.0,), (3.0,)], [0.7, 0.5, 0.3]).reason
+    'negative coefficients (#0=-0.2): model rejected'
+    """
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    if x.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise ValueError("least_squares needs a non-empty (n, k) feature matrix and n targets")
+    k = x.shape[1]
+    active = list(range(k))
+    while True:
+        coef = np.zeros(k)
+        y_mean = float(np.mean(y))
+        if active:
+            sub = x[:, active]
+            sub_mean = np.mean(sub, axis=0)
+            solution = np.linalg.lstsq(sub - sub_mean, y - y_mean, rcond=None)[0]
+            coef[active] = solution
+            intercept = y_mean - float(sub_mean @ solution)
+        else:
+            intercept = y_mean
+        scale = np.max(np.abs(x), axis=0)
+        for i in active:
+            if coef[i] < 0.0 and coef[i] * scale[i] > -NEGLIGIBLE_CONTRIBUTION_S:
+                coef[i] = 0.0
+        negative = [i for i in active if coef[i] < 0.0]
+        hard = [i for i in negative if i not in relaxable]
+        if hard:
+            slopes = ", ".join(
+                f"{names[i] if i < len(names) else f'#{i}'}={coef[i]:.3g}" for i in hard
+            )
+            return FitOutcome(None, f"negative coefficients ({slopes}): model rejected")
+        if not negative:
+            return FitOutcome(LinearFit(tuple(float(c) for c in coef), float(intercept)))
+        active = [i for i in active if i not in negative]
+
+
+def is_finite_number(value: float) -> bool:
+    """True for a finite real number (bool excluded)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
