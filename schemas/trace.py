@@ -10,7 +10,8 @@ class TraceRequest:
     """One request: arrival time (s from the trace origin), prompt and output lengths.
 
     ``hash_ids`` are the prompt's prefix-block hashes when the trace has them (Mooncake,
-    ``dynamo.request.trace.v1``), for prefix-cache simulation.
+    ``dynamo.request.trace.v1``), for prefix-cache simulation; ``block_size`` is the number of
+    prompt tokens each hash covers (Mooncake 512, Dynamo ``replay.trace_block_size``).
 
     >>> TraceRequest(arrival_s=0.5, isl=3000, osl=150).hash_ids
     ()
@@ -21,3 +22,4 @@ class TraceRequest:
     osl: int
     hash_ids: tuple[int, ...] = ()
     request_id: str | None = None
+    block_size: int | None = None

@@ -1,0 +1,378 @@
+"""Readers of recorded request traces: Mooncake JSONL, Azure LLM inference CSV, Dynamo v1 JSONL.
+
+:func:`read_trace` detects the format from the file's suffix and first line, and returns
+:class:`schemas.trace.TraceRequest` rows with ``arrival_s`` relative to the first request,
+sorted by arrival (stable: rows with equal arrival keep their file order).
+
+* **Mooncake** (``*.jsonl``): ``{"timestamp": ms, "input_length", "output_length",
+  "hash_ids": [...]}``; each hash covers 512 prompt tokens.
+* **Azure** (``*.csv``): header ``TIMESTAMP,ContextTokens,GeneratedTokens`` with timestamps like
+  ``2023-11-16 18:15:46.6805900`` (fractional digits kept exactly).
+* **Dynamo** ``dynamo.request.trace.v1`` (``*.jsonl`` or ``*.jsonl.gz``; an event may be wrapped
+  as ``{"timestamp": ..., "event": {...}}``): only ``request_end`` rows are requests. Arrival is
+  ``request.request_received_ms``, else ``event_time_unix_ms - request.total_time_ms``; ISL is
+  ``request.replay.input_length`` else ``request.input_tokens``; OSL is
+  ``request.output_tokens``. A repeated ``request_id`` keeps its first row.
+
+Malformed input raises :class:`TraceFormatError` naming the file and line; nothing is skipped
+silently except blank lines and non-request Dynamo events (tool calls).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from schemas.trace import TraceRequest
+
+TraceFormat = Literal["mooncake", "azure", "dynamo"]
+DYNAMO_SCHEMA = "dynamo.request.trace.v1"
+MOONCAKE_BLOCK_SIZE = 512
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+class TraceFormatError(ValueError):
+    """A trace that cannot be read; the message names the file and (1-based) line.
+
+    >>> str(TraceFormatError("t.jsonl", 3, "invalid JSON"))
+    't.jsonl:3: invalid JSON'
+    """
+
+    def __init__(self, path: str | Path, line: int | None, reason: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.reason = reason
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+def read_trace(path: str | Path, fmt: TraceFormat | None = None) -> list[TraceRequest]:
+    """Read a trace file (format auto-detected unless ``fmt`` is given).
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> p = os.path.join(d, "t.jsonl")
+    >>> with open(p, "w") as f:
+    ...     _ = f.write('{"timestamp": 1500, "input_length": 900, "output_length": 20}\\n'
+    ...                 '{"timestamp": 1000, "input_length": 600, "output_length": 10, '
+    ...                 '"hash_ids": [1, 2]}\\n')
+    >>> [(r.arrival_s, r.isl, r.osl, r.hash_ids) for r in read_trace(p)]
+    [(0.0, 600, 10, (1, 2)), (0.5, 900, 20, ())]
+    """
+    path = Path(path)
+    if fmt is None:
+        fmt = detect_format(path)
+    if fmt == "azure":
+        rows = list(_read_azure(path))
+    elif fmt == "mooncake":
+        rows = list(_read_mooncake(path))
+    elif fmt == "dynamo":
+        rows = list(_read_dynamo(path))
+    else:
+        raise TraceFormatError(path, None, f"unknown trace format {fmt!r}")
+    return _relative_sorted(rows)
+
+
+def detect_format(path: str | Path) -> TraceFormat:
+    """The format of a trace file, from its suffix and its first non-blank line.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.csv")
+    >>> _ = open(p, "w").write("TIMESTAMP,ContextTokens,GeneratedTokens\\n")
+    >>> detect_format(p)
+    'azure'
+    """
+    path = Path(path)
+    for lineno, line in _lines(path):
+        text = line.strip()
+        if not text:
+            continue
+        if not text.startswith("{"):
+            header = [c.strip() for c in next(csv.reader([text]))]
+            if all(c in header for c in _AZURE_COLUMNS):
+                return "azure"
+            raise TraceFormatError(
+                path,
+                lineno,
+                "not a JSONL trace and not an Azure CSV header "
+                f"(need columns {', '.join(_AZURE_COLUMNS)})",
+            )
+        obj = _parse_json(path, lineno, text)
+        if _dynamo_event(obj) is not None:
+            return "dynamo"
+        if all(k in obj for k in ("timestamp", "input_length", "output_length")):
+            return "mooncake"
+        raise TraceFormatError(
+            path,
+            lineno,
+            f"unrecognised trace row: neither {DYNAMO_SCHEMA} nor Mooncake "
+            "(timestamp, input_length, output_length)",
+        )
+    raise TraceFormatError(path, None, "empty trace file")
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+class _Row:
+    __slots__ = ("arrival", "block_size", "hash_ids", "isl", "osl", "request_id")
+
+    def __init__(
+        self,
+        arrival: float,
+        isl: int,
+        osl: int,
+        hash_ids: tuple[int, ...],
+        request_id: str | None,
+        block_size: int | None,
+    ) -> None:
+        self.arrival = arrival
+        self.isl = isl
+        self.osl = osl
+        self.hash_ids = hash_ids
+        self.request_id = request_id
+        self.block_size = block_size
+
+
+def _relative_sorted(rows: list[_Row]) -> list[TraceRequest]:
+    if not rows:
+        return []
+    origin = min(r.arrival for r in rows)
+    rows.sort(key=lambda r: r.arrival)  # stable
+    return [
+        TraceRequest(
+            arrival_s=float(r.arrival - origin),
+            isl=r.isl,
+            osl=r.osl,
+            hash_ids=r.hash_ids,
+            request_id=r.request_id,
+            block_size=r.block_size,
+        )
+        for r in rows
+    ]
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    try:
+        with path.open("rb") as probe:
+            magic = probe.read(2)
+    except OSError as exc:
+        raise TraceFormatError(path, None, f"cannot open: {exc}") from exc
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return path.open("r", encoding="utf-8", newline="")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with _open_text(path) as fh:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                yield lineno, line
+        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
+            raise TraceFormatError(path, lineno + 1, f"unreadable: {exc}") from exc
+
+
+def _parse_json(path: Path, lineno: int, text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(path, lineno, f"invalid JSON: {exc.msg}") from exc
+    if not isinstance(obj, dict):
+        raise TraceFormatError(path, lineno, "a row must be a JSON object")
+    return obj
+
+
+def _number(path: Path, lineno: int, name: str, value: Any, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceFormatError(path, lineno, f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < minimum:
+        raise TraceFormatError(path, lineno, f"{name} must be finite and >= {minimum:g}")
+    return value
+
+
+def _count(path: Path, lineno: int, name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceFormatError(path, lineno, f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise TraceFormatError(path, lineno, f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _hashes(path: Path, lineno: int, name: str, value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in value
+    ):
+        raise TraceFormatError(path, lineno, f"{name} must be a list of integers")
+    return tuple(value)
+
+
+def _read_mooncake(path: Path) -> Iterator[_Row]:
+    for lineno, line in _lines(path):
+        text = line.strip()
+        if not text:
+            continue
+        obj = _parse_json(path, lineno, text)
+        if _dynamo_event(obj) is not None:
+            raise TraceFormatError(path, lineno, f"{DYNAMO_SCHEMA} row in a Mooncake trace")
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in obj:
+                raise TraceFormatError(path, lineno, f"missing field {key!r}")
+        ts = _number(path, lineno, "timestamp", obj["timestamp"])
+        yield _Row(
+            arrival=ts / 1000.0,
+            isl=_count(path, lineno, "input_length", obj["input_length"], 1),
+            osl=_count(path, lineno, "output_length", obj["output_length"]),
+            hash_ids=_hashes(path, lineno, "hash_ids", obj.get("hash_ids")),
+            request_id=None,
+            block_size=MOONCAKE_BLOCK_SIZE if obj.get("hash_ids") else None,
+        )
+
+
+def _dynamo_event(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The Dynamo event inside a row (bare or wrapped under ``event``), or None."""
+    if obj.get("schema") == DYNAMO_SCHEMA:
+        return obj
+    inner = obj.get("event")
+    if isinstance(inner, dict) and inner.get("schema") == DYNAMO_SCHEMA:
+        return inner
+    return None
+
+
+def _read_dynamo(path: Path) -> Iterator[_Row]:
+    seen: set[str] = set()
+    for lineno, line in _lines(path):
+        text = line.strip()
+        if not text:
+            continue
+        obj = _parse_json(path, lineno, text)
+        event = _dynamo_event(obj)
+        if event is None:
+            raise TraceFormatError(path, lineno, f"not a {DYNAMO_SCHEMA} event")
+        if event.get("event_type") != "request_end":
+            continue
+        request = event.get("request")
+        if not isinstance(request, dict):
+            raise TraceFormatError(path, lineno, "request_end without a 'request' object")
+        request_id = request.get("request_id")
+        if request_id is not None and not isinstance(request_id, str):
+            raise TraceFormatError(path, lineno, "request.request_id must be a string")
+        if request_id is not None:
+            if request_id in seen:
+                continue
+            seen.add(request_id)
+        replay = request.get("replay")
+        if replay is not None and not isinstance(replay, dict):
+            raise TraceFormatError(path, lineno, "request.replay must be an object")
+        replay = replay or {}
+        if request.get("request_received_ms") is not None:
+            arrival_ms = _number(
+                path, lineno, "request.request_received_ms", request["request_received_ms"]
+            )
+        elif "event_time_unix_ms" in event and request.get("total_time_ms") is not None:
+            end = _number(path, lineno, "event_time_unix_ms", event["event_time_unix_ms"])
+            total = _number(path, lineno, "request.total_time_ms", request["total_time_ms"])
+            arrival_ms = end - total
+        else:
+            raise TraceFormatError(
+                path,
+                lineno,
+                "no arrival time: need request.request_received_ms, or "
+                "event_time_unix_ms and request.total_time_ms",
+            )
+        if replay.get("input_length") is not None:
+            isl = _count(path, lineno, "request.replay.input_length", replay["input_length"], 1)
+        elif request.get("input_tokens") is not None:
+            isl = _count(path, lineno, "request.input_tokens", request["input_tokens"], 1)
+        else:
+            raise TraceFormatError(
+                path, lineno, "no input length (replay.input_length or request.input_tokens)"
+            )
+        if request.get("output_tokens") is None:
+            raise TraceFormatError(path, lineno, "missing request.output_tokens")
+        osl = _count(path, lineno, "request.output_tokens", request["output_tokens"])
+        hashes = _hashes(
+            path,
+            lineno,
+            "request.replay.input_sequence_hashes",
+            replay.get("input_sequence_hashes"),
+        )
+        block = replay.get("trace_block_size")
+        block_size = _count(path, lineno, "replay.trace_block_size", block, 1) if block else None
+        yield _Row(arrival_ms / 1000.0, isl, osl, hashes, request_id, block_size)
+
+
+def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
+    """(whole seconds since the epoch, fraction numerator, fraction digits) — exact."""
+    main, _, frac = stamp.strip().partition(".")
+    try:
+        when = datetime.fromisoformat(main).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp!r}") from exc
+    if frac and not frac.isdigit():
+        raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp!r}")
+    return int(when.timestamp()), int(frac or 0), len(frac)
+
+
+def _read_azure(path: Path) -> Iterator[_Row]:
+    stamps: list[tuple[int, int, int]] = []
+    rows: list[_Row] = []
+    with _open_text(path) as fh:
+        reader = csv.reader(fh)
+        header: list[str] | None = None
+        lineno = 0
+        try:
+            for record in reader:
+                lineno = reader.line_num
+                if not record or all(not c.strip() for c in record):
+                    continue
+                if header is None:
+                    header = [c.strip().lstrip("\ufeff") for c in record]
+                    missing = [c for c in _AZURE_COLUMNS if c not in header]
+                    if missing:
+                        raise TraceFormatError(path, lineno, f"missing columns {missing}")
+                    idx = [header.index(c) for c in _AZURE_COLUMNS]
+                    continue
+                if len(record) != len(header):
+                    raise TraceFormatError(
+                        path, lineno, f"expected {len(header)} fields, got {len(record)}"
+                    )
+                stamp, ctx, gen = (record[i] for i in idx)
+                stamps.append(_azure_seconds(path, lineno, stamp))
+                rows.append(
+                    _Row(
+                        0.0,
+                        _count(path, lineno, "ContextTokens", _int_text(ctx), 1),
+                        _count(path, lineno, "GeneratedTokens", _int_text(gen)),
+                        (),
+                        None,
+                        None,
+                    )
+                )
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise TraceFormatError(path, lineno + 1, f"unreadable CSV: {exc}") from exc
+    if header is None:
+        raise TraceFormatError(path, None, "empty trace file")
+    if stamps:
+        base = min(s[0] for s in stamps)
+        for row, (whole, num, digits) in zip(rows, stamps, strict=True):
+            row.arrival = (whole - base) + (num / 10**digits if digits else 0.0)
+    yield from rows
+
+
+def _int_text(text: str) -> int | str:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text
