@@ -1,0 +1,82 @@
+"""Bootstrap the perf models from a pre-deployment profile (reference spec §6.3).
+
+Each profiled point becomes one synthetic ForwardPassMetrics, so a profile and live engines feed
+the models through the same intake (``load_benchmark_fpms``):
+
+* prefill point → one request of ``int(isl)`` prompt tokens, ``wall_time = ttft_ms / 1000``;
+* decode point → ``sum_decode_kv_tokens = round(kv_usage * max_kv_tokens)``,
+  ``num_decode_requests = max(1, round(kv / context_length))`` (1 when the context length is 0),
+  ``wall_time = itl_ms / 1000``.
+
+``round`` is Python's (half to even), as in the reference. Pure: takes the parsed profile
+(``connectors.profiles.load_profile`` reads it from disk).
+"""
+
+from __future__ import annotations
+
+from schemas import ForwardPassMetrics, Role, ScheduledRequestMetrics
+from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
+
+BOOTSTRAP_WORKER_ID = "profile"
+"""``worker_id`` of the synthetic FPMs (``counter_id`` is the point's index)."""
+
+
+def profile_to_fpms(profile: PerformanceProfile) -> dict[Role, list[ForwardPassMetrics]]:
+    """Synthetic FPMs of both roles (an absent sweep gives an empty list).
+
+    >>> from schemas.profile import DecodeProfile
+    >>> decode = DecodeProfile(x_kv_usage=[0.5], y_context_length=[1000], z_itl=[20.0],
+    ...                        z_thpt_per_gpu=[1.0], max_kv_tokens=100_000)
+    >>> fpm = profile_to_fpms(PerformanceProfile(decode=decode))["decode"][0]
+    >>> fpm.wall_time, fpm.scheduled_requests.num_decode_requests
+    (0.02, 50)
+    """
+    return {
+        "prefill": prefill_fpms(profile.prefill) if profile.prefill is not None else [],
+        "decode": decode_fpms(profile.decode) if profile.decode is not None else [],
+    }
+
+
+def prefill_fpms(prefill: PrefillProfile) -> list[ForwardPassMetrics]:
+    """One single-request prefill FPM per profiled ISL."""
+    out = []
+    for i, (isl, ttft_ms) in enumerate(zip(prefill.prefill_isl, prefill.prefill_ttft, strict=True)):
+        _check_latency("prefill_ttft", i, ttft_ms)
+        out.append(
+            ForwardPassMetrics(
+                worker_id=BOOTSTRAP_WORKER_ID,
+                counter_id=i,
+                wall_time=ttft_ms / 1000.0,
+                scheduled_requests=ScheduledRequestMetrics(
+                    num_prefill_requests=1, sum_prefill_tokens=int(isl)
+                ),
+            )
+        )
+    return out
+
+
+def decode_fpms(decode: DecodeProfile) -> list[ForwardPassMetrics]:
+    """One decode FPM per profiled (KV usage, context length) point."""
+    out = []
+    points = zip(decode.x_kv_usage, decode.y_context_length, decode.z_itl, strict=True)
+    for i, (kv_usage, context_length, itl_ms) in enumerate(points):
+        _check_latency("z_itl", i, itl_ms)
+        kv_tokens = round(kv_usage * decode.max_kv_tokens)
+        batch = max(1, round(kv_tokens / context_length)) if context_length > 0 else 1
+        out.append(
+            ForwardPassMetrics(
+                worker_id=BOOTSTRAP_WORKER_ID,
+                counter_id=i,
+                wall_time=itl_ms / 1000.0,
+                scheduled_requests=ScheduledRequestMetrics(
+                    num_decode_requests=batch, sum_decode_kv_tokens=kv_tokens
+                ),
+            )
+        )
+    return out
+
+
+def _check_latency(key: str, index: int, value_ms: float) -> None:
+    # A zero latency would turn into an idle heartbeat and be dropped without a word.
+    if not value_ms > 0:
+        raise ValueError(f"profile {key}[{index}] = {value_ms!r} ms: latencies must be > 0")
