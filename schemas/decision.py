@@ -99,6 +99,25 @@ class ScalingDecision(BaseModel):
     diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
 
 
+class DecisionAck(BaseModel):
+    """The environment's word that it applied a deployment's decisions up to an id.
+
+    Sent back on the virtual connector's acknowledgement topic; ``acked_decision_id`` is the
+    newest ``decision_id`` applied (reference: ``scaled_decision_id``). ``time`` is when it was
+    applied (Unix seconds), if the sender says.
+
+    >>> DecisionAck.model_validate_json('{"deployment": "llama", "acked_decision_id": 3}')
+    DecisionAck(schema_version=1, deployment='llama', acked_decision_id=3, time=None)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    deployment: str = Field(min_length=1)
+    acked_decision_id: int = Field(ge=0)
+    time: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
 class DeadLetter(BaseModel):
     """An input that was not used, with the reason. Nothing valid is ever dead-lettered.
 
