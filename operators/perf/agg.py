@@ -17,6 +17,35 @@ DEFAULT_AGG_KV_BATCH_CAP = 1024
 """Decode batch bound when ``max_kv_tokens`` is unknown."""
 
 
+def balanced_batch_limit(
+    isl: float, osl: float, max_num_batched_tokens: float, hard_cap: int, accept_length: float = 1.0
+) -> int:
+    """Largest decode batch ``x <= max(1, hard_cap)`` with ``isl / (mbt - x) <= osl / accept``.
+
+    The prefill of one request, done in the token budget the decode batch leaves, must take no
+    more passes than its decode (the literal balance test; errata §16.1a). 1 when even ``x = 1``
+    fails.
+
+    >>> balanced_batch_limit(4000, 200, 8192, hard_cap=10_000)
+    8172
+    """
+
+    def balanced(x: int) -> bool:
+        room = max_num_batched_tokens - x
+        return room > 0 and isl / room <= osl / accept_length
+
+    low, high = 1, max(1, hard_cap)
+    if not balanced(low):
+        return 1
+    while low < high:  # balanced(low) holds; balanced is monotone (true, then false)
+        mid = (low + high + 1) // 2
+        if balanced(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 class AggPerfModel(FpmRegressor):
     """Online OLS of wall time on ``[sum_prefill_tokens, sum_decode_kv_tokens]`` (2-D).
 
@@ -171,20 +200,7 @@ class AggPerfModel(FpmRegressor):
         seq_cap = max_num_seqs if max_num_seqs is not None and max_num_seqs > 0 else kv_cap
         hard_cap = max(1, min(kv_cap, seq_cap, int(mbt) - 1))
 
-        def balanced(bs: int) -> bool:
-            room = mbt - bs
-            return room > 0 and isl_eff / room <= out_len / accept
-
-        max_bs = 1
-        low, high = 1, hard_cap
-        if balanced(1):
-            while low < high:
-                mid = (low + high + 1) // 2
-                if balanced(mid):
-                    low = mid
-                else:
-                    high = mid - 1
-            max_bs = low
+        max_bs = balanced_batch_limit(isl_eff, out_len, mbt, hard_cap, accept)
 
         best: tuple[float, float, float] | None = None
         for bs in range(1, max_bs + 1):
