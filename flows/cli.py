@@ -8,6 +8,9 @@ import sys
 
 # Modules that each define ``add_to(subparsers)``; the parser they add sets ``func``.
 COMMAND_MODULES = [
+    "flows.commands.ack",
+    "flows.commands.decisions",
+    "flows.commands.run",
     "flows.commands.schema",
 ]
 

@@ -1,0 +1,55 @@
+"""Kafka I/O: the event source, the decision sink and the decision reader (confluent-kafka).
+
+* :class:`KafkaEventSource` — a bytewax source over every partition of a topic, yielding each
+  message undecoded as ``RawEvent(source="kafka:<topic>/<partition>", position=offset,
+  data=value)``; the flow decodes and dead-letters. A partition's resume state is the next
+  offset to read, so a recovered run continues exactly where its snapshot was taken. Bounded
+  mode (``until_end=True``) stops at the end offsets seen when the partition starts; follow
+  mode reads forever.
+* :class:`KafkaDecisionSink` — a bytewax sink of ``ScalingDecision``: idempotent producer
+  (``enable.idempotence``, ``acks=all``), key = deployment (so one deployment's decisions stay
+  in order on one partition), value = the decision's JSON. Creates the topic if missing. Every
+  batch is flushed before the sink returns and any delivery failure raises.
+* :func:`read_decisions` / :func:`read_decision_messages` — read a decisions topic back
+  (bounded or following), e.g. for ``flowplanner decisions`` or an external orchestrator.
+
+Nothing here joins a consumer group: partitions are assigned explicitly and positions live in
+bytewax's recovery state (or are not kept at all, for the reader).
+
+See ``client.py`` for how the end of a partition is found (a Tansu quirk).
+"""
+
+from connectors.kafka.client import (
+    BATCH_SIZE,
+    DEFAULT_TIMEOUT_S,
+    KafkaConnectorError,
+    consumer_config,
+    end_offsets,
+    ensure_topic,
+    list_partitions,
+    produce_json,
+    producer_config,
+    validation_summary,
+)
+from connectors.kafka.decisions import DecisionMessage, read_decision_messages, read_decisions
+from connectors.kafka.sink import KafkaDecisionSink
+from connectors.kafka.source import KafkaEventSource, KafkaTopicSource
+
+__all__ = [
+    "BATCH_SIZE",
+    "DEFAULT_TIMEOUT_S",
+    "DecisionMessage",
+    "KafkaConnectorError",
+    "KafkaDecisionSink",
+    "KafkaEventSource",
+    "KafkaTopicSource",
+    "consumer_config",
+    "end_offsets",
+    "ensure_topic",
+    "list_partitions",
+    "produce_json",
+    "producer_config",
+    "read_decision_messages",
+    "read_decisions",
+    "validation_summary",
+]

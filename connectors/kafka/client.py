@@ -1,0 +1,264 @@
+"""Kafka clients as we configure them: consumers without groups, idempotent producers, topics.
+
+The end of a partition is taken from a fetch response's high watermark, not from ListOffsets
+alone, because some Kafka-protocol brokers (Tansu 0.6) answer ListOffsets(latest) with the base
+offset of the last record batch + 1 instead of the end of the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger("connectors.kafka.librdkafka")
+
+BATCH_SIZE = 1000
+"""Messages per consume call / source batch (bytewax throughput collapses with tiny batches)."""
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Default time allowed for one broker request (metadata, offsets, topic creation, flush)."""
+
+
+class KafkaConnectorError(RuntimeError):
+    """The broker could not be reached, refused a request, or lost a message."""
+
+
+def _base_config(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _librdkafka_log}
+    config.update(extra or {})
+    return config
+
+
+def consumer_config(
+    bootstrap: str, extra: Mapping[str, Any] | None = None, *, partition_eof: bool = False
+) -> dict[str, Any]:
+    """Configuration of our consumers: explicit assignment, no commits, optional EOF events.
+
+    >>> consumer_config("127.0.0.1:9092")["enable.auto.commit"]
+    False
+    """
+    config = _base_config(bootstrap, None)
+    config.update(
+        {
+            # Required by librdkafka, never used: we assign() partitions and commit nothing.
+            "group.id": "flowplanner-unused",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": partition_eof,
+        }
+    )
+    config.update(extra or {})
+    return config
+
+
+def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Configuration of our producers: idempotent, acknowledged by all in-sync replicas.
+
+    >>> cfg = producer_config("127.0.0.1:9092")
+    >>> cfg["enable.idempotence"], cfg["acks"]
+    (True, 'all')
+    """
+    config = _base_config(bootstrap, None)
+    config.update({"enable.idempotence": True, "acks": "all"})
+    config.update(extra or {})
+    return config
+
+
+def _admin(bootstrap: str, extra: Mapping[str, Any] | None) -> AdminClient:
+    return AdminClient(_base_config(bootstrap, extra))
+
+
+def _topics(admin: AdminClient, bootstrap: str, timeout_s: float) -> dict[str, Any]:
+    # Listing ALL topics never auto-creates one (naming a topic in a metadata request may).
+    try:
+        return admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as error:
+        raise KafkaConnectorError(
+            f"cannot reach Kafka at {bootstrap} within {timeout_s:g} s: {error}"
+        ) from error
+
+
+def list_partitions(
+    bootstrap: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[int]:
+    """Partition numbers of an existing topic; raises :class:`KafkaConnectorError` if missing."""
+    topics = _topics(_admin(bootstrap, config), bootstrap, timeout_s)
+    metadata = topics.get(topic)
+    if metadata is None:
+        known = ", ".join(sorted(topics)) or "none"
+        raise KafkaConnectorError(
+            f"Kafka topic {topic!r} does not exist on {bootstrap} (topics: {known})"
+        )
+    if metadata.error is not None:
+        raise KafkaConnectorError(f"Kafka topic {topic!r} on {bootstrap}: {metadata.error.str()}")
+    return sorted(metadata.partitions)
+
+
+def ensure_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> bool:
+    """Create ``topic`` unless it exists; returns whether this call created it."""
+    admin = _admin(bootstrap, config)
+    if topic in _topics(admin, bootstrap, timeout_s):
+        return False
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, replication_factor)], request_timeout=timeout_s
+    )
+    try:
+        futures[topic].result(timeout=timeout_s)
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False  # somebody else (another worker) created it meanwhile
+        raise KafkaConnectorError(
+            f"cannot create Kafka topic {topic!r} on {bootstrap}: {error}"
+        ) from error
+    log.info("created Kafka topic %s on %s (%d partitions)", topic, bootstrap, partitions)
+    return True
+
+
+def end_offsets(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int],
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[int, int]:
+    """The offset after the last message of each partition, right now.
+
+    ListOffsets gives a first answer; partitions that are not empty are then confirmed by
+    fetching their last batch and taking the high watermark of that fetch (see module doc).
+    """
+    consumer = Consumer(consumer_config(bootstrap, config, partition_eof=True))
+    try:
+        ends: dict[int, int] = {}
+        probes = []
+        for partition in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s, cached=False
+                )
+            except KafkaException as error:
+                raise KafkaConnectorError(
+                    f"cannot read the offsets of {topic}/{partition} on {bootstrap}: {error}"
+                ) from error
+            if high <= low:
+                ends[partition] = high
+            else:
+                probes.append(TopicPartition(topic, partition, high - 1))
+        if probes:
+            consumer.assign(probes)
+            pending = {probe.partition for probe in probes}
+            deadline = monotonic() + timeout_s
+            while pending:
+                if monotonic() > deadline:
+                    raise KafkaConnectorError(
+                        f"no end-of-partition answer for {topic} partitions {sorted(pending)} "
+                        f"from {bootstrap} within {timeout_s:g} s"
+                    )
+                for message in consumer.consume(BATCH_SIZE, 0.1):
+                    error = message.error()
+                    if error is None:
+                        continue
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaConnectorError(f"reading {topic} on {bootstrap}: {error}")
+                    ends[message.partition()] = message.offset()
+                    pending.discard(message.partition())
+        return ends
+    finally:
+        consumer.close()
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+) -> None:
+    """Queue one message, waiting for room when the producer's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+        except BufferError:  # local queue full: let deliveries drain, then retry
+            producer.poll(0.1)
+            continue
+        producer.poll(0)
+        return
+
+
+def flush(producer: Producer, where: str, timeout_s: float, failures: list[str], what: str) -> None:
+    """Wait for every queued message; raise if one is unacknowledged or ``failures`` is set."""
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise KafkaConnectorError(
+            f"{remaining} {what} not acknowledged by {where} within {timeout_s:g} s"
+        )
+    if failures:
+        raise KafkaConnectorError(
+            f"{len(failures)} {what} could not be written to {where}: {failures[0]}"
+        )
+
+
+def produce_json(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[str, BaseModel]],
+    *,
+    partitions: int = 1,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> int:
+    """Write ``(key, model)`` pairs as JSON with an idempotent producer; returns the count.
+
+    Creates the topic if missing and raises :class:`KafkaConnectorError` unless every record
+    was acknowledged.
+    """
+    ensure_topic(bootstrap, topic, partitions=partitions, config=config, timeout_s=timeout_s)
+    producer = Producer(producer_config(bootstrap, config))
+    failures: list[str] = []
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    count = 0
+    for key, model in records:
+        produce(producer, topic, key.encode(), model.model_dump_json().encode(), on_delivery)
+        count += 1
+    flush(producer, f"Kafka topic {topic} at {bootstrap}", timeout_s, failures, "records")
+    return count
+
+
+def validation_summary(error: ValidationError) -> str:
+    """A one-line account of a pydantic validation error (first problem + how many).
+
+    >>> from schemas import ScalingDecision
+    >>> try:
+    ...     ScalingDecision.model_validate_json(b'{"deployment": "d"}')
+    ... except ValidationError as e:
+    ...     print(validation_summary(e))
+    decision_id: Field required (+3 more)
+    """
+    problems = error.errors()
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"]) or "value"
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{where}: {first['msg']}{more}"

@@ -1,0 +1,92 @@
+"""The decision sink: ScalingDecisions to a Kafka topic, keyed by deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+from confluent_kafka import KafkaError, Message, Producer
+
+from connectors.kafka.client import ensure_topic, flush, produce, producer_config
+from schemas import ScalingDecision
+
+
+class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
+    def __init__(self, producer: Producer, topic: str, where: str, timeout_s: float) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._where = where
+        self._timeout_s = timeout_s
+
+    def write_batch(self, items: list[ScalingDecision]) -> None:
+        failures: list[str] = []
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                key = (message.key() or b"").decode(errors="replace")
+                failures.append(f"deployment {key!r}: {error}")
+
+        for item in items:
+            if not isinstance(item, ScalingDecision):
+                raise TypeError(
+                    f"KafkaDecisionSink takes ScalingDecision items, got {type(item).__name__}"
+                )
+            produce(
+                self._producer,
+                self._topic,
+                item.deployment.encode(),
+                item.model_dump_json().encode(),
+                on_delivery,
+            )
+        flush(self._producer, self._where, self._timeout_s, failures, "decisions")
+
+    def close(self) -> None:
+        flush(self._producer, self._where, self._timeout_s, [], "decisions")
+
+
+class KafkaDecisionSink(DynamicSink[ScalingDecision]):
+    """Scaling decisions to a Kafka topic: key = deployment, value = the decision's JSON.
+
+    The producer is idempotent (``enable.idempotence=true``, ``acks=all``), so retries never
+    duplicate or reorder a deployment's decisions. The topic is created with ``partitions``
+    partitions if it does not exist. Each batch is flushed before ``write_batch`` returns, and a
+    decision the broker did not acknowledge raises :class:`KafkaConnectorError`. After a
+    recovery, decisions of the resumed epoch may be written again: consumers deduplicate by
+    ``(deployment, decision_id)``.
+
+    >>> sink = KafkaDecisionSink("127.0.0.1:9092", "decisions", partitions=3)
+    >>> sink.topic, sink.partitions
+    ('decisions', 3)
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.config = dict(config or {})
+        self.timeout_s = timeout_s
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _DecisionSinkPartition:
+        ensure_topic(
+            self.bootstrap,
+            self.topic,
+            partitions=self.partitions,
+            replication_factor=self.replication_factor,
+            timeout_s=self.timeout_s,
+        )
+        producer = Producer(producer_config(self.bootstrap, self.config))
+        where = f"Kafka topic {self.topic} at {self.bootstrap}"
+        return _DecisionSinkPartition(producer, self.topic, where, self.timeout_s)

@@ -1,0 +1,192 @@
+"""Bytewax sources over Kafka topics: one bytewax partition per topic partition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar
+
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from connectors.kafka.client import (
+    BATCH_SIZE,
+    DEFAULT_TIMEOUT_S,
+    KafkaConnectorError,
+    consumer_config,
+    end_offsets,
+    list_partitions,
+)
+from connectors.pipeline_metrics import EVENTS_IN
+from schemas import RawEvent
+
+X = TypeVar("X")
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL = timedelta(milliseconds=20)
+"""How long a source partition sleeps after a poll that returned nothing."""
+
+
+class _PartitionReader(StatefulSourcePartition[X, int]):
+    """One assigned partition; state = the next offset to read (or a logical start offset)."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        partition: int,
+        start: int,
+        end: int | None,
+        batch_size: int,
+        convert: Callable[[Message], X],
+        where: str,
+    ) -> None:
+        self._errors: list[KafkaError] = []
+        self._consumer = Consumer({**config, "error_cb": self._errors.append})
+        self._topic = topic
+        self._partition = partition
+        self._next = start
+        self._end = end
+        self._batch_size = batch_size
+        self._convert = convert
+        self._where = where
+        self._warned: set[int] = set()
+        self._awake: datetime | None = None
+        self._done = end is not None and 0 <= end <= start
+        self._consumer.assign([TopicPartition(topic, partition, start)])
+
+    def _check_errors(self) -> None:
+        errors = list(self._errors)
+        self._errors.clear()
+        for error in errors:
+            if error.fatal():
+                raise KafkaConnectorError(f"fatal Kafka error on {self._where}: {error}")
+            if error.code() not in self._warned:  # librdkafka retries; say so once per kind
+                self._warned.add(error.code())
+                log.warning("Kafka trouble on %s (retrying): %s", self._where, error)
+
+    def next_batch(self) -> list[X]:
+        if self._done:
+            raise StopIteration
+        messages = self._consumer.consume(self._batch_size, 0)
+        self._check_errors()
+        batch: list[X] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaConnectorError(f"Kafka error reading {self._where}: {error}")
+                if self._end is not None and message.offset() >= self._end:
+                    self._done = True
+                continue
+            offset = message.offset()
+            if self._end is not None and offset >= self._end:
+                self._done = True
+                break
+            batch.append(self._convert(message))
+            self._next = offset + 1
+        if self._end is not None and self._next >= self._end:
+            self._done = True
+        if batch:
+            EVENTS_IN.labels(source="kafka").inc(len(batch))
+        self._awake = None if messages else datetime.now(UTC) + IDLE_POLL
+        return batch
+
+    def next_awake(self) -> datetime | None:
+        return self._awake
+
+    def snapshot(self) -> int:
+        return self._next
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
+    """Base of our Kafka sources: one bytewax partition per topic partition.
+
+    Subclasses say how a message becomes an item (:meth:`convert`). ``until_end=True`` stops
+    each partition at its end offset when the partition is built (bounded replay); otherwise
+    the source follows the topic forever. ``start`` applies only without resume state.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        until_end: bool = False,
+        start: Literal["beginning", "end"] = "beginning",
+        batch_size: int = BATCH_SIZE,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if start not in ("beginning", "end"):
+            raise ValueError(f"start must be 'beginning' or 'end', got {start!r}")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.until_end = until_end
+        self.start = start
+        self.batch_size = batch_size
+        self.config = dict(config or {})
+        self.timeout_s = timeout_s
+
+    def convert(self, message: Message) -> X:
+        """Turn one Kafka message into a dataflow item."""
+        raise NotImplementedError
+
+    def list_parts(self) -> list[str]:
+        return [str(p) for p in list_partitions(self.bootstrap, self.topic, **self._requests())]
+
+    def _requests(self) -> dict[str, Any]:
+        return {"config": self.config, "timeout_s": self.timeout_s}
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: int | None
+    ) -> _PartitionReader[X]:
+        partition = int(for_part)
+        end = None
+        if self.until_end or (resume_state is None and self.start == "end"):
+            end = end_offsets(self.bootstrap, self.topic, [partition], **self._requests())[
+                partition
+            ]
+        if resume_state is not None:
+            start = resume_state
+        elif self.start == "end":
+            assert end is not None
+            start = end
+        else:
+            start = OFFSET_BEGINNING
+        return _PartitionReader(
+            consumer_config(self.bootstrap, self.config, partition_eof=self.until_end),
+            self.topic,
+            partition,
+            start,
+            end if self.until_end else None,
+            self.batch_size,
+            self.convert,
+            f"{self.topic}/{partition} at {self.bootstrap}",
+        )
+
+
+class KafkaEventSource(KafkaTopicSource[RawEvent]):
+    """Planner input events from a Kafka topic, undecoded (the flow validates them).
+
+    Each message becomes ``RawEvent(f"kafka:{topic}/{partition}", offset, value)``.
+
+    >>> source = KafkaEventSource("127.0.0.1:9092", "events", until_end=True)
+    >>> source.topic, source.until_end, source.batch_size
+    ('events', True, 1000)
+    """
+
+    def convert(self, message: Message) -> RawEvent:
+        value = message.value()
+        return RawEvent(
+            f"kafka:{message.topic()}/{message.partition()}",
+            message.offset(),
+            b"" if value is None else value,
+        )

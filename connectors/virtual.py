@@ -1,0 +1,81 @@
+"""Virtual connector over Kafka: decisions out, acknowledgements back.
+
+For environments the planner does not drive itself (no Kubernetes DGD), the planner publishes
+its ScalingDecisions to a topic (:class:`connectors.kafka.KafkaDecisionSink`) and an external
+orchestrator applies them and answers on an acknowledgement topic with
+``{"deployment": ..., "acked_decision_id": ...}`` (:class:`schemas.decision.DecisionAck`, key =
+deployment). :func:`send_ack` (and ``flowplanner ack``) is the orchestrator's side;
+:class:`AckSource` brings the acknowledgements into the dataflow, where
+:class:`operators.ack_gate.AckGate` holds new decisions until the previous one is acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Message
+from pydantic import ValidationError
+
+from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, produce_json, validation_summary
+from schemas.decision import DeadLetter, DecisionAck
+
+
+def send_ack(
+    bootstrap: str,
+    topic: str,
+    deployment: str,
+    decision_id: int,
+    *,
+    time: float | None = None,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> DecisionAck:
+    """Acknowledge that ``deployment``'s decisions up to ``decision_id`` were applied.
+
+    Writes one DecisionAck (key = deployment) with an idempotent producer, creating the topic
+    if missing; returns it once the broker acknowledged it, raises
+    :class:`connectors.kafka.KafkaConnectorError` otherwise. Invalid arguments raise
+    ``pydantic.ValidationError`` before anything is sent.
+    """
+    ack = DecisionAck(deployment=deployment, acked_decision_id=decision_id, time=time)
+    produce_json(bootstrap, topic, [(deployment, ack)], config=config, timeout_s=timeout_s)
+    return ack
+
+
+def parse_ack(raw: bytes | None, source: str, position: int) -> DecisionAck | DeadLetter:
+    """One acknowledgement message, or a dead letter saying why it is not one.
+
+    >>> parse_ack(b'{"deployment": "d", "acked_decision_id": 4}', "kafka:acks/0", 9)
+    DecisionAck(schema_version=1, deployment='d', acked_decision_id=4, time=None)
+    >>> parse_ack(b'{"deployment": "d"}', "kafka:acks/0", 10).reason
+    'invalid acknowledgement: acked_decision_id: Field required'
+    """
+    if not raw:
+        return DeadLetter(source=source, position=position, reason="invalid acknowledgement: empty")
+    try:
+        return DecisionAck.model_validate_json(raw)
+    except ValidationError as error:
+        return DeadLetter(
+            source=source,
+            position=position,
+            reason=f"invalid acknowledgement: {validation_summary(error)}",
+            raw=raw.decode(errors="replace"),
+        )
+
+
+class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):
+    """Acknowledgements from a Kafka topic: DecisionAck items, or DeadLetter for bad messages.
+
+    Same partitioning, resume state (next offset) and modes as
+    :class:`connectors.kafka.KafkaEventSource`. Reading from the beginning is the usual choice:
+    the gate keeps the highest id per deployment, so old acknowledgements are harmless.
+
+    >>> AckSource("127.0.0.1:9092", "acks", until_end=True).topic
+    'acks'
+    """
+
+    def convert(self, message: Message) -> DecisionAck | DeadLetter:
+        return parse_ack(
+            message.value(), f"kafka:{message.topic()}/{message.partition()}", message.offset()
+        )

@@ -1,0 +1,69 @@
+"""``flowplanner ack``: acknowledge applied decisions (the external orchestrator's side).
+
+Writes ``{"deployment": D, "acked_decision_id": N, "time": now}`` to the virtual connector's
+acknowledgement topic, so the planner sends the next decision it holds for ``D``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from pydantic import ValidationError
+
+from connectors.kafka import KafkaConnectorError, validation_summary
+from connectors.virtual import send_ack
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ack = send_ack(
+            args.bootstrap,
+            args.topic,
+            args.deployment,
+            args.decision_id,
+            time=time.time() if args.time is None else args.time,
+            timeout_s=args.timeout,
+        )
+    except ValidationError as error:
+        print(f"flowplanner ack: {validation_summary(error)}", file=sys.stderr)
+        return 2
+    except KafkaConnectorError as error:
+        print(f"flowplanner ack: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"acknowledged decision {ack.acked_decision_id} of {ack.deployment} on {args.topic}",
+        flush=True,
+    )
+    return 0
+
+
+def add_to(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ack",
+        help="acknowledge a deployment's applied decisions (virtual connector)",
+        description="Tell the planner that a deployment's decisions up to --decision-id have "
+        "been applied, by writing to the acknowledgement topic (created if missing).",
+    )
+    parser.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka broker")
+    parser.add_argument("--topic", required=True, help="acknowledgement topic")
+    parser.add_argument("--deployment", required=True, help="deployment whose decisions applied")
+    parser.add_argument(
+        "--decision-id", required=True, type=int, metavar="N", help="newest decision id applied"
+    )
+    parser.add_argument(
+        "--time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="when it was applied, Unix seconds (default: now)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up when the broker does not acknowledge within this long (default 10)",
+    )
+    parser.set_defaults(func=run)

@@ -1,0 +1,142 @@
+"""The virtual connector's hold: one decision in flight per deployment until it is acknowledged.
+
+The reference planner (spec §11.2) writes a decision, then skips new ones while the environment
+has not acknowledged it (``scaled_decision_id < decision_id``), and proceeds anyway once
+``SCALING_MAX_WAIT_TIME`` (1800 s) has passed since the first skip. :class:`AckGate` is that rule
+as a pure state machine over event time, with three choices made explicit:
+
+* **Hold the newest, not skip.** A decision that arrives while the previous one is unacknowledged
+  is held; a newer one replaces it (only the newest intent is ever sent). The held decision is
+  released the moment the acknowledgement arrives, not at the next tick.
+* **Nothing new, nothing sent.** A decision whose targets equal those of the decision in flight
+  cancels the hold: the environment is already working on exactly that.
+* **The gate owns the decision ids.** Released decisions are renumbered
+  ``max(last emitted, acknowledged) + 1``, so the ids a consumer sees are consecutive even when
+  held decisions were replaced, and never reuse an id the environment already acknowledged
+  (a planner that restarts without state and reads the acknowledgement topic continues after
+  it).
+
+Waiting is measured in event time from the moment the current hold began (the first decision
+held since the last release). A decision released by the timeout carries a ``note`` saying it
+proceeded without acknowledgement; one released by an acknowledgement notes how long it waited.
+"""
+
+from __future__ import annotations
+
+from schemas import ScalingDecision
+
+Targets = tuple[int | None, int | None]
+
+
+def _targets(decision: ScalingDecision) -> Targets:
+    return (decision.num_prefill, decision.num_decode)
+
+
+class AckGate:
+    """Per-deployment hold of scaling decisions until the previous one is acknowledged.
+
+    Feed it the planner's decisions (:meth:`offer`), the environment's acknowledgements
+    (:meth:`acknowledge`) and the passing of event time (:meth:`advance`); each returns the
+    decision to send now, if any. State is plain attributes (pickles; snapshot-able).
+
+    >>> def decision(t, n):
+    ...     return ScalingDecision(deployment="llama", decision_id=1, time=t, num_decode=n,
+    ...                            reason="scale_up", source="load")
+    >>> gate = AckGate(max_wait_seconds=1800)
+    >>> gate.offer(decision(0, 3)).decision_id          # nothing in flight: sent at once
+    1
+    >>> gate.offer(decision(60, 4)) is None             # decision 1 not acknowledged: held
+    True
+    >>> sent = gate.acknowledge(1, now=90)              # acknowledged: the held one goes out
+    >>> sent.decision_id, sent.num_decode, sent.note
+    (2, 4, 'held 30 s until decision 1 was acknowledged')
+    >>> gate.offer(decision(120, 5)) is None
+    True
+    >>> print(gate.advance(now=1920).note)              # 1800 s of event time later
+    proceeded without acknowledgement of decision 2 after waiting 1800 s
+    """
+
+    def __init__(
+        self,
+        max_wait_seconds: float = 1800.0,
+        *,
+        last_emitted_id: int = 0,
+        acked_decision_id: int = 0,
+    ) -> None:
+        if not max_wait_seconds > 0:
+            raise ValueError(f"max_wait_seconds must be > 0, got {max_wait_seconds}")
+        self.max_wait_seconds = float(max_wait_seconds)
+        self.last_emitted_id = last_emitted_id
+        self.acked_decision_id = acked_decision_id
+        self.in_flight: Targets | None = None
+        self.held: ScalingDecision | None = None
+        self.hold_since: float | None = None
+        self.replaced = 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the last decision sent is still unacknowledged."""
+        return self.acked_decision_id < self.last_emitted_id
+
+    def offer(self, decision: ScalingDecision) -> ScalingDecision | None:
+        """A new decision from the planner at event time ``decision.time``."""
+        if not self.waiting:
+            return self._release(decision, None)
+        if _targets(decision) == self.in_flight:
+            self._clear_hold()
+            return None
+        if self.held is None:
+            self.hold_since = decision.time
+        else:
+            self.replaced += 1
+        self.held = decision
+        return self.advance(decision.time)
+
+    def acknowledge(self, acked_decision_id: int, now: float) -> ScalingDecision | None:
+        """The environment applied decisions up to ``acked_decision_id`` (seen at ``now``)."""
+        if acked_decision_id <= self.acked_decision_id:
+            return None  # stale or repeated acknowledgement
+        previous = self.last_emitted_id
+        self.acked_decision_id = acked_decision_id
+        if self.held is None or self.waiting:
+            return None
+        waited = self._waited(now)
+        return self._release(
+            self.held, f"held {waited:g} s until decision {previous} was acknowledged"
+        )
+
+    def advance(self, now: float) -> ScalingDecision | None:
+        """Event time reached ``now``: release the held decision if it waited long enough."""
+        if self.held is None:
+            return None
+        waited = self._waited(now)
+        if waited < self.max_wait_seconds:
+            return None
+        return self._release(
+            self.held,
+            f"proceeded without acknowledgement of decision {self.last_emitted_id} "
+            f"after waiting {waited:g} s",
+        )
+
+    def _waited(self, now: float) -> float:
+        assert self.hold_since is not None
+        return max(0.0, now - self.hold_since)
+
+    def _clear_hold(self) -> None:
+        self.held = None
+        self.hold_since = None
+        self.replaced = 0
+
+    def _release(self, decision: ScalingDecision, note: str | None) -> ScalingDecision:
+        if note is not None and self.replaced:
+            note += f" (replaced {self.replaced} older held decision(s))"
+        if decision.note and note:
+            note = f"{decision.note}; {note}"
+        decision_id = max(self.last_emitted_id, self.acked_decision_id) + 1
+        released = decision.model_copy(
+            update={"decision_id": decision_id, "note": note or decision.note}
+        )
+        self.last_emitted_id = decision_id
+        self.in_flight = _targets(decision)
+        self._clear_hold()
+        return released

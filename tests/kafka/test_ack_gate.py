@@ -1,0 +1,183 @@
+"""AckGate: the virtual connector's hold, as a pure function of decisions, acks and event time."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from operators.ack_gate import AckGate
+from schemas import ScalingDecision
+
+
+def decision(
+    time: float, decode: int | None, prefill: int | None = None, note: str | None = None
+) -> ScalingDecision:
+    return ScalingDecision(
+        deployment="llama",
+        decision_id=99,  # the planner's own numbering; the gate renumbers what it sends
+        time=time,
+        num_prefill=prefill,
+        num_decode=decode,
+        reason="scale_up",
+        source="load",
+        note=note,
+    )
+
+
+def test_first_decision_is_sent_at_once_and_numbered_from_one() -> None:
+    gate = AckGate()
+    sent = gate.offer(decision(0.0, 3))
+    assert sent is not None
+    assert (sent.decision_id, sent.num_decode, sent.note) == (1, 3, None)
+    assert gate.waiting
+
+
+def test_decision_is_held_until_the_previous_one_is_acknowledged() -> None:
+    gate = AckGate()
+    gate.offer(decision(0.0, 3))
+    assert gate.offer(decision(60.0, 4)) is None
+    assert gate.acknowledge(0, now=70.0) is None  # an older id does not release
+    sent = gate.acknowledge(1, now=75.0)
+    assert sent is not None
+    assert (sent.decision_id, sent.num_decode, sent.time) == (2, 4, 60.0)
+    assert sent.note == "held 15 s until decision 1 was acknowledged"
+    assert gate.waiting and gate.held is None
+
+
+def test_acknowledged_gate_sends_the_next_decision_immediately() -> None:
+    gate = AckGate()
+    gate.offer(decision(0.0, 3))
+    assert gate.acknowledge(1, now=30.0) is None  # nothing held
+    sent = gate.offer(decision(60.0, 4))
+    assert sent is not None and sent.decision_id == 2 and sent.note is None
+
+
+def test_a_newer_held_decision_replaces_the_older_one() -> None:
+    gate = AckGate()
+    gate.offer(decision(0.0, 3))
+    assert gate.offer(decision(60.0, 4)) is None
+    assert gate.offer(decision(120.0, 5, prefill=2)) is None
+    sent = gate.acknowledge(1, now=150.0)
+    assert sent is not None
+    assert (sent.decision_id, sent.num_decode, sent.num_prefill, sent.time) == (2, 5, 2, 120.0)
+    # waited since the hold began (60), not since the newest decision (120)
+    assert sent.note == (
+        "held 90 s until decision 1 was acknowledged (replaced 1 older held decision(s))"
+    )
+    assert gate.acknowledge(2, now=160.0) is None  # nothing else was kept
+
+
+def test_decision_equal_to_the_one_in_flight_cancels_the_hold() -> None:
+    gate = AckGate()
+    gate.offer(decision(0.0, 3))
+    assert gate.offer(decision(60.0, 4)) is None
+    assert gate.offer(decision(120.0, 3)) is None  # back to what decision 1 asked for
+    assert gate.held is None
+    assert gate.acknowledge(1, now=130.0) is None
+    assert gate.advance(10_000.0) is None
+
+
+def test_timeout_in_event_time_proceeds_and_says_so() -> None:
+    gate = AckGate(max_wait_seconds=1800)
+    gate.offer(decision(0.0, 3))
+    assert gate.offer(decision(100.0, 4)) is None
+    assert gate.advance(1899.999) is None
+    sent = gate.advance(1900.0)
+    assert sent is not None
+    assert sent.decision_id == 2 and sent.num_decode == 4
+    assert sent.note == "proceeded without acknowledgement of decision 1 after waiting 1800 s"
+    assert gate.waiting  # now decision 2 is the one in flight
+    assert gate.acknowledge(1, now=1950.0) is None  # late ack of 1 does not open the gate
+    assert gate.offer(decision(2000.0, 5)) is None
+
+
+def test_timeout_also_fires_when_a_late_decision_arrives() -> None:
+    gate = AckGate(max_wait_seconds=300)
+    gate.offer(decision(0.0, 3))
+    assert gate.offer(decision(10.0, 4)) is None
+    sent = gate.offer(decision(400.0, 6))
+    assert sent is not None
+    assert (sent.decision_id, sent.num_decode) == (2, 6)
+    assert sent.note is not None and sent.note.startswith("proceeded without acknowledgement")
+    assert "390 s" in sent.note and "replaced 1 older" in sent.note
+
+
+def test_wait_starts_when_the_hold_begins_not_when_the_last_decision_was_sent() -> None:
+    gate = AckGate(max_wait_seconds=1800)
+    gate.offer(decision(0.0, 3))
+    # Long after decision 1 (never acknowledged) the planner wants something new:
+    assert gate.offer(decision(5000.0, 4)) is None
+    assert gate.advance(6799.0) is None
+    assert gate.advance(6800.0) is not None
+
+
+def test_existing_note_is_kept() -> None:
+    gate = AckGate(max_wait_seconds=10)
+    gate.offer(decision(0.0, 3))
+    gate.offer(decision(1.0, 4, note="capped by GPU budget"))
+    sent = gate.advance(11.0)
+    assert sent is not None and sent.note is not None
+    assert sent.note.startswith("capped by GPU budget; proceeded without acknowledgement")
+
+
+def test_ids_continue_after_an_acknowledged_id_the_gate_never_sent() -> None:
+    # A planner restarted without state reads the acknowledgement topic first.
+    gate = AckGate()
+    assert gate.acknowledge(57, now=0.0) is None
+    sent = gate.offer(decision(10.0, 3))
+    assert sent is not None and sent.decision_id == 58
+
+
+def test_stale_and_repeated_acks_change_nothing() -> None:
+    gate = AckGate()
+    gate.offer(decision(0.0, 3))
+    gate.offer(decision(5.0, 4))
+    assert gate.acknowledge(0, now=6.0) is None
+    assert gate.held is not None and gate.waiting
+    assert gate.acknowledge(1, now=7.0) is not None
+    assert gate.acknowledge(1, now=8.0) is None
+
+
+def test_rejects_non_positive_wait() -> None:
+    with pytest.raises(ValueError, match="max_wait_seconds"):
+        AckGate(max_wait_seconds=0)
+
+
+def _random_run(seed: int, gate: AckGate, steps: int = 400) -> list[ScalingDecision]:
+    rng = random.Random(seed)
+    sent: list[ScalingDecision] = []
+    now = 0.0
+    for _ in range(steps):
+        now += rng.choice([1.0, 30.0, 60.0, 600.0])
+        choice = rng.random()
+        if choice < 0.5:
+            out = gate.offer(decision(now, rng.randint(1, 4)))
+        elif choice < 0.8:
+            acked = gate.last_emitted_id - rng.randint(0, 1)
+            out = gate.acknowledge(acked, now=now)
+        else:
+            out = gate.advance(now)
+        if out is not None:
+            sent.append(out)
+    return sent
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_sequences_keep_the_invariants(seed: int) -> None:
+    gate = AckGate(max_wait_seconds=900)
+    sent = _random_run(seed, gate)
+    assert len(sent) > 10
+    assert [d.decision_id for d in sent] == list(range(1, len(sent) + 1))
+    assert sent == _random_run(seed, AckGate(max_wait_seconds=900)), "deterministic"
+    assert gate.held is None or gate.waiting  # something is only ever held while waiting
+
+
+def test_state_pickles_mid_hold_and_continues_identically() -> None:
+    gate = AckGate(max_wait_seconds=100)
+    gate.offer(decision(0.0, 3))
+    gate.offer(decision(10.0, 4))
+    copy = pickle.loads(pickle.dumps(gate))
+    assert copy.advance(110.0) == gate.advance(110.0)
+    assert copy.__dict__ == gate.__dict__
