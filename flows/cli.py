@@ -10,7 +10,6 @@ import sys
 COMMAND_MODULES = [
     "flows.commands.ack",
     "flows.commands.decisions",
-    "flows.commands.run",
     "flows.commands.schema",
 ]
 
