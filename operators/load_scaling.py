@@ -1,0 +1,549 @@
+"""Load-based scaling: reactive ±1 proposals from the engines' latest FPMs (reference spec §4).
+
+Pure functions, one per decision step; the state machine strings them together:
+
+1. guards (:func:`fpm_covers_workers`; in-progress and no-FPM checks live with the inventory),
+2. a *rule* proposes a replica count for one role — threshold rules for the easy targets
+   (§4.3: :func:`easy_prefill_proposal`, :func:`easy_decode_proposal`) or SLA rules on the perf
+   models (§4.4–§4.6: :func:`sla_prefill_proposal`, :func:`sla_decode_proposal`,
+   :func:`sla_agg_proposals` + :func:`combine_agg`),
+3. floors and budget (§4.7, done by the caller), then :func:`settle_reason` names the outcome.
+
+Two scale-down rules for the SLA target (``PlannerConfig.scale_down_rule``): ``"flat"`` (§4.5,
+every engine below ``SLA × sensitivity``) and ``"consolidation"`` (§4.6, default: predict the
+survivors after N → N−1 and refuse when they would break the SLA margin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from operators.tick import EngineKey
+from schemas import ForwardPassMetrics, LoadReason
+
+Fpms = Mapping[EngineKey, ForwardPassMetrics]
+ScaleDownRule = Literal["consolidation", "flat"]
+EasyTarget = Literal["throughput", "latency"]
+
+# Easy-mode thresholds (spec §4.3). Prefill: queued prefill tokens / context_length.
+PREFILL_THROUGHPUT_SCALE_UP = 1.0
+PREFILL_THROUGHPUT_SCALE_DOWN = 0.1
+PREFILL_LATENCY_SCALE_UP = 0.1
+PREFILL_LATENCY_SCALE_DOWN = 0.0
+# Decode / agg: KV utilisation (scheduled + queued [+ queued prefill for agg]) / max_kv_tokens.
+DECODE_THROUGHPUT_SCALE_UP = 1.0
+DECODE_THROUGHPUT_SCALE_DOWN = 0.6
+DECODE_LATENCY_SCALE_UP = 0.4
+DECODE_LATENCY_SCALE_DOWN = 0.1
+
+REASON_PRIORITY: dict[str, int] = {
+    "scale_up": 4,
+    "scale_down_capped_by_throughput": 3,
+    "scale_down": 2,
+    "no_change": 1,
+}
+"""Which per-role reason names a disagg decision (spec §4.7)."""
+
+_INFORMATIVE: frozenset[str] = frozenset(
+    {"insufficient_data", "scale_down_refused_consolidation", "no_fpm_data"}
+)
+"""Rule reasons worth reporting when the final count does not change."""
+
+
+class PrefillEstimator(Protocol):
+    """The part of ``PrefillPerfModel`` load scaling uses (spec §3.3)."""
+
+    def has_sufficient_data(self) -> bool: ...
+
+    def estimate_next_ttft(
+        self,
+        queued_prefill_tokens: int,
+        max_num_batched_tokens: int,
+        kv_hit_rate: float | None = None,
+    ) -> float | None: ...
+
+
+class DecodeEstimator(Protocol):
+    """The part of ``DecodePerfModel`` load scaling uses (spec §3.4)."""
+
+    def has_sufficient_data(self) -> bool: ...
+
+    def estimate_next_itl(
+        self, scheduled_decode_kv: int, queued_decode_kv: int
+    ) -> float | None: ...
+
+
+class AggEstimator(Protocol):
+    """The part of ``AggPerfModel`` load scaling uses (spec §3.5)."""
+
+    def has_sufficient_data(self) -> bool: ...
+
+    def estimate_next_ttft(
+        self,
+        queued_prefill_tokens: int,
+        max_num_batched_tokens: int,
+        current_decode_kv: int,
+        kv_hit_rate: float | None = None,
+    ) -> float | None: ...
+
+    def estimate_next_itl(
+        self, scheduled_decode_kv: int, queued_decode_kv: int
+    ) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class LoadProposal:
+    """What a load rule wants for one role.
+
+    ``desired`` is the proposed replica count (``None`` = no opinion, keep the current count);
+    ``reason`` is the rule's own view (``scale_up``, ``scale_down``, ``no_change``,
+    ``insufficient_data`` or ``scale_down_refused_consolidation``); ``estimate_ms`` is the
+    largest per-engine latency estimate, for diagnostics.
+
+    >>> LoadProposal(3, "scale_up", estimate_ms=612.0).desired
+    3
+    """
+
+    desired: int | None
+    reason: LoadReason
+    estimate_ms: float | None = None
+
+
+def fpm_covers_workers(fpms: Fpms, ready: int | None) -> bool:
+    """Guard 3 of spec §4.2: FPMs come from exactly ``ready`` workers, each with the same
+    number of dp ranks. An unknown ready count cannot be reconciled.
+
+    >>> fpm = ForwardPassMetrics()
+    >>> fpm_covers_workers({("w1", 0): fpm, ("w2", 0): fpm}, 2)
+    True
+    >>> fpm_covers_workers({("w1", 0): fpm, ("w2", 0): fpm}, 3)
+    False
+    >>> fpm_covers_workers({("w1", 0): fpm, ("w1", 1): fpm, ("w2", 0): fpm}, 2)
+    False
+    """
+    if ready is None:
+        return False
+    ranks: dict[str, set[int]] = {}
+    for worker_id, dp_rank in fpms:
+        ranks.setdefault(worker_id, set()).add(dp_rank)
+    if len(ranks) != ready:
+        return False
+    dp_sizes = {len(r) for r in ranks.values()}
+    if len(dp_sizes) > 1:
+        return False
+    return len(fpms) == ready * (dp_sizes.pop() if dp_sizes else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Easy targets (§4.3)
+# ---------------------------------------------------------------------------------------------
+
+
+def _threshold_step(
+    values: list[float],
+    n: int,
+    min_endpoint: int,
+    scale_up: bool,
+    scale_down: bool,
+) -> LoadProposal:
+    if not values:
+        return LoadProposal(None, "insufficient_data")
+    if scale_up:
+        return LoadProposal(n + 1, "scale_up")
+    if n > 1 and scale_down:
+        return LoadProposal(max(n - 1, min_endpoint), "scale_down")
+    return LoadProposal(None, "no_change")
+
+
+def easy_prefill_proposal(
+    fpms: Fpms, n: int, target: EasyTarget, context_length: int | None, min_endpoint: int
+) -> LoadProposal:
+    """Queue-to-context ratio thresholds: ANY engine hot → +1, ALL engines cool → −1.
+
+    >>> from schemas import QueuedRequestMetrics
+    >>> hot = ForwardPassMetrics(queued_requests=QueuedRequestMetrics(sum_prefill_tokens=4096))
+    >>> easy_prefill_proposal({("w1", 0): hot}, 1, "throughput", 4096, 1)
+    LoadProposal(desired=2, reason='scale_up', estimate_ms=None)
+    """
+    if not context_length or n == 0:
+        return LoadProposal(None, "insufficient_data")
+    ratios = [f.queued_requests.sum_prefill_tokens / context_length for f in fpms.values()]
+    if target == "latency":
+        up = any(r >= PREFILL_LATENCY_SCALE_UP for r in ratios)
+        down = all(r <= PREFILL_LATENCY_SCALE_DOWN for r in ratios)
+    else:
+        up = any(r >= PREFILL_THROUGHPUT_SCALE_UP for r in ratios)
+        down = all(r < PREFILL_THROUGHPUT_SCALE_DOWN for r in ratios)
+    return _threshold_step(ratios, n, min_endpoint, up, down)
+
+
+def decode_kv_load(fpm: ForwardPassMetrics, include_queued_prefill: bool) -> int:
+    """KV tokens an engine holds or will hold: scheduled + queued decode KV (agg: + queued
+    prefill tokens, which become KV once admitted)."""
+    kv = fpm.scheduled_requests.sum_decode_kv_tokens + fpm.queued_requests.sum_decode_kv_tokens
+    if include_queued_prefill:
+        kv += fpm.queued_requests.sum_prefill_tokens
+    return kv
+
+
+def easy_decode_proposal(
+    fpms: Fpms,
+    n: int,
+    target: EasyTarget,
+    max_kv_tokens: int | None,
+    min_endpoint: int,
+    *,
+    agg: bool = False,
+) -> LoadProposal:
+    """KV-utilisation thresholds (decode, or agg with ``agg=True``).
+
+    >>> from schemas import ScheduledRequestMetrics
+    >>> cool = ForwardPassMetrics(scheduled_requests=ScheduledRequestMetrics(
+    ...     sum_decode_kv_tokens=40_000))
+    >>> easy_decode_proposal({("w1", 0): cool, ("w2", 0): cool}, 2, "throughput", 100_000, 1)
+    LoadProposal(desired=1, reason='scale_down', estimate_ms=None)
+    """
+    if not max_kv_tokens or n == 0:
+        return LoadProposal(None, "insufficient_data")
+    utils = [decode_kv_load(f, agg) / max_kv_tokens for f in fpms.values()]
+    if target == "latency":
+        up = any(u > DECODE_LATENCY_SCALE_UP for u in utils)
+        down = all(u < DECODE_LATENCY_SCALE_DOWN for u in utils)
+    else:
+        up = any(u > DECODE_THROUGHPUT_SCALE_UP for u in utils)
+        down = all(u < DECODE_THROUGHPUT_SCALE_DOWN for u in utils)
+    return _threshold_step(utils, n, min_endpoint, up, down)
+
+
+# ---------------------------------------------------------------------------------------------
+# SLA target (§4.4–§4.6)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScaleDownCheck:
+    """Outcome of a consolidation check: may we drop one replica, and did a check refuse?"""
+
+    allowed: bool
+    refused: bool
+
+
+def flat_scale_down(estimates: list[float], sla_ms: float, sensitivity: float) -> ScaleDownCheck:
+    """§4.5: every engine's estimate is below ``SLA × sensitivity``.
+
+    >>> flat_scale_down([70.0, 75.0], 100.0, 0.8)
+    ScaleDownCheck(allowed=True, refused=False)
+    """
+    return ScaleDownCheck(all(e < sla_ms * sensitivity for e in estimates), False)
+
+
+def sla_step(
+    estimates: list[float], sla_ms: float, n: int, min_endpoint: int, scale_down: ScaleDownCheck
+) -> LoadProposal:
+    """The SLA rule: ALL engines above the SLA → N+1; else N−1 if the scale-down check passed.
+
+    >>> sla_step([120.0, 130.0], 100.0, 2, 1, ScaleDownCheck(False, False))
+    LoadProposal(desired=3, reason='scale_up', estimate_ms=130.0)
+    >>> sla_step([50.0, 60.0], 100.0, 2, 1, ScaleDownCheck(False, True)).reason
+    'scale_down_refused_consolidation'
+    """
+    if not estimates:
+        return LoadProposal(None, "insufficient_data")
+    peak = max(estimates)
+    if all(e > sla_ms for e in estimates):
+        return LoadProposal(n + 1, "scale_up", peak)
+    if n > 1 and scale_down.allowed:
+        return LoadProposal(max(n - 1, min_endpoint), "scale_down", peak)
+    reason: LoadReason = "scale_down_refused_consolidation" if scale_down.refused else "no_change"
+    return LoadProposal(None, reason, peak)
+
+
+def _ms(seconds: float | None, divisor: float = 1.0) -> float | None:
+    return None if seconds is None else seconds * 1000.0 / divisor
+
+
+def _combine_checks(checks: Iterable[ScaleDownCheck]) -> ScaleDownCheck:
+    checks = list(checks)
+    return ScaleDownCheck(
+        allowed=bool(checks) and all(c.allowed for c in checks),
+        refused=any(c.refused for c in checks),
+    )
+
+
+def _itl_check(
+    post_kv: int,
+    post_itl_ms: float | None,
+    itl_sla_ms: float,
+    sensitivity: float,
+    max_kv_tokens: int | None,
+) -> ScaleDownCheck:
+    # (1) the survivor's KV must fit the cache (the perf model cannot model eviction),
+    # (2) its predicted ITL must stay within SLA × sensitivity.
+    if max_kv_tokens and post_kv >= max_kv_tokens:
+        return ScaleDownCheck(False, True)
+    if post_itl_ms is None:
+        return ScaleDownCheck(False, False)
+    if post_itl_ms >= itl_sla_ms * sensitivity:
+        return ScaleDownCheck(False, True)
+    return ScaleDownCheck(True, False)
+
+
+def _ttft_check(
+    post_ms: float | None, own_ms: float | None, ttft_sla_ms: float, sensitivity: float
+) -> ScaleDownCheck:
+    # Sensitivity applies to the queue-induced part only: the new request's own compute
+    # (``own_ms``) does not shrink with more replicas.
+    if own_ms is None or post_ms is None:
+        return ScaleDownCheck(False, False)
+    budget = (ttft_sla_ms - own_ms) * sensitivity
+    if budget <= 0 or post_ms - own_ms >= budget:
+        return ScaleDownCheck(False, True)
+    return ScaleDownCheck(True, False)
+
+
+def sla_prefill_proposal(
+    model: PrefillEstimator,
+    fpms: Fpms,
+    n: int,
+    *,
+    max_num_batched_tokens: int | None,
+    ttft_sla_ms: float,
+    sensitivity: float,
+    rule: ScaleDownRule,
+    kv_hit_rate: float | None,
+    min_endpoint: int,
+) -> LoadProposal:
+    """Prefill TTFT rule (§4.4 estimate, §4.5/§4.6 scale-down)."""
+    if not model.has_sufficient_data() or n == 0 or not max_num_batched_tokens:
+        return LoadProposal(None, "insufficient_data")
+    mbt = max_num_batched_tokens
+    queues = [f.queued_requests.sum_prefill_tokens for f in fpms.values()]
+    estimates = [
+        e for q in queues if (e := _ms(model.estimate_next_ttft(q, mbt, kv_hit_rate))) is not None
+    ]
+    check = ScaleDownCheck(False, False)
+    if n > 1 and estimates:
+        if rule == "flat":
+            check = flat_scale_down(estimates, ttft_sla_ms, sensitivity)
+        else:
+            c = n / (n - 1)
+            own = _ms(model.estimate_next_ttft(0, mbt, kv_hit_rate))
+            check = _combine_checks(
+                _ttft_check(
+                    _ms(model.estimate_next_ttft(int(q * c), mbt, kv_hit_rate)),
+                    own,
+                    ttft_sla_ms,
+                    sensitivity,
+                )
+                for q in queues
+            )
+    return sla_step(estimates, ttft_sla_ms, n, min_endpoint, check)
+
+
+def sla_decode_proposal(
+    model: DecodeEstimator,
+    fpms: Fpms,
+    n: int,
+    *,
+    itl_sla_ms: float,
+    sensitivity: float,
+    rule: ScaleDownRule,
+    max_kv_tokens: int | None,
+    accept_length: float,
+    min_endpoint: int,
+) -> LoadProposal:
+    """Decode ITL rule; an iteration emits ``accept_length`` tokens (§5.5)."""
+    if not model.has_sufficient_data() or n == 0:
+        return LoadProposal(None, "insufficient_data")
+    loads = [
+        (f.scheduled_requests.sum_decode_kv_tokens, f.queued_requests.sum_decode_kv_tokens)
+        for f in fpms.values()
+    ]
+    estimates = [
+        e
+        for sched, queued in loads
+        if (e := _ms(model.estimate_next_itl(sched, queued), accept_length)) is not None
+    ]
+    check = ScaleDownCheck(False, False)
+    if n > 1 and estimates:
+        if rule == "flat":
+            check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
+        else:
+            c = n / (n - 1)
+            checks = []
+            for sched, queued in loads:
+                post_kv = int((sched + queued) * c)
+                post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
+                checks.append(_itl_check(post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens))
+            check = _combine_checks(checks)
+    return sla_step(estimates, itl_sla_ms, n, min_endpoint, check)
+
+
+def sla_agg_proposals(
+    model: AggEstimator,
+    fpms: Fpms,
+    n: int,
+    *,
+    max_num_batched_tokens: int | None,
+    ttft_sla_ms: float,
+    itl_sla_ms: float,
+    sensitivity: float,
+    rule: ScaleDownRule,
+    max_kv_tokens: int | None,
+    kv_hit_rate: float | None,
+    accept_length: float,
+    min_endpoint: int,
+) -> tuple[LoadProposal | None, LoadProposal]:
+    """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
+    ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
+    :func:`combine_agg` never mistakes a veto for a missing signal."""
+    if not model.has_sufficient_data() or n == 0:
+        return None, LoadProposal(None, "insufficient_data")
+    engines = list(fpms.values())
+    c = n / (n - 1) if n > 1 else 1.0
+
+    prefill: LoadProposal | None = None
+    if max_num_batched_tokens:
+        mbt = max_num_batched_tokens
+        estimates = []
+        for f in engines:
+            q, dkv = f.queued_requests.sum_prefill_tokens, f.scheduled_requests.sum_decode_kv_tokens
+            e = _ms(model.estimate_next_ttft(q, mbt, dkv, kv_hit_rate))
+            if e is not None:
+                estimates.append(e)
+        check = ScaleDownCheck(False, False)
+        if n > 1 and estimates:
+            if rule == "flat":
+                check = flat_scale_down(estimates, ttft_sla_ms, sensitivity)
+            else:
+                checks = []
+                for f in engines:
+                    post_q = int(f.queued_requests.sum_prefill_tokens * c)
+                    # The survivor inherits scheduled AND queued decode KV of the removed one.
+                    post_dkv = int(
+                        (
+                            f.scheduled_requests.sum_decode_kv_tokens
+                            + f.queued_requests.sum_decode_kv_tokens
+                        )
+                        * c
+                    )
+                    own = _ms(model.estimate_next_ttft(0, mbt, post_dkv, kv_hit_rate))
+                    post = _ms(model.estimate_next_ttft(post_q, mbt, post_dkv, kv_hit_rate))
+                    checks.append(_ttft_check(post, own, ttft_sla_ms, sensitivity))
+                check = _combine_checks(checks)
+        prefill = _veto_as_hold(sla_step(estimates, ttft_sla_ms, n, min_endpoint, check), n)
+
+    estimates = []
+    for f in engines:
+        e = _ms(
+            model.estimate_next_itl(
+                f.scheduled_requests.sum_decode_kv_tokens, f.queued_requests.sum_decode_kv_tokens
+            ),
+            accept_length,
+        )
+        if e is not None:
+            estimates.append(e)
+    check = ScaleDownCheck(False, False)
+    if n > 1 and estimates:
+        if rule == "flat":
+            check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
+        else:
+            checks = []
+            for f in engines:
+                post_kv = int(decode_kv_load(f, include_queued_prefill=True) * c)
+                post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
+                checks.append(_itl_check(post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens))
+            check = _combine_checks(checks)
+    decode = _veto_as_hold(sla_step(estimates, itl_sla_ms, n, min_endpoint, check), n)
+    return prefill, decode
+
+
+def _veto_as_hold(proposal: LoadProposal, n: int) -> LoadProposal:
+    if proposal.reason == "scale_down_refused_consolidation":
+        return LoadProposal(n, proposal.reason, proposal.estimate_ms)
+    return proposal
+
+
+def combine_agg(prefill: LoadProposal | None, decode: LoadProposal, n: int) -> LoadProposal:
+    """One agg count from the TTFT and ITL sub-proposals (§4.7): up if EITHER wants more,
+    down only if BOTH agree (or decode alone when the prefill signal is unavailable).
+
+    >>> up, down = LoadProposal(3, "scale_up"), LoadProposal(1, "scale_down")
+    >>> combine_agg(down, up, 2).desired, combine_agg(down, down, 2).desired
+    (3, 1)
+    >>> combine_agg(None, down, 2).desired
+    1
+    >>> hold = LoadProposal(2, "scale_down_refused_consolidation")
+    >>> combine_agg(hold, down, 2)
+    LoadProposal(desired=None, reason='scale_down_refused_consolidation', estimate_ms=None)
+    """
+    p = prefill.desired if prefill is not None else None
+    d = decode.desired
+    if p is not None and p > n:
+        return LoadProposal(p, "scale_up")
+    if d is not None and d > n:
+        return LoadProposal(d, "scale_up")
+    if p is None and d is not None and d < n:
+        return LoadProposal(d, "scale_down")
+    if p is not None and d is not None and p < n and d < n:
+        return LoadProposal(max(p, d), "scale_down")
+    reasons = [x.reason for x in (prefill, decode) if x is not None]
+    if "scale_down_refused_consolidation" in reasons:
+        return LoadProposal(None, "scale_down_refused_consolidation")
+    if all(r == "insufficient_data" for r in reasons):
+        return LoadProposal(None, "insufficient_data")
+    return LoadProposal(None, "no_change")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reasons (§4.7, §4.8)
+# ---------------------------------------------------------------------------------------------
+
+
+def settle_reason(
+    *, current: int, proposal: LoadProposal, post_floor: int, final: int
+) -> LoadReason:
+    """Name the outcome for one role.
+
+    ``proposal.desired`` (or ``current`` when it has no opinion) is what the rule wanted,
+    ``post_floor`` that after the throughput lower bound, ``final`` after min endpoints and the
+    GPU budget. Only a lift by the throughput floor counts as ``scale_down_capped_by_throughput``;
+    when nothing changes, an informative rule reason (``insufficient_data``, a consolidation
+    refusal, no FPM data) is kept instead of ``no_change``.
+
+    >>> settle_reason(current=3, proposal=LoadProposal(2, "scale_down"), post_floor=3, final=3)
+    'scale_down_capped_by_throughput'
+    >>> settle_reason(current=2, proposal=LoadProposal(None, "insufficient_data"),
+    ...               post_floor=2, final=2)
+    'insufficient_data'
+    """
+    original = current if proposal.desired is None else proposal.desired
+    floor_capped = post_floor > original and original < current
+    if final > current:
+        return "scale_up"
+    if final < current:
+        return "scale_down_capped_by_throughput" if floor_capped else "scale_down"
+    if floor_capped:
+        return "scale_down_capped_by_throughput"
+    if proposal.reason in _INFORMATIVE:
+        return proposal.reason
+    return "no_change"
+
+
+def aggregate_reason(reasons: Iterable[LoadReason], changed: bool) -> LoadReason:
+    """The deployment-level reason from per-role reasons: by priority when something changes,
+    else the first informative one (spec §4.7).
+
+    >>> aggregate_reason(["no_change", "scale_up"], changed=True)
+    'scale_up'
+    >>> aggregate_reason(["no_change", "insufficient_data"], changed=False)
+    'insufficient_data'
+    """
+    reasons = list(reasons)
+    if not changed:
+        for r in reasons:
+            if r not in REASON_PRIORITY:
+                return r
+    return max(reasons, key=lambda r: REASON_PRIORITY.get(r, 0))

@@ -1,0 +1,572 @@
+"""The per-deployment planner core: one tick in, effects out (reference spec §1, §4, §5, §8).
+
+:class:`PlannerStateMachine` is pure — no I/O, no clock reads — and its state pickles (bytewax
+snapshots it). The adapter calls :meth:`~PlannerStateMachine.on_tick` at the scheduled tick
+times with what the tick asked for; each call returns the optional scaling target, the next
+tick and the tick's diagnostics. Per-tick order (§1.4):
+
+1. adopt the worker inventory snapshot;
+2. adopt the traffic observation's KV hit rate / accept length (last-value semantics);
+3. throughput tick: feed the predictors and size each role — FIRST, so a fresh lower bound is
+   visible to load scaling in the same tick;
+4. load tick: train the perf models on the tick's forward passes, then run load scaling;
+5. a load decision wins over a throughput decision (throughput only decides when load scaling
+   is off; otherwise it only sets lower bounds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from operators.budget import apply_global_budget, apply_single_budget
+from operators.cadence import Cadence
+from operators.inventory import Inventory
+from operators.load_scaling import (
+    Fpms,
+    LoadProposal,
+    aggregate_reason,
+    combine_agg,
+    easy_decode_proposal,
+    easy_prefill_proposal,
+    fpm_covers_workers,
+    settle_reason,
+    sla_agg_proposals,
+    sla_decode_proposal,
+    sla_prefill_proposal,
+)
+from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
+from operators.throughput_scaling import (
+    Capacity,
+    agg_capacity,
+    decode_capacity,
+    prefill_capacity,
+    sizing_lengths,
+)
+from operators.tick import FpmObservations, PlannerEffects, ScaleTarget, ScheduledTick, TickInput
+from operators.traffic_intake import RuntimeMetadata, TrafficForecaster
+from schemas import (
+    EngineCapabilities,
+    ForwardPassMetrics,
+    LoadReason,
+    PlannerConfig,
+    Role,
+    ThroughputReason,
+    TickDiagnostics,
+    TrafficObservation,
+    WorkerCapabilities,
+)
+
+PerfModel = PrefillPerfModel | DecodePerfModel | AggPerfModel
+
+_NO_CAPS = EngineCapabilities()
+
+
+class PlannerStateMachine:
+    """Load- and throughput-based scaling of one deployment.
+
+    >>> from operators.tick import FpmObservations, TickInput
+    >>> from schemas import ForwardPassMetrics, QueuedRequestMetrics, WorkerCounts
+    >>> caps = WorkerCapabilities(prefill=EngineCapabilities(context_length=4096))
+    >>> core = PlannerStateMachine(PlannerConfig(mode="prefill"), caps)
+    >>> tick = core.initial_tick(0.0)
+    >>> tick.at_s, tick.run_load_scaling
+    (5.0, True)
+    >>> hot = ForwardPassMetrics(worker_id="w1",
+    ...     queued_requests=QueuedRequestMetrics(sum_prefill_tokens=8192))
+    >>> effects = core.on_tick(tick, TickInput(now_s=5.0,
+    ...     worker_counts=WorkerCounts(ready_num_prefill=1),
+    ...     fpm_observations=FpmObservations(prefill={("w1", 0): hot})))
+    >>> effects.scale_to.num_prefill, effects.scale_to.reason, effects.next_tick.at_s
+    (2, 'scale_up', 10.0)
+    """
+
+    def __init__(
+        self, config: PlannerConfig, capabilities: WorkerCapabilities | None = None
+    ) -> None:
+        self.config = config
+        self._capabilities = capabilities or WorkerCapabilities()
+        self.inventory = Inventory()
+        self.cadence = Cadence.starting_at(config, 0.0)
+        self.metadata = RuntimeMetadata()
+        self._lower_bounds: dict[Role, int] = {"prefill": 1, "decode": 1}
+        self.forecaster = (
+            TrafficForecaster.from_config(config) if config.enable_throughput_scaling else None
+        )
+        self._models: dict[Role, PerfModel] = {}
+        if config.sla_mode:
+            sizes = (
+                config.max_num_fpm_samples,
+                config.load_min_observations,
+                config.fpm_sample_bucket_size,
+            )
+            if config.mode == "agg":
+                self._models["decode"] = AggPerfModel(*sizes)
+            else:
+                for role in config.roles:
+                    model_cls = PrefillPerfModel if role == "prefill" else DecodePerfModel
+                    self._models[role] = model_cls(*sizes)
+
+    # --- read-only views ---------------------------------------------------------------------
+    @property
+    def capabilities(self) -> WorkerCapabilities:
+        """The engine capabilities in use."""
+        return self._capabilities
+
+    @property
+    def prefill_model(self) -> PrefillPerfModel | None:
+        """The prefill perf model (SLA target, prefill/disagg modes), else ``None``."""
+        model = self._models.get("prefill")
+        return model if isinstance(model, PrefillPerfModel) else None
+
+    @property
+    def decode_model(self) -> DecodePerfModel | None:
+        """The decode perf model (SLA target, decode/disagg modes), else ``None``."""
+        model = self._models.get("decode")
+        return model if isinstance(model, DecodePerfModel) else None
+
+    @property
+    def agg_model(self) -> AggPerfModel | None:
+        """The aggregated-engine perf model (SLA target, agg mode), else ``None``."""
+        model = self._models.get("decode")
+        return model if isinstance(model, AggPerfModel) else None
+
+    @property
+    def throughput_lower_bounds(self) -> Mapping[Role, int]:
+        """Replica floors set by the last throughput tick (1 until then; agg uses ``decode``)."""
+        return dict(self._lower_bounds)
+
+    @property
+    def kv_hit_rate(self) -> float | None:
+        """Last observed KV hit rate (``None`` until one is observed: no discount)."""
+        return self.metadata.kv_hit_rate
+
+    @property
+    def accept_length(self) -> float:
+        """Effective speculative-decoding accept length (1.0 without speculation)."""
+        return self.metadata.accept_length(self._speculative_nextn())
+
+    # --- set-up ------------------------------------------------------------------------------
+    def set_capabilities(self, capabilities: WorkerCapabilities) -> None:
+        """Replace the engine capabilities (discovered from workers or configured)."""
+        self._capabilities = capabilities
+
+    def load_benchmark_fpms(self, role: Role, fpms: Iterable[ForwardPassMetrics]) -> int:
+        """Bootstrap a perf model from profiled forward passes (agg engines are ``decode``).
+
+        Returns how many FPMs were loaded: 0 for the threshold targets, which have no perf
+        models. Raises ``ValueError`` for a role this deployment does not have.
+        """
+        if role not in self.config.roles:
+            raise ValueError(f"mode {self.config.mode!r} has no {role} role")
+        model = self._models.get(role)
+        if model is None:
+            return 0
+        fpms = list(fpms)
+        model.load_benchmark_fpms(fpms)
+        return len(fpms)
+
+    def warm_up_predictors(self, observations: Iterable[TrafficObservation]) -> int:
+        """Pre-train the load predictors from historical windows (spec §7.6); the KV hit rate
+        and accept length are runtime metadata and never warmed. Returns windows fed."""
+        if self.forecaster is None:
+            return 0
+        return self.forecaster.warm_up(observations)
+
+    def initial_tick(self, start_s: float) -> ScheduledTick:
+        """The first tick of a planner started at ``start_s``."""
+        self.cadence = Cadence.starting_at(self.config, start_s)
+        return self.cadence.next_tick(self.config)
+
+    # --- the tick ----------------------------------------------------------------------------
+    def on_tick(self, tick: ScheduledTick, tick_input: TickInput) -> PlannerEffects:
+        """Run the loops ``tick`` schedules on ``tick_input``; diagnostics start empty."""
+        diag = TickDiagnostics()
+        self.inventory.update(tick_input.worker_counts)
+        traffic = tick_input.traffic
+        if traffic is not None and traffic.duration_s > 0:
+            self.metadata.observe(traffic)
+
+        throughput_target = None
+        if tick.run_throughput_scaling:
+            throughput_target = self._throughput_tick(traffic, diag)
+
+        load_target = None
+        if tick.run_load_scaling:
+            self._train(tick_input)
+            load_target = self._load_tick(tick_input.fpm_observations, diag)
+
+        if self.config.enable_load_scaling and self.config.enable_throughput_scaling:
+            diag.throughput_lower_bound_prefill = self._bound_for("prefill")
+            diag.throughput_lower_bound_decode = self._bound_for("decode")
+        self.cadence.advance(self.config, tick, tick_input.now_s)
+        return PlannerEffects(
+            scale_to=load_target if load_target is not None else throughput_target,
+            next_tick=self.cadence.next_tick(self.config),
+            diagnostics=diag,
+        )
+
+    # --- helpers: capabilities, budget -------------------------------------------------------
+    def _caps(self, role: Role) -> EngineCapabilities:
+        caps = self._capabilities.prefill if role == "prefill" else self._capabilities.decode
+        return caps or _NO_CAPS
+
+    def _gpus(self, role: Role) -> int | None:
+        configured = (
+            self.config.prefill_engine_num_gpu
+            if role == "prefill"
+            else self.config.decode_engine_num_gpu
+        )
+        return self._caps(role).num_gpu or configured
+
+    def _speculative_nextn(self) -> int:
+        discovered = self._caps("decode").speculative_nextn
+        return discovered if discovered else self.config.speculative_nextn
+
+    def _bound_for(self, role: Role) -> int | None:
+        return self._lower_bounds[role] if role in self.config.roles else None
+
+    def _min_endpoint(self, role: Role) -> int:
+        return self.config.min_endpoint_for(role)
+
+    def _budget_single(self, role: Role, desired: int) -> int:
+        """``max(desired, min_endpoint)`` then the GPU budget clamp (§8.1); no clamp when the
+        budget is off or the role's GPUs per replica are unknown."""
+        return apply_single_budget(
+            desired, self._gpus(role), self.config.max_gpu_budget, self._min_endpoint(role)
+        )
+
+    def _budget_pair(self, num_prefill: int, num_decode: int) -> tuple[int, int]:
+        """Min endpoints then the global pair clamp (§8.1)."""
+        p_min, d_min = self._min_endpoint("prefill"), self._min_endpoint("decode")
+        return apply_global_budget(
+            max(num_prefill, p_min),
+            max(num_decode, d_min),
+            self._gpus("prefill"),
+            self._gpus("decode"),
+            self.config.max_gpu_budget,
+            p_min,
+            d_min,
+        )
+
+    # --- load scaling (§4) -------------------------------------------------------------------
+    def _train(self, tick_input: TickInput) -> None:
+        if not self._models:
+            return
+        if tick_input.training_fpms is not None:
+            by_role: Mapping[Role, Iterable[ForwardPassMetrics]] = tick_input.training_fpms
+        else:
+            obs = tick_input.fpm_observations or FpmObservations()
+            by_role = {role: (obs.for_role(role) or {}).values() for role in self._models}
+        for role, fpms in by_role.items():
+            model = self._models.get(role)
+            if model is not None:
+                for fpm in fpms:
+                    model.add_observation(fpm)
+
+    def _load_tick(self, obs: FpmObservations | None, diag: TickDiagnostics) -> ScaleTarget | None:
+        if not self.config.enable_load_scaling:
+            diag.load_decision_reason = "disabled"
+            return None
+        obs = obs or FpmObservations()
+        if self.config.mode == "disagg":
+            return self._load_disagg(obs, diag)
+        role: Role = "prefill" if self.config.mode == "prefill" else "decode"
+        return self._load_single(role, obs.for_role(role), diag)
+
+    def _set_load_reason(self, diag: TickDiagnostics, reason: LoadReason) -> None:
+        diag.load_decision_reason = reason
+        for role in self.config.roles:
+            self._set_role_load_reason(diag, role, reason)
+
+    @staticmethod
+    def _set_role_load_reason(diag: TickDiagnostics, role: Role, reason: LoadReason) -> None:
+        if role == "prefill":
+            diag.load_decision_reason_prefill = reason
+        else:
+            diag.load_decision_reason_decode = reason
+
+    def _load_single(
+        self, role: Role, fpms: Fpms | None, diag: TickDiagnostics
+    ) -> ScaleTarget | None:
+        n = self.inventory.ready(role)
+        if self.inventory.scaling_in_progress(role):
+            self._set_load_reason(diag, "scaling_in_progress")
+            return None
+        if not fpms:
+            self._set_load_reason(diag, "no_fpm_data")
+            return None
+        if n is None or not fpm_covers_workers(fpms, n):
+            self._set_load_reason(diag, "worker_count_mismatch")
+            return None
+        proposal = self._propose(role, fpms, n, diag)
+        original = n if proposal.desired is None else proposal.desired
+        post_floor = self._apply_floor(role, original)
+        final = self._budget_single(role, post_floor)
+        reason = settle_reason(current=n, proposal=proposal, post_floor=post_floor, final=final)
+        self._set_load_reason(diag, reason)
+        if final == n:
+            return None
+        return ScaleTarget(
+            num_prefill=final if role == "prefill" else None,
+            num_decode=final if role == "decode" else None,
+            source="load",
+            reason=reason,
+            prefill_reason=reason if role == "prefill" else None,
+            decode_reason=reason if role == "decode" else None,
+        )
+
+    def _load_disagg(self, obs: FpmObservations, diag: TickDiagnostics) -> ScaleTarget | None:
+        inv = self.inventory
+        if inv.scaling_in_progress("prefill") or inv.scaling_in_progress("decode"):
+            self._set_load_reason(diag, "scaling_in_progress")
+            return None
+        p_fpms, d_fpms = obs.prefill, obs.decode
+        if not p_fpms and not d_fpms:
+            self._set_load_reason(diag, "no_fpm_data")
+            return None
+        n_p, n_d = inv.ready("prefill"), inv.ready("decode")
+        if (
+            n_p is None
+            or n_d is None
+            or (p_fpms and not fpm_covers_workers(p_fpms, n_p))
+            or (d_fpms and not fpm_covers_workers(d_fpms, n_d))
+        ):
+            self._set_load_reason(diag, "worker_count_mismatch")
+            return None
+        missing = LoadProposal(None, "no_fpm_data")
+        p_prop = self._propose("prefill", p_fpms, n_p, diag) if p_fpms else missing
+        d_prop = self._propose("decode", d_fpms, n_d, diag) if d_fpms else missing
+        p_floor = self._apply_floor("prefill", n_p if p_prop.desired is None else p_prop.desired)
+        d_floor = self._apply_floor("decode", n_d if d_prop.desired is None else d_prop.desired)
+        final_p, final_d = self._budget_pair(p_floor, d_floor)
+        p_reason = settle_reason(current=n_p, proposal=p_prop, post_floor=p_floor, final=final_p)
+        d_reason = settle_reason(current=n_d, proposal=d_prop, post_floor=d_floor, final=final_d)
+        changed = (final_p, final_d) != (n_p, n_d)
+        reason = aggregate_reason((p_reason, d_reason), changed)
+        diag.load_decision_reason = reason
+        diag.load_decision_reason_prefill = p_reason
+        diag.load_decision_reason_decode = d_reason
+        if not changed:
+            return None
+        return ScaleTarget(final_p, final_d, "load", reason, p_reason, d_reason)
+
+    def _apply_floor(self, role: Role, desired: int) -> int:
+        if self.config.enable_throughput_scaling:
+            return max(desired, self._lower_bounds[role])
+        return desired
+
+    def _propose(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
+        cfg = self.config
+        caps = self._caps(role)
+        min_ep = self._min_endpoint(role)
+        target = cfg.optimization_target
+        if target != "sla":
+            if role == "prefill":
+                return easy_prefill_proposal(fpms, n, target, caps.context_length, min_ep)
+            return easy_decode_proposal(
+                fpms, n, target, caps.max_kv_tokens, min_ep, agg=cfg.mode == "agg"
+            )
+        sensitivity = cfg.load_scaling_down_sensitivity / 100.0
+        model = self._models[role]
+        if isinstance(model, PrefillPerfModel):
+            proposal = sla_prefill_proposal(
+                model,
+                fpms,
+                n,
+                max_num_batched_tokens=caps.max_num_batched_tokens,
+                ttft_sla_ms=cfg.ttft_ms,
+                sensitivity=sensitivity,
+                rule=cfg.scale_down_rule,
+                kv_hit_rate=self.metadata.kv_hit_rate,
+                min_endpoint=min_ep,
+            )
+            diag.estimated_ttft_ms = proposal.estimate_ms
+            return proposal
+        if isinstance(model, DecodePerfModel):
+            proposal = sla_decode_proposal(
+                model,
+                fpms,
+                n,
+                itl_sla_ms=cfg.itl_ms,
+                sensitivity=sensitivity,
+                rule=cfg.scale_down_rule,
+                max_kv_tokens=caps.max_kv_tokens,
+                accept_length=self.accept_length,
+                min_endpoint=min_ep,
+            )
+            diag.estimated_itl_ms = proposal.estimate_ms
+            return proposal
+        prefill, decode = sla_agg_proposals(
+            model,
+            fpms,
+            n,
+            max_num_batched_tokens=caps.max_num_batched_tokens,
+            ttft_sla_ms=cfg.ttft_ms,
+            itl_sla_ms=cfg.itl_ms,
+            sensitivity=sensitivity,
+            rule=cfg.scale_down_rule,
+            max_kv_tokens=caps.max_kv_tokens,
+            kv_hit_rate=self.metadata.kv_hit_rate,
+            accept_length=self.accept_length,
+            min_endpoint=min_ep,
+        )
+        diag.estimated_ttft_ms = prefill.estimate_ms if prefill is not None else None
+        diag.estimated_itl_ms = decode.estimate_ms
+        return combine_agg(prefill, decode, n)
+
+    # --- throughput scaling (§5) -------------------------------------------------------------
+    def _set_throughput_reason(self, diag: TickDiagnostics, reason: ThroughputReason) -> None:
+        diag.throughput_decision_reason = reason
+        for role in self.config.roles:
+            self._set_role_throughput_reason(diag, role, reason)
+
+    @staticmethod
+    def _set_role_throughput_reason(
+        diag: TickDiagnostics, role: Role, reason: ThroughputReason
+    ) -> None:
+        if role == "prefill":
+            diag.throughput_decision_reason_prefill = reason
+        else:
+            diag.throughput_decision_reason_decode = reason
+
+    def _throughput_tick(
+        self, traffic: TrafficObservation | None, diag: TickDiagnostics
+    ) -> ScaleTarget | None:
+        if not self.config.enable_throughput_scaling or self.forecaster is None:
+            self._set_throughput_reason(diag, "disabled")
+            return None
+        if traffic is None or not traffic.duration_s > 0:
+            self._set_throughput_reason(diag, "no_traffic_data")
+            return None
+        self.forecaster.observe(traffic)
+        try:
+            forecast = self.forecaster.forecast()
+        except Exception:  # any predictor failure only skips this tick (spec §5.3)
+            self._set_throughput_reason(diag, "predict_failed")
+            return None
+        if not all(math.isfinite(v) for v in (forecast.num_req, forecast.isl, forecast.osl)):
+            self._set_throughput_reason(diag, "predict_failed")
+            return None
+        diag.predicted_num_req = forecast.num_req
+        diag.predicted_isl = forecast.isl
+        diag.predicted_osl = forecast.osl
+        diag.predicted_kv_hit_rate = self.metadata.kv_hit_rate
+        demand_rps = forecast.num_req / traffic.duration_s
+        isl, osl = sizing_lengths(
+            forecast.isl,
+            forecast.osl,
+            self.forecaster.last_shape,
+            isl_quantile=self.config.capacity_isl_quantile,
+            osl_quantile=self.config.capacity_osl_quantile,
+        )
+        sized = {role: self._capacity(role, demand_rps, isl, osl) for role in self.config.roles}
+        if sized.get("prefill") is not None:
+            diag.engine_rps_prefill = sized["prefill"].engine_rps
+        if sized.get("decode") is not None:
+            diag.engine_rps_decode = sized["decode"].engine_rps
+            if self.config.mode == "agg":
+                diag.engine_rps_prefill = sized["decode"].engine_rps
+
+        if any(c.replicas is None for c in sized.values()):
+            for role, c in sized.items():
+                self._set_role_throughput_reason(
+                    diag, role, "model_not_ready" if c.replicas is None else "partner_not_ready"
+                )
+            diag.throughput_decision_reason = "model_not_ready"
+            return self._hold_at_min_endpoints(diag)
+
+        targets = {role: c.replicas for role, c in sized.items() if c.replicas is not None}
+        if self.config.enable_load_scaling:
+            self._lower_bounds.update(targets)
+            self._set_throughput_reason(diag, "set_lower_bound")
+            return None
+        if self.config.mode == "disagg":
+            targets["prefill"], targets["decode"] = self._budget_pair(
+                targets["prefill"], targets["decode"]
+            )
+        else:
+            targets = {role: self._budget_single(role, n) for role, n in targets.items()}
+        return self._throughput_target(targets, "scale", diag)
+
+    def _capacity(self, role: Role, demand_rps: float, isl: float, osl: float) -> Capacity:
+        cfg = self.config
+        caps = self._caps(role)
+        model = self._models.get(role)
+        min_ep = self._min_endpoint(role)
+        if isinstance(model, PrefillPerfModel):
+            return prefill_capacity(
+                model,
+                demand_rps,
+                isl,
+                kv_hit_rate=self.metadata.kv_hit_rate,
+                ttft_sla_ms=cfg.ttft_ms,
+                max_num_batched_tokens=caps.max_num_batched_tokens,
+                min_endpoint=min_ep,
+            )
+        if isinstance(model, DecodePerfModel):
+            return decode_capacity(
+                model,
+                demand_rps,
+                isl,
+                osl,
+                itl_sla_ms=cfg.itl_ms,
+                max_kv_tokens=caps.max_kv_tokens,
+                max_num_seqs=caps.max_num_seqs,
+                accept_length=self.accept_length,
+                min_endpoint=min_ep,
+            )
+        if isinstance(model, AggPerfModel):
+            return agg_capacity(
+                model,
+                demand_rps,
+                isl,
+                osl,
+                max_num_batched_tokens=caps.max_num_batched_tokens,
+                ttft_sla_ms=cfg.ttft_ms,
+                itl_sla_ms=cfg.itl_ms,
+                max_kv_tokens=caps.max_kv_tokens,
+                max_num_seqs=caps.max_num_seqs,
+                kv_hit_rate=self.metadata.kv_hit_rate,
+                accept_length=self.accept_length,
+                min_endpoint=min_ep,
+            )
+        return Capacity(None)
+
+    def _hold_at_min_endpoints(self, diag: TickDiagnostics) -> ScaleTarget | None:
+        """Model not ready: hold the current counts, but never below the min endpoints
+        (throughput-only deployments; with load scaling on, its own floors apply)."""
+        if self.config.enable_load_scaling:
+            return None
+        targets: dict[Role, int] = {}
+        for role in self.config.roles:
+            current = self.inventory.current_target(role)
+            if current is not None:
+                targets[role] = max(current, self._min_endpoint(role))
+        return self._throughput_target(targets, "model_not_ready", diag, keep_reasons=True)
+
+    def _throughput_target(
+        self,
+        targets: Mapping[Role, int],
+        reason: ThroughputReason,
+        diag: TickDiagnostics,
+        *,
+        keep_reasons: bool = False,
+    ) -> ScaleTarget | None:
+        """A throughput decision, or ``None`` (``no_change``) when every target equals the
+        count already in effect (expected, else ready)."""
+        unchanged = all(self.inventory.current_target(r) == n for r, n in targets.items())
+        if not targets or unchanged:
+            if not keep_reasons:
+                self._set_throughput_reason(diag, "no_change")
+            return None
+        if not keep_reasons:
+            self._set_throughput_reason(diag, reason)
+        return ScaleTarget(
+            num_prefill=targets.get("prefill"),
+            num_decode=targets.get("decode"),
+            source="throughput",
+            reason=reason,
+            prefill_reason=diag.throughput_decision_reason_prefill,
+            decode_reason=diag.throughput_decision_reason_decode,
+        )

@@ -1,0 +1,210 @@
+"""Throughput-based scaling: replicas needed for the forecast demand (reference spec §5.3–§5.5).
+
+``demand_rps = predicted num_req / window seconds``; each role's capacity comes from its perf
+model's best engine rate under the SLA, and ``replicas = max(ceil(demand / engine_rps),
+min_endpoint)``. Current-tree semantics: no latency-ratio SLA floor (PR #11624) — an engine that
+cannot meet the SLA even alone is reported (``latency_ms`` above the SLA) but does not multiply
+replicas. Prefix-cache hits discount prefill compute only (ISL × (1 − hit), hit clamped to
+[0, 0.95]); decode KV residency always uses the full ISL.
+
+Optional distribution-aware sizing (ours, off by default): with ``capacity_isl_quantile`` /
+``capacity_osl_quantile`` set, :func:`sizing_lengths` scales the forecast mean ISL/OSL by the
+quantile-to-mean ratio of the latest observed window, so capacity is sized for long requests
+rather than the average one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from operators.perf import clamp_kv_hit_rate
+from schemas import TrafficObservation
+
+
+class PrefillCapacityModel(Protocol):
+    """The part of ``PrefillPerfModel`` throughput scaling uses."""
+
+    def find_best_engine_prefill_rps(
+        self, ttft_sla_ms: float, isl: float, max_num_batched_tokens: int | None = None
+    ) -> tuple[float, float]: ...
+
+
+class DecodeCapacityModel(Protocol):
+    """The part of ``DecodePerfModel`` throughput scaling uses."""
+
+    def find_best_engine_decode_rps(
+        self,
+        itl_ms: float,
+        context_length: float,
+        osl: float,
+        max_kv_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        accept_length: float = 1.0,
+    ) -> tuple[float, float]: ...
+
+
+class AggCapacityModel(Protocol):
+    """The part of ``AggPerfModel`` throughput scaling uses."""
+
+    def find_best_engine_agg_rps(
+        self,
+        isl: float,
+        osl: float,
+        max_num_batched_tokens: int,
+        ttft_sla_ms: float,
+        itl_sla_ms: float,
+        max_kv_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        kv_hit_rate: float | None = None,
+        accept_length: float = 1.0,
+    ) -> tuple[float, float, float]: ...
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Replicas one role needs (``None`` = the perf model cannot answer yet) and the engine
+    rate and latency behind it (latency in ms: TTFT for prefill/agg, ITL for decode)."""
+
+    replicas: int | None
+    engine_rps: float | None = None
+    latency_ms: float | None = None
+
+
+NOT_READY = Capacity(None)
+
+
+def replicas_for(demand_rps: float, engine_rps: float, min_endpoint: int) -> int:
+    """``max(ceil(demand / engine_rps), min_endpoint)``.
+
+    >>> replicas_for(100 / 60, 0.998, 1)
+    2
+    >>> replicas_for(0.0, 1.0, 3)
+    3
+    """
+    return max(math.ceil(demand_rps / engine_rps), min_endpoint)
+
+
+def prefill_capacity(
+    model: PrefillCapacityModel,
+    demand_rps: float,
+    isl: float,
+    *,
+    kv_hit_rate: float | None,
+    ttft_sla_ms: float,
+    max_num_batched_tokens: int | None,
+    min_endpoint: int,
+) -> Capacity:
+    """Prefill replicas: the engine's rate at the hit-discounted ISL."""
+    effective_isl = isl * (1.0 - clamp_kv_hit_rate(kv_hit_rate))
+    rps, ttft_ms = model.find_best_engine_prefill_rps(
+        ttft_sla_ms, effective_isl, max_num_batched_tokens
+    )
+    if not rps > 0:
+        return NOT_READY
+    return Capacity(replicas_for(demand_rps, rps, min_endpoint), rps, ttft_ms)
+
+
+def decode_capacity(
+    model: DecodeCapacityModel,
+    demand_rps: float,
+    isl: float,
+    osl: float,
+    *,
+    itl_sla_ms: float,
+    max_kv_tokens: int | None,
+    max_num_seqs: int | None,
+    accept_length: float,
+    min_endpoint: int,
+) -> Capacity:
+    """Decode replicas: average KV per request over its lifetime is ``isl + osl/2``."""
+    rps, itl_ms = model.find_best_engine_decode_rps(
+        itl_sla_ms,
+        isl + osl / 2,
+        osl,
+        max_kv_tokens=max_kv_tokens,
+        max_num_seqs=max_num_seqs,
+        accept_length=accept_length,
+    )
+    if not rps > 0:
+        return NOT_READY
+    return Capacity(replicas_for(demand_rps, rps, min_endpoint), rps, itl_ms)
+
+
+def agg_capacity(
+    model: AggCapacityModel,
+    demand_rps: float,
+    isl: float,
+    osl: float,
+    *,
+    max_num_batched_tokens: int | None,
+    ttft_sla_ms: float,
+    itl_sla_ms: float,
+    max_kv_tokens: int | None,
+    max_num_seqs: int | None,
+    kv_hit_rate: float | None,
+    accept_length: float,
+    min_endpoint: int,
+) -> Capacity:
+    """Aggregated replicas; needs ``max_num_batched_tokens`` (chunked prefill budget)."""
+    if not max_num_batched_tokens:
+        return NOT_READY
+    rps, ttft_ms, _itl_ms = model.find_best_engine_agg_rps(
+        isl,
+        osl,
+        max_num_batched_tokens,
+        ttft_sla_ms,
+        itl_sla_ms,
+        max_kv_tokens=max_kv_tokens,
+        max_num_seqs=max_num_seqs,
+        kv_hit_rate=kv_hit_rate,
+        accept_length=accept_length,
+    )
+    if not rps > 0:
+        return NOT_READY
+    return Capacity(replicas_for(demand_rps, rps, min_endpoint), rps, ttft_ms)
+
+
+def quantile_key(q: float) -> str:
+    """Key of quantile ``q`` in ``TrafficObservation.isl_quantiles`` / ``osl_quantiles``.
+
+    >>> quantile_key(0.9), quantile_key(0.99), quantile_key(0.5)
+    ('p90', 'p99', 'p50')
+    """
+    return f"p{round(q * 100)}"
+
+
+def _quantile_ratio(quantiles: dict[str, float] | None, mean: float, q: float | None) -> float:
+    if q is None or not quantiles or not mean > 0:
+        return 1.0
+    value = quantiles.get(quantile_key(q))
+    if value is None or not math.isfinite(value) or value < 0:
+        return 1.0
+    return value / mean
+
+
+def sizing_lengths(
+    isl: float,
+    osl: float,
+    shape: TrafficObservation | None,
+    *,
+    isl_quantile: float | None,
+    osl_quantile: float | None,
+) -> tuple[float, float]:
+    """ISL/OSL to size capacity for: the forecast means, or with a quantile configured, the
+    means scaled by the latest window's quantile/mean ratio (unchanged when the window carries
+    no such quantile).
+
+    >>> shape = TrafficObservation(duration_s=60, num_req=10, isl=1000, osl=100,
+    ...                            isl_quantiles={"p90": 3000}, osl_quantiles={"p90": 150})
+    >>> sizing_lengths(1200, 120, shape, isl_quantile=0.9, osl_quantile=None)
+    (3600.0, 120.0)
+    >>> sizing_lengths(1200, 120, shape, isl_quantile=0.99, osl_quantile=0.9)
+    (1200.0, 180.0)
+    """
+    if shape is None:
+        return isl, osl
+    isl_ratio = _quantile_ratio(shape.isl_quantiles, shape.isl, isl_quantile)
+    osl_ratio = _quantile_ratio(shape.osl_quantiles, shape.osl, osl_quantile)
+    return isl * isl_ratio, osl * osl_ratio

@@ -1,0 +1,139 @@
+"""What the planner learns from traffic observations (reference spec §5.1, §5.5, §6.5, §7.1).
+
+Two consumers:
+
+* :class:`TrafficForecaster` feeds the request count, ISL and OSL of each throughput window to
+  one predictor each and forecasts the next window. After live traffic has been seen, an idle
+  window (``num_req == 0``) pushes the last observed ISL/OSL instead of 0, so time-based
+  predictors keep one point per interval without learning zero lengths; idle windows before
+  any traffic seed nothing.
+* :class:`RuntimeMetadata` keeps the last observed KV hit rate and speculative-decoding accept
+  length (last-value semantics): a missing or non-finite observation keeps the previous value;
+  at cold start there is no KV discount and the accept length is 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from operators.predictors import Predictor, build_predictor
+from schemas import PlannerConfig, TrafficObservation
+
+
+@dataclass(frozen=True)
+class LoadForecast:
+    """Forecast of the next throughput window: request count (not a rate), mean ISL and OSL."""
+
+    num_req: float
+    isl: float
+    osl: float
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+@dataclass
+class TrafficForecaster:
+    """Three predictors (num_req, isl, osl) behind the common intake rules.
+
+    >>> f = TrafficForecaster.from_config(PlannerConfig(load_predictor="constant"))
+    >>> for num_req, isl, osl in ((0, 0, 0), (10, 512, 128), (0, 0, 0)):
+    ...     f.observe(TrafficObservation(duration_s=60, num_req=num_req, isl=isl, osl=osl))
+    >>> f.num_req.values, f.isl.values, f.osl.values
+    ([10.0, 0.0], [512.0, 512.0], [128.0, 128.0])
+    >>> f.forecast()
+    LoadForecast(num_req=0.0, isl=512.0, osl=128.0)
+    """
+
+    num_req: Predictor
+    isl: Predictor
+    osl: Predictor
+    live_traffic_seen: bool = False
+    last_isl: float = 0.0
+    last_osl: float = 0.0
+    last_shape: TrafficObservation | None = None
+    """The latest observation that carried requests (its length quantiles size capacity)."""
+
+    @classmethod
+    def from_config(cls, config: PlannerConfig) -> TrafficForecaster:
+        """Fresh predictors of the configured kind."""
+        return cls(build_predictor(config), build_predictor(config), build_predictor(config))
+
+    def observe(self, obs: TrafficObservation) -> None:
+        """Feed one window's count, ISL and OSL (with the idle carry-forward)."""
+        num_req = _finite(obs.num_req) or 0.0
+        if num_req > 0:
+            self.live_traffic_seen = True
+            self.last_isl = _finite(obs.isl) or 0.0
+            self.last_osl = _finite(obs.osl) or 0.0
+            self.last_shape = obs
+            self.num_req.learn_one(num_req)
+            self.isl.learn_one(self.last_isl)
+            self.osl.learn_one(self.last_osl)
+        elif self.live_traffic_seen:
+            self.num_req.learn_one(0.0)
+            self.isl.learn_one(self.last_isl)
+            self.osl.learn_one(self.last_osl)
+        # Idle windows before any traffic seed nothing (the predictors would skip the zeros).
+
+    def warm_up(self, observations: Iterable[TrafficObservation]) -> int:
+        """Pre-train from historical windows (e.g. a trace), then skip leading idle again.
+
+        Returns the number of windows fed. Warm-up never touches the runtime metadata.
+        """
+        count = 0
+        for obs in observations:
+            self.observe(obs)
+            count += 1
+        for predictor in (self.num_req, self.isl, self.osl):
+            predictor.reset_idle_skip()
+        self.live_traffic_seen = False
+        return count
+
+    def forecast(self) -> LoadForecast:
+        """One-step-ahead forecasts (may raise if a predictor fails; callers handle it)."""
+        return LoadForecast(
+            num_req=float(self.num_req.forecast()),
+            isl=float(self.isl.forecast()),
+            osl=float(self.osl.forecast()),
+        )
+
+
+@dataclass
+class RuntimeMetadata:
+    """Last observed KV hit rate and accept length (G3 last-value semantics, spec §5.5/§6.5).
+
+    >>> meta = RuntimeMetadata()
+    >>> meta.kv_hit_rate is None, meta.accept_length(nextn=2)
+    (True, 1.0)
+    >>> meta.observe(TrafficObservation(duration_s=5, num_req=0, isl=0, osl=0,
+    ...                                 kv_hit_rate=0.3, accept_length=4.5))
+    >>> meta.observe(TrafficObservation(duration_s=5, num_req=0, isl=0, osl=0))
+    >>> meta.kv_hit_rate, meta.accept_length(nextn=2), meta.accept_length(nextn=0)
+    (0.3, 3.0, 1.0)
+    """
+
+    kv_hit_rate: float | None = None
+    observed_accept_length: float | None = None
+
+    def observe(self, obs: TrafficObservation) -> None:
+        """Adopt the observation's values; missing or non-finite ones keep the last value."""
+        hit = _finite(obs.kv_hit_rate)
+        if hit is not None:
+            self.kv_hit_rate = min(1.0, max(0.0, hit))
+        accept = _finite(obs.accept_length)
+        if accept is not None:
+            self.observed_accept_length = accept
+
+    def accept_length(self, nextn: int) -> float:
+        """Effective accept length: 1.0 without speculation or observation, else the last
+        observation clamped to ``[1, nextn + 1]``."""
+        if nextn <= 0 or self.observed_accept_length is None:
+            return 1.0
+        return min(float(nextn + 1), max(1.0, self.observed_accept_length))
