@@ -241,13 +241,14 @@ def test_case9_retirement_agg() -> None:
 
 
 def test_retirement_tie_goes_to_the_bucket_with_the_oldest_sample() -> None:
-    store = BucketedSampleStore(ndim=1, max_samples=4, buckets_per_axis=2)
-    for v in (0.0, 100.0, 1.0, 99.0):  # two buckets of two
+    store = BucketedSampleStore(ndim=1, max_samples=4, buckets_per_axis=3)
+    for v in (0.0, 100.0, 1.0, 99.0):  # low: [0, 1], high: [100, 99]
         store.add((v,), 0.1)
-    store.add((2.0,), 0.1)  # low bucket now 3: it loses its oldest (0.0)
+    store.add((2.0,), 0.1)  # low is fattest (3): its oldest (0.0) goes
     assert [x[0] for x, _ in store.samples()] == [100.0, 1.0, 99.0, 2.0]
-    store.add((98.0,), 0.1)  # 2 low (oldest seq 2), 3 high → the high bucket loses 100.0
-    assert [x[0] for x, _ in store.samples()] == [1.0, 99.0, 2.0, 98.0]
+    store.add((50.0,), 0.1)  # low [1, 2] and high [100, 99] tie; high holds the oldest sample
+    assert [x[0] for x, _ in store.samples()] == [1.0, 99.0, 2.0, 50.0]
+    assert store.bucket_sizes() == {(0,): 2, (1,): 1, (2,): 1}
 
 
 def test_rebucketing_when_bounds_widen() -> None:
@@ -508,7 +509,7 @@ def test_decode_negative_batch_slope_is_held_at_zero_by_a_constrained_refit() ->
 def test_roundoff_of_a_true_zero_slope_does_not_reject() -> None:
     """An agg engine whose time does not depend on decode KV has slope 0 ± round-off."""
     model = AggPerfModel()
-    rng = random.Random(7)
+    rng = random.Random(4)  # with this seed lstsq gives the kv slope as -1.9e-23
     for _ in range(20):
         p, d = rng.randint(1, 4000), rng.randint(1, 100_000)
         model.add_observation(agg_fpm(p, d, 0.003 + 1e-5 * p))
