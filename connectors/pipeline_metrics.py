@@ -5,7 +5,7 @@ They are exported together with the planner gauges by the metrics exporter.
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 EVENTS_IN = Counter("flowplanner_events_in", "Input events read, before validation", ["source"])
 DEAD_LETTERS = Counter(
@@ -17,3 +17,18 @@ FPM_GAPS = Counter(
     ["endpoint"],
 )
 DECISIONS_OUT = Counter("flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"])
+FPM_ENGINES = Gauge(
+    "flowplanner_fpm_engines",
+    "Engines heard from over ZMQ within engine_silence_seconds",
+    ["deployment", "role"],
+)
+FPM_ENGINES_EXPIRED = Counter(
+    "flowplanner_fpm_engines_expired",
+    "Engines that went silent for engine_silence_seconds (treated as gone)",
+    ["deployment", "role"],
+)
+TRAFFIC_UNKNOWN = Counter(
+    "flowplanner_traffic_unknown",
+    "Traffic reads whose result was unknown (missing series or failed query), by reason",
+    ["deployment", "reason"],
+)
