@@ -293,9 +293,10 @@ def test_bootstrapped_prefill_is_the_least_squares_line_of_the_profile(
         "A single OLS line over ISL 100-16372 cannot reproduce this profile within 2 %: TTFT has "
         "a ~20 ms floor at short prompts and grows super-linearly (attention). Measured "
         "errors of the linear model: -97 % at ISL 100, -40 % at 1117, -8.8 % at 2134, up to "
-        "+10.3 % mid-range (7219), within 5 % from 9253 up; even the relative-error-weighted line misses "
-        "by 19 %, and 3-point local fits still miss 2 % at 6 of 15 interior points (profile "
-        "noise, e.g. 232 ms at ISL 10270). Kept strict so it flags the day the model meets it."
+        "+10.3 % mid-range (7219), within 5 % from 9253 up; even the relative-error-weighted "
+        "line misses by 19 %, and 3-point local fits still miss 2 % at 6 of 15 interior "
+        "points (profile noise, e.g. 232 ms at ISL 10270). Kept strict so it flags the day "
+        "the model meets it."
     ),
 )
 def test_bootstrapped_prefill_reproduces_profile_ttft_within_2_percent(
