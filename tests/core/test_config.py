@@ -1,0 +1,168 @@
+"""PlannerConfig validation: the reference's config rules that apply to ours (spec §9.9, §16.9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from schemas import ConfigError, PlannerConfig, load_config
+
+SLA = {"optimization_target": "sla", "enable_load_scaling": True}
+
+
+def sla(**fields) -> PlannerConfig:
+    return PlannerConfig(**{**SLA, **fields})
+
+
+@pytest.mark.parametrize("buckets", [1, 4, 9, 16, 25])
+def test_perfect_square_bucket_sizes_are_accepted(buckets):
+    assert sla(fpm_sample_bucket_size=buckets).fpm_sample_bucket_size == buckets
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 5, 7, 10])
+def test_other_bucket_sizes_are_rejected(buckets):
+    with pytest.raises(ValidationError, match="perfect square"):
+        sla(fpm_sample_bucket_size=buckets)
+
+
+class TestMinEndpoints:
+    def test_min_endpoint_applies_to_both_roles(self):
+        config = sla(min_endpoint=2)
+        assert (config.min_endpoint_for("prefill"), config.min_endpoint_for("decode")) == (2, 2)
+
+    def test_role_overrides(self):
+        config = sla(prefill_min_endpoint=3, decode_min_endpoint=4)
+        assert (config.min_endpoint_for("prefill"), config.min_endpoint_for("decode")) == (3, 4)
+
+    def test_agg_has_only_the_engine_role(self):
+        config = sla(mode="agg", min_endpoint=5)
+        assert config.roles == ("decode",)
+        assert config.min_endpoint_for("decode") == 5
+
+    @pytest.mark.parametrize(
+        ("mode", "field"),
+        [
+            ("decode", "prefill_min_endpoint"),
+            ("prefill", "decode_min_endpoint"),
+            ("agg", "prefill_min_endpoint"),
+            ("agg", "decode_min_endpoint"),
+        ],
+    )
+    def test_role_fields_are_rejected_for_inactive_roles(self, mode, field):
+        with pytest.raises(ValidationError, match=field):
+            sla(mode=mode, **{field: 2})
+
+    def test_scale_to_zero_is_allowed(self):
+        assert sla(min_endpoint=0).min_endpoint_for("decode") == 0
+
+    @pytest.mark.parametrize(
+        "fields",
+        [{"min_endpoint": -1}, {"prefill_min_endpoint": 0}, {"decode_min_endpoint": 0}],
+    )
+    def test_negative_or_zero_role_minimums_are_rejected(self, fields):
+        with pytest.raises(ValidationError):
+            sla(**fields)
+
+
+class TestScalingLoops:
+    @pytest.mark.parametrize("target", ["throughput", "latency"])
+    def test_easy_targets_force_load_on_and_throughput_off(self, target):
+        config = PlannerConfig(
+            optimization_target=target, enable_load_scaling=False, enable_throughput_scaling=True
+        )
+        assert (config.enable_load_scaling, config.enable_throughput_scaling) == (True, False)
+        assert not config.sla_mode
+
+    def test_at_least_one_loop(self):
+        with pytest.raises(ValidationError, match="at least one"):
+            PlannerConfig(
+                optimization_target="sla",
+                enable_load_scaling=False,
+                enable_throughput_scaling=False,
+            )
+
+    @pytest.mark.parametrize("load_interval", [60.0, 90.0])
+    def test_load_interval_must_be_shorter_when_both_loops_run(self, load_interval):
+        with pytest.raises(ValidationError, match="load_adjustment_interval_seconds"):
+            sla(
+                load_adjustment_interval_seconds=load_interval,
+                throughput_adjustment_interval_seconds=60.0,
+            )
+        alone = sla(
+            load_adjustment_interval_seconds=load_interval,
+            throughput_adjustment_interval_seconds=60.0,
+            enable_throughput_scaling=False,
+        )
+        assert alone.load_adjustment_interval_seconds == load_interval
+
+    def test_g2_interval_aliases(self):
+        config = sla(load_adjustment_interval=7, throughput_adjustment_interval=70, ttft=300)
+        assert (
+            config.load_adjustment_interval_seconds,
+            config.throughput_adjustment_interval_seconds,
+            config.ttft_ms,
+        ) == (7.0, 70.0, 300.0)
+
+    def test_agg_with_throughput_scaling_is_allowed(self):
+        config = sla(mode="agg", enable_throughput_scaling=True)
+        assert config.enable_throughput_scaling
+
+
+class TestFieldRanges:
+    def test_max_throughput_scaling_replicas(self):
+        assert sla().max_throughput_scaling_replicas == 8
+        with pytest.raises(ValidationError):
+            sla(max_throughput_scaling_replicas=0)
+
+    def test_speculative_nextn(self):
+        assert sla().speculative_nextn == 0
+        with pytest.raises(ValidationError):
+            sla(speculative_nextn=-1)
+
+    @pytest.mark.parametrize("source", ["frontend", "router"])
+    def test_throughput_metrics_source(self, source):
+        assert sla(throughput_metrics_source=source).throughput_metrics_source == source
+
+    def test_unknown_metrics_source_rejected(self):
+        with pytest.raises(ValidationError):
+            sla(throughput_metrics_source="prometheus")
+
+    @pytest.mark.parametrize("port", [-1, 65536])
+    def test_exporter_port_range(self, port):
+        with pytest.raises(ValidationError):
+            sla(metric_reporting_prometheus_port=port)
+
+    def test_scale_down_rule(self):
+        assert sla().scale_down_rule == "consolidation"
+        assert sla(scale_down_rule="flat").scale_down_rule == "flat"
+        with pytest.raises(ValidationError):
+            sla(scale_down_rule="eager")
+
+    @pytest.mark.parametrize("quantile", [0.0, 1.0, 1.5])
+    def test_capacity_quantiles_are_open_unit_interval(self, quantile):
+        with pytest.raises(ValidationError):
+            sla(capacity_isl_quantile=quantile)
+
+    @pytest.mark.parametrize("sensitivity", [-1, 101])
+    def test_sensitivity_is_a_percentage(self, sensitivity):
+        with pytest.raises(ValidationError):
+            sla(load_scaling_down_sensitivity=sensitivity)
+
+    def test_typos_are_rejected_not_defaulted(self):
+        with pytest.raises(ValidationError, match="min_endpont"):
+            sla(min_endpont=2)
+
+
+def test_loader_names_every_bad_field(tmp_path):
+    path = tmp_path / "planner.json"
+    path.write_text(
+        json.dumps({"deployments": {"d": {**SLA, "fpm_sample_bucket_size": 10, "itl_ms": -5}}})
+    )
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert "itl_ms" in str(error.value)
+    good = tmp_path / "planner.yaml"
+    good.write_text("deployments:\n  d:\n    optimization_target: sla\n    mode: agg\n")
+    assert load_config(good)["d"].mode == "agg"

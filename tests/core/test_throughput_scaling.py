@@ -1,0 +1,301 @@
+"""Throughput scaling: traffic intake, capacity per role, reasons (reference spec §5, §7.1).
+
+Current-tree semantics (no latency-ratio SLA floor), G3 last-value KV hit rate / accept length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
+from operators.predictors import ConstantPredictor
+from operators.throughput_scaling import (
+    NOT_READY,
+    agg_capacity,
+    decode_capacity,
+    prefill_capacity,
+    replicas_for,
+    sizing_lengths,
+)
+from operators.traffic_intake import RuntimeMetadata, TrafficForecaster
+from schemas import (
+    EngineCapabilities,
+    TrafficObservation,
+    WorkerCapabilities,
+    WorkerCounts,
+)
+from tests.core.planner_inputs import (
+    AGG_TRAINING,
+    DECODE_TRAINING,
+    PREFILL_TRAINING,
+    core,
+    run_tick,
+)
+
+
+def window(num_req: float, isl: float, osl: float, duration_s: float = 60.0, **extra):
+    return TrafficObservation(duration_s=duration_s, num_req=num_req, isl=isl, osl=osl, **extra)
+
+
+def forecaster() -> TrafficForecaster:
+    return TrafficForecaster(ConstantPredictor(), ConstantPredictor(), ConstantPredictor())
+
+
+class TestTrafficIntake:
+    def test_idle_windows_carry_the_last_lengths_forward(self):
+        f = forecaster()
+        for obs in (window(10, 512, 128), window(0, 0, 0), window(0, 0, 0)):
+            f.observe(obs)
+        assert f.num_req.values == [10.0, 0.0, 0.0]
+        assert f.isl.values == [512.0] * 3
+        assert f.osl.values == [128.0] * 3
+
+    def test_leading_idle_windows_seed_nothing(self):
+        f = forecaster()
+        for obs in (window(0, 0, 0), window(0, 300, 20), window(4, 100, 10)):
+            f.observe(obs)
+        assert (f.num_req.values, f.isl.values, f.osl.values) == ([4.0], [100.0], [10.0])
+
+    def test_warm_up_then_skip_the_post_deploy_idle_period_again(self):
+        f = forecaster()
+        assert f.warm_up([window(10, 512, 128), window(0, 0, 0)]) == 2
+        f.observe(window(0, 0, 0))  # idle after deploy: skipped again
+        assert f.num_req.values == [10.0, 0.0] and f.isl.values == [512.0, 512.0]
+        f.observe(window(6, 1000, 100))
+        assert f.forecast().num_req == 6.0 and f.forecast().isl == 1000.0
+
+    def test_runtime_metadata_is_last_value(self):
+        meta = RuntimeMetadata()
+        assert (meta.kv_hit_rate, meta.accept_length(nextn=3)) == (None, 1.0)
+        meta.observe(window(1, 1, 1, kv_hit_rate=0.25, accept_length=9.0))
+        meta.observe(window(1, 1, 1))
+        meta.observe(
+            TrafficObservation.model_construct(
+                duration_s=5, num_req=0, isl=0, osl=0, kv_hit_rate=math.nan, accept_length=math.inf
+            )
+        )
+        assert meta.kv_hit_rate == 0.25
+        assert meta.accept_length(nextn=3) == 4.0  # clamped to nextn + 1
+        assert meta.accept_length(nextn=0) == 1.0  # no speculation: forced to 1
+
+    def test_engine_reported_nextn_wins_over_the_configured_one(self):
+        caps = WorkerCapabilities(decode=EngineCapabilities(speculative_nextn=1))
+        machine = core(caps, mode="decode", enable_load_scaling=False, speculative_nextn=4)
+        run_tick(machine, now_s=60.0, traffic=window(1, 1000, 150, accept_length=4.5))
+        assert machine.accept_length == 2.0
+        machine.set_capabilities(WorkerCapabilities(decode=EngineCapabilities()))
+        assert machine.accept_length == 4.5
+
+
+class TestCapacity:
+    def test_replicas_for_rounds_up_and_respects_the_min_endpoint(self):
+        assert replicas_for(2.1, 1.0, 1) == 3
+        assert replicas_for(2.0, 1.0, 1) == 2
+        assert replicas_for(0.0, 1.0, 2) == 2
+
+    def test_prefill_capacity_discounts_cache_hits(self):
+        model = PrefillPerfModel(50, 5, 16)
+        model.load_benchmark_fpms(PREFILL_TRAINING)
+        kwargs = dict(ttft_sla_ms=500.0, max_num_batched_tokens=2048, min_endpoint=1)
+        cold = prefill_capacity(model, 500 / 60, 4000, kv_hit_rate=None, **kwargs)
+        warm = prefill_capacity(model, 500 / 60, 4000, kv_hit_rate=0.8, **kwargs)
+        capped = prefill_capacity(model, 500 / 60, 4000, kv_hit_rate=1.0, **kwargs)
+        assert (cold.replicas, warm.replicas) == (34, 7)
+        assert cold.latency_ms == pytest.approx(4004.0)  # 2048 + 1952 tokens: 2.050 + 1.954 s
+        assert capped.engine_rps == pytest.approx(1 / 0.202)  # hit clamped to 0.95: 200 tokens
+
+    def test_decode_capacity_uses_the_average_lifetime_context(self):
+        model = DecodePerfModel(50, 5, 16)
+        model.load_benchmark_fpms(DECODE_TRAINING)
+        cap = decode_capacity(
+            model,
+            100 / 60,
+            1000,
+            150,
+            itl_sla_ms=50.0,
+            max_kv_tokens=None,
+            max_num_seqs=None,
+            accept_length=1.0,
+            min_endpoint=1,
+        )
+        # ctx 1075, batch 4 at 44 ms → 0.606 rps → 3 replicas
+        assert (cap.replicas, cap.latency_ms) == (3, pytest.approx(44.0))
+        assert cap.engine_rps == pytest.approx(4 / (150 * 0.044))
+
+    def test_accept_length_raises_decode_capacity(self):
+        replicas = {}
+        for accept in (None, 2.0):
+            machine = core(mode="decode", enable_load_scaling=False, speculative_nextn=2)
+            machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+            effects = run_tick(
+                machine,
+                now_s=60.0,
+                traffic=window(100, 1000, 150, accept_length=accept),
+                counts=WorkerCounts(ready_num_decode=1),
+            )
+            replicas[accept] = (effects.scale_to.num_decode, effects.diagnostics.engine_rps_decode)
+        # accept 2: ITL = forward/2 ≤ 50 ms → batch 9 at 97.75 ms forward → 1.2276 rps
+        assert replicas[None] == (3, pytest.approx(0.60606, abs=1e-5))
+        assert replicas[2.0] == (2, pytest.approx(18 / (150 * 0.09775)))
+
+    def test_not_ready_models_answer_nothing(self):
+        kwargs = dict(
+            itl_sla_ms=50.0,
+            max_kv_tokens=None,
+            max_num_seqs=None,
+            accept_length=1.0,
+            min_endpoint=1,
+        )
+        assert decode_capacity(DecodePerfModel(), 1.0, 1000, 150, **kwargs) is NOT_READY
+        assert (
+            prefill_capacity(
+                PrefillPerfModel(),
+                1.0,
+                1000,
+                kv_hit_rate=None,
+                ttft_sla_ms=500.0,
+                max_num_batched_tokens=2048,
+                min_endpoint=1,
+            )
+            is NOT_READY
+        )
+        trained = AggPerfModel(50, 5, 16)
+        trained.load_benchmark_fpms(AGG_TRAINING)
+        assert (
+            agg_capacity(
+                trained,
+                1.0,
+                1000,
+                150,
+                max_num_batched_tokens=None,
+                ttft_sla_ms=500.0,
+                itl_sla_ms=50.0,
+                max_kv_tokens=None,
+                max_num_seqs=None,
+                kv_hit_rate=None,
+                accept_length=1.0,
+                min_endpoint=1,
+            )
+            is NOT_READY
+        )
+
+    def test_demand_is_the_forecast_count_over_the_window(self):
+        machine = core(mode="prefill", enable_load_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        # 100 requests in 30 s = 3.33 rps / 0.998 → 4 (vs 2 over 60 s)
+        effects = run_tick(
+            machine,
+            now_s=30.0,
+            traffic=window(100, 1000, 150, duration_s=30.0),
+            counts=WorkerCounts(ready_num_prefill=1),
+        )
+        assert effects.scale_to.num_prefill == 4
+
+
+class TestQuantileSizing:
+    SHAPE = window(
+        100, 1000, 150, isl_quantiles={"p50": 800.0, "p90": 3000.0}, osl_quantiles={"p90": 300.0}
+    )
+
+    def test_sizing_lengths(self):
+        assert sizing_lengths(1000, 150, self.SHAPE, isl_quantile=None, osl_quantile=None) == (
+            1000,
+            150,
+        )
+        assert sizing_lengths(1000, 150, self.SHAPE, isl_quantile=0.9, osl_quantile=0.9) == (
+            3000.0,
+            300.0,
+        )
+        # a quantile the window does not carry, or a window without quantiles: the mean
+        assert sizing_lengths(1000, 150, self.SHAPE, isl_quantile=0.99, osl_quantile=0.5) == (
+            1000.0,
+            150.0,
+        )
+        assert sizing_lengths(
+            1000, 150, window(1, 1000, 150), isl_quantile=0.9, osl_quantile=None
+        ) == (1000.0, 150.0)
+
+    @pytest.mark.parametrize(("quantile", "expected"), [(None, 2), (0.9, 6), (0.5, 2)])
+    def test_prefill_sized_for_the_isl_quantile(self, quantile, expected):
+        machine = core(mode="prefill", enable_load_scaling=False, capacity_isl_quantile=quantile)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        effects = run_tick(
+            machine, now_s=60.0, traffic=self.SHAPE, counts=WorkerCounts(ready_num_prefill=1)
+        )
+        # p90 ISL 3000 = 2048 + 952 tokens → 3.004 s → 0.333 rps → 1.667 / 0.333 → 6
+        assert effects.scale_to.num_prefill == expected
+        assert effects.diagnostics.predicted_isl == 1000.0  # the forecast itself is the mean
+
+    def test_quantile_shape_survives_idle_windows(self):
+        machine = core(mode="prefill", enable_load_scaling=False, capacity_isl_quantile=0.9)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        run_tick(machine, now_s=60.0, traffic=self.SHAPE, counts=WorkerCounts(ready_num_prefill=1))
+        assert machine.forecaster.last_shape == self.SHAPE
+        run_tick(
+            machine, now_s=120.0, traffic=window(0, 0, 0), counts=WorkerCounts(ready_num_prefill=6)
+        )
+        assert machine.forecaster.last_shape == self.SHAPE
+
+
+class TestReasons:
+    def test_throughput_disabled_on_a_throughput_tick(self):
+        machine = core(mode="prefill", enable_throughput_scaling=False)
+        effects = run_tick(machine, now_s=60.0, traffic=window(10, 100, 10))
+        assert effects.diagnostics.throughput_decision_reason == "disabled"
+
+    def test_single_model_not_ready_holds_at_the_min_endpoint(self):
+        machine = core(mode="decode", enable_load_scaling=False, decode_min_endpoint=3)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(100, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=1),
+        )
+        assert (effects.scale_to.num_decode, effects.scale_to.reason) == (3, "model_not_ready")
+        effects = run_tick(
+            machine,
+            now_s=120.0,
+            traffic=window(100, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=3),
+        )
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason_decode == "model_not_ready"
+
+    def test_agg_without_batched_tokens_is_not_ready(self):
+        caps = WorkerCapabilities(decode=EngineCapabilities(num_gpu=1))
+        machine = core(caps, mode="agg", enable_load_scaling=False, min_endpoint=1)
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(100, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=1),
+        )
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "model_not_ready"
+
+    def test_with_load_scaling_on_not_ready_keeps_the_old_bounds(self):
+        machine = core(mode="decode", decode_min_endpoint=3)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(100, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=1),
+        )
+        assert effects.scale_to is None
+        assert machine.throughput_lower_bounds["decode"] == 1
+
+    def test_non_finite_forecast_is_predict_failed(self):
+        machine = core(mode="prefill", enable_load_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+
+        class Wild(ConstantPredictor):
+            def forecast(self) -> float:
+                return math.inf
+
+        machine.forecaster.isl = Wild()
+        effects = run_tick(machine, now_s=60.0, traffic=window(100, 1000, 150))
+        assert effects.diagnostics.throughput_decision_reason == "predict_failed"
+        assert effects.diagnostics.predicted_num_req is None
