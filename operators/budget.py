@@ -7,9 +7,11 @@ All arithmetic is on integers, so a clamp is exact (no float rounding at the bou
 
 from __future__ import annotations
 
+from numbers import Integral
+
 
 def _check(name: str, value: int, minimum: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
@@ -33,9 +35,11 @@ def budget_clamp_single(
     _check("desired", desired, 0)
     _check("min_endpoint", min_endpoint, 0)
     _check("max_gpu_budget", max_gpu_budget, None)
+    desired, max_gpu_budget, min_endpoint = int(desired), int(max_gpu_budget), int(min_endpoint)
     if max_gpu_budget < 0 or gpus_per_replica is None:
         return desired
     _check("gpus_per_replica", gpus_per_replica, 1)
+    gpus_per_replica = int(gpus_per_replica)
     if desired * gpus_per_replica <= max_gpu_budget:
         return desired
     if max_gpu_budget < min_endpoint * gpus_per_replica:
@@ -84,17 +88,20 @@ def apply_global_budget(
     _check("prefill_min_endpoint", prefill_min_endpoint, 0)
     _check("decode_min_endpoint", decode_min_endpoint, 0)
     _check("max_gpu_budget", max_gpu_budget, None)
-    if max_gpu_budget < 0 or prefill_gpus is None or decode_gpus is None:
+    num_prefill, num_decode, budget = int(num_prefill), int(num_decode), int(max_gpu_budget)
+    p_min, d_min = int(prefill_min_endpoint), int(decode_min_endpoint)
+    if budget < 0 or prefill_gpus is None or decode_gpus is None:
         return num_prefill, num_decode
     _check("prefill_gpus", prefill_gpus, 1)
     _check("decode_gpus", decode_gpus, 1)
-    total = num_prefill * prefill_gpus + num_decode * decode_gpus
-    if total <= max_gpu_budget:
+    p_gpus, d_gpus = int(prefill_gpus), int(decode_gpus)
+    total = num_prefill * p_gpus + num_decode * d_gpus
+    if total <= budget:
         return num_prefill, num_decode
-    if max_gpu_budget < prefill_min_endpoint * prefill_gpus + decode_min_endpoint * decode_gpus:
+    if budget < p_min * p_gpus + d_min * d_gpus:
         return 0, 0
-    max_prefill = (max_gpu_budget - decode_min_endpoint * decode_gpus) // prefill_gpus
-    scaled_prefill = num_prefill * max_gpu_budget // total  # floor(p * budget / total), exact
-    prefill = max(prefill_min_endpoint, min(max_prefill, scaled_prefill))
-    decode = max(decode_min_endpoint, (max_gpu_budget - prefill * prefill_gpus) // decode_gpus)
+    max_prefill = (budget - d_min * d_gpus) // p_gpus
+    scaled_prefill = num_prefill * budget // total  # floor(p * budget / total), exact
+    prefill = max(p_min, min(max_prefill, scaled_prefill))
+    decode = max(d_min, (budget - prefill * p_gpus) // d_gpus)
     return prefill, decode

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from numbers import Integral, Real
 from typing import Any, ClassVar
 
 from river import base
@@ -56,7 +57,7 @@ def effective_accept_length(accept_length: float | None) -> float:
 
 def require_finite(name: str, value: float) -> float:
     """``value`` as a float, or ``ValueError`` naming ``name`` when it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
@@ -107,7 +108,7 @@ class FpmRegressor(base.Regressor):
             ("min_observations", min_observations),
             ("bucket_count", bucket_count),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.max_num_fpm_samples = max_num_fpm_samples
         self.min_observations = min_observations

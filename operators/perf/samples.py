@@ -16,7 +16,6 @@ faster would drive scaling the wrong way.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,8 +199,3 @@ def least_squares(
         if not negative:
             return FitOutcome(LinearFit(tuple(float(c) for c in coef), float(intercept)))
         active = [i for i in active if i not in negative]
-
-
-def is_finite_number(value: float) -> bool:
-    """True for a finite real number (bool excluded)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -114,3 +114,12 @@ def test_global_budget_invariants_on_a_grid() -> None:
 def test_bad_arguments_raise_value_error(call: object) -> None:
     with pytest.raises(ValueError):
         call()  # type: ignore[operator]
+
+
+def test_numpy_integers_are_accepted_and_plain_ints_returned() -> None:
+    import numpy as np
+
+    got = apply_global_budget(*(np.int64(v) for v in (10, 1, 8, 1, 20, 1, 1)))  # type: ignore[arg-type]
+    assert got == (2, 4) and all(type(v) is int for v in got)
+    single = apply_single_budget(np.int64(9), np.int64(1), np.int64(8), np.int64(2))  # type: ignore[arg-type]
+    assert single == 8 and type(single) is int

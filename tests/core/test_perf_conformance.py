@@ -284,3 +284,18 @@ def test_invalid_parameters(model_cls: type[FpmRegressor], params: dict[str, obj
 def test_repr_names_the_parameters(model_cls: type[FpmRegressor]) -> None:
     text = repr(model_cls(max_num_fpm_samples=10))
     assert model_cls.__name__ in text and "max_num_fpm_samples" in text
+
+
+def test_numpy_scalars_are_numbers(model_cls: type[FpmRegressor]) -> None:
+    import numpy as np
+
+    a, b = model_cls(min_observations=2), model_cls(min_observations=2)
+    for k in (1, 2, 3):
+        a.learn_one({name: float(1000 * k + i) for i, name in enumerate(a.feature_names)}, 0.01 * k)
+        b.learn_one(
+            {name: np.int64(1000 * k + i) for i, name in enumerate(b.feature_names)},
+            np.float64(0.01 * k),
+        )
+    assert a.coefficients == b.coefficients
+    x = {name: np.int32(500) for name in a.feature_names}
+    assert a.predict_one(x) == a.predict_one({name: 500.0 for name in a.feature_names})
