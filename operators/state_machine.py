@@ -152,14 +152,13 @@ class PlannerStateMachine:
         self._capabilities = capabilities
 
     def load_benchmark_fpms(self, role: Role, fpms: Iterable[ForwardPassMetrics]) -> int:
-        """Bootstrap a perf model from profiled forward passes (agg engines are ``decode``).
+        """Bootstrap a perf model from profiled forward passes (spec §6.3).
 
-        Returns how many FPMs were loaded: 0 for the threshold targets, which have no perf
-        models. Raises ``ValueError`` for a role this deployment does not have.
+        Agg engines learn from both roles' profile points (a pure-prefill or pure-decode pass is
+        a valid aggregated sample). Returns how many FPMs were loaded: 0 for the threshold
+        targets (no perf models) and for a role this deployment does not have.
         """
-        if role not in self.config.roles:
-            raise ValueError(f"mode {self.config.mode!r} has no {role} role")
-        model = self._models.get(role)
+        model = self._models.get("decode" if self.config.mode == "agg" else role)
         if model is None:
             return 0
         fpms = list(fpms)
@@ -196,7 +195,8 @@ class PlannerStateMachine:
             self._train(tick_input)
             load_target = self._load_tick(tick_input.fpm_observations, diag)
 
-        if self.config.enable_load_scaling and self.config.enable_throughput_scaling:
+        both_loops = self.config.enable_load_scaling and self.config.enable_throughput_scaling
+        if both_loops and (tick.run_load_scaling or tick.run_throughput_scaling):
             diag.throughput_lower_bound_prefill = self._bound_for("prefill")
             diag.throughput_lower_bound_decode = self._bound_for("decode")
         self.cadence.advance(self.config, tick, tick_input.now_s)

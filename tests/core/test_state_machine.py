@@ -809,3 +809,14 @@ def test_state_pickles_and_replays_identically():
     a, b = run_tick(machine, **inputs), run_tick(clone, **inputs)
     assert a.scale_to == b.scale_to and a.scale_to is not None
     assert a.diagnostics == b.diagnostics and a.next_tick == b.next_tick
+
+
+def test_bootstrap_feeds_only_the_models_a_deployment_has():
+    machine = core(mode="decode")
+    assert machine.load_benchmark_fpms("prefill", PREFILL_TRAINING) == 0
+    assert machine.load_benchmark_fpms("decode", DECODE_TRAINING) == 5
+    assert (machine.prefill_model, machine.decode_model.num_observations) == (None, 5)
+    agg = core(mode="agg")
+    assert agg.load_benchmark_fpms("prefill", PREFILL_TRAINING) == 5
+    assert agg.load_benchmark_fpms("decode", DECODE_TRAINING) == 5
+    assert agg.agg_model.num_observations == 10

@@ -6,9 +6,12 @@ Current-tree semantics (no latency-ratio SLA floor), G3 last-value KV hit rate /
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from connectors.profiles import load_profile
+from operators.bootstrap import profile_to_fpms
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.predictors import ConstantPredictor
 from operators.throughput_scaling import (
@@ -299,3 +302,37 @@ class TestReasons:
         effects = run_tick(machine, now_s=60.0, traffic=window(100, 1000, 150))
         assert effects.diagnostics.throughput_decision_reason == "predict_failed"
         assert effects.diagnostics.predicted_num_req is None
+
+
+PROFILE = Path(__file__).resolve().parents[1] / "data/profiles/h200_llama3.1-8b-fp8_tp1"
+
+
+@pytest.mark.skipif(not PROFILE.is_dir(), reason="shipped H200 profile not present")
+def test_real_profile_bootstrap_sizes_a_disagg_fleet_under_the_budget():
+    profile = load_profile(PROFILE)
+    caps = WorkerCapabilities(
+        prefill=EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192),
+        decode=EngineCapabilities(
+            num_gpu=1, max_num_batched_tokens=8192, max_kv_tokens=profile.decode.max_kv_tokens
+        ),
+    )
+    machine = core(caps, enable_load_scaling=False, ttft_ms=200.0, itl_ms=20.0, max_gpu_budget=16)
+    loaded = {
+        role: machine.load_benchmark_fpms(role, fpms)
+        for role, fpms in profile_to_fpms(profile).items()
+    }
+    assert loaded == {"prefill": 17, "decode": 41}
+    counts = WorkerCounts(ready_num_prefill=1, ready_num_decode=1)
+    outcomes = []
+    for num_req in (600, 6_000, 30_000):
+        effects = run_tick(machine, now_s=60.0, traffic=window(num_req, 3000, 150), counts=counts)
+        diag = effects.diagnostics
+        raw = (
+            math.ceil(num_req / 60 / diag.engine_rps_prefill),
+            math.ceil(num_req / 60 / diag.engine_rps_decode),
+        )
+        target = effects.scale_to
+        outcomes.append((raw, None if target is None else (target.num_prefill, target.num_decode)))
+    # 10 rps fits one engine each (no change); 100 rps needs (7, 3); 500 rps needs (33, 12) =
+    # 45 GPUs, clamped to 16: prefill floor(33·16/45) = 11, decode the remaining 5
+    assert outcomes == [((1, 1), None), ((7, 3), (7, 3)), ((33, 12), (11, 5))]
