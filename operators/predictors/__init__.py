@@ -2,9 +2,50 @@
 
 from __future__ import annotations
 
+from operators.predictors.arima import ArimaPredictor
 from operators.predictors.base import Predictor
 from operators.predictors.constant import ConstantPredictor
+from operators.predictors.holt_winters import HoltWintersPredictor
+from operators.predictors.kalman import KalmanPredictor
+from operators.predictors.selector import SelectorPredictor
 from schemas import PlannerConfig
+
+SINGLE_PREDICTORS = ("constant", "arima", "kalman", "holt_winters")
+"""The single-model kinds; the ``selector`` runs one of each."""
+
+
+def season_length(config: PlannerConfig) -> int:
+    """Points per season: ``seasonal_period_seconds / throughput_adjustment_interval_seconds``.
+
+    >>> season_length(PlannerConfig(throughput_adjustment_interval_seconds=180))
+    480
+    """
+    return max(
+        1, round(config.seasonal_period_seconds / config.throughput_adjustment_interval_seconds)
+    )
+
+
+def build_single(kind: str, config: PlannerConfig) -> Predictor:
+    """A fresh single-model predictor of ``kind`` configured from ``config``.
+
+    >>> build_single("kalman", PlannerConfig(kalman_min_points=3)).min_points
+    3
+    """
+    if kind == "constant":
+        return ConstantPredictor()
+    if kind == "arima":
+        return ArimaPredictor(log1p=config.load_predictor_log1p)
+    if kind == "kalman":
+        return KalmanPredictor(
+            q_level=config.kalman_q_level,
+            q_trend=config.kalman_q_trend,
+            r=config.kalman_r,
+            min_points=config.kalman_min_points,
+            log1p=config.load_predictor_log1p,
+        )
+    if kind == "holt_winters":
+        return HoltWintersPredictor(season_length=season_length(config))
+    raise ValueError(f"unknown load predictor {kind!r}; expected one of {SINGLE_PREDICTORS}")
 
 
 def build_predictor(config: PlannerConfig) -> Predictor:
@@ -12,10 +53,25 @@ def build_predictor(config: PlannerConfig) -> Predictor:
 
     >>> build_predictor(PlannerConfig(load_predictor="constant")).forecast()
     0.0
+    >>> build_predictor(PlannerConfig(load_predictor="selector")).names
+    ['constant', 'arima', 'kalman', 'holt_winters']
     """
-    if config.load_predictor == "constant":
-        return ConstantPredictor()
-    raise NotImplementedError(f"load_predictor {config.load_predictor!r} is not implemented yet")
+    if config.load_predictor == "selector":
+        return SelectorPredictor(
+            candidates=tuple(build_single(kind, config) for kind in SINGLE_PREDICTORS)
+        )
+    return build_single(config.load_predictor, config)
 
 
-__all__ = ["ConstantPredictor", "Predictor", "build_predictor"]
+__all__ = [
+    "SINGLE_PREDICTORS",
+    "ArimaPredictor",
+    "ConstantPredictor",
+    "HoltWintersPredictor",
+    "KalmanPredictor",
+    "Predictor",
+    "SelectorPredictor",
+    "build_predictor",
+    "build_single",
+    "season_length",
+]

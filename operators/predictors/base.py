@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
+from typing import Any
 
 
 class Predictor(ABC):
@@ -11,21 +13,52 @@ class Predictor(ABC):
 
     Intake rules shared by all predictors: a non-finite value counts as 0; zeros before the first
     non-zero value since construction (or since :meth:`reset_idle_skip`) are skipped, so a
-    deployment's idle start does not teach the model "zero demand". Forecasts are never negative.
-    The constructor stores parameters only; state is plain attributes that pickle.
+    deployment's idle start does not teach the model "zero demand". Negative values are clamped
+    to 0 (demand, ISL and OSL are never negative).
+
+    :meth:`forecast` never raises and never returns a negative or non-finite number: when the
+    model behind a predictor cannot produce a forecast it falls back to the last stored value and
+    records why in :attr:`fallback_reason` (``None`` when the last forecast came from the model).
+
+    The constructor stores parameters only (same-named attributes, so :meth:`params` and
+    :meth:`clone` work as in river); state is plain attributes that pickle.
+
+    >>> class Mean(Predictor):
+    ...     def _forecast(self) -> float:
+    ...         return sum(self.values) / len(self.values)
+    >>> p = Mean()
+    >>> for y in (0, 0, 4, float("nan"), 8):
+    ...     p.learn_one(y)
+    >>> p.values, p.forecast()
+    ([4.0, 0.0, 8.0], 4.0)
+    >>> Mean().forecast(), Mean().fallback_reason  # an empty mean divides by zero
+    (0.0, None)
     """
+
+    max_values: int | None = None
+    """Keep at most this many stored values (``None`` = all); subclasses bound their memory."""
 
     def __init__(self) -> None:
         self.values: list[float] = []
         self._seen_nonzero = False
+        self.fallback_reason: str | None = None
+
+    # --- intake -------------------------------------------------------------------------------
 
     def learn_one(self, y: float) -> None:
-        """Add the observation of one interval."""
-        value = float(y) if math.isfinite(y) else 0.0
+        """Add the observation of one interval (applies the intake rules first)."""
+        try:
+            value = float(y)
+        except (TypeError, ValueError):
+            value = 0.0
+        if not math.isfinite(value) or value < 0.0:
+            value = 0.0
         if value == 0.0 and not self._seen_nonzero:
             return
         self._seen_nonzero = True
         self.values.append(value)
+        if self.max_values is not None and len(self.values) > self.max_values:
+            del self.values[: len(self.values) - self.max_values]
         self._learn(value)
 
     def reset_idle_skip(self) -> None:
@@ -39,6 +72,47 @@ class Predictor(ABC):
     def _learn(self, value: float) -> None:  # noqa: B027 - optional hook
         """Hook for incremental state updates after ``value`` was stored."""
 
-    @abstractmethod
+    # --- forecast -----------------------------------------------------------------------------
+
     def forecast(self) -> float:
-        """The forecast for the next interval (>= 0)."""
+        """The forecast for the next interval (finite, >= 0); never raises."""
+        if not self.values:
+            self.fallback_reason = None
+            return 0.0
+        self.fallback_reason = None
+        try:
+            value = float(self._forecast())
+        except Exception as error:  # a model failure must never stop the planner
+            self.fallback_reason = f"{type(error).__name__}: {error}"[:200]
+            return self.last_value()
+        if not math.isfinite(value):
+            self.fallback_reason = "non-finite model forecast"
+            return self.last_value()
+        return max(0.0, value)
+
+    @abstractmethod
+    def _forecast(self) -> float:
+        """The model's forecast; only called with at least one stored value. May raise."""
+
+    # --- river-style parameters ---------------------------------------------------------------
+
+    def params(self) -> dict[str, Any]:
+        """The constructor arguments of this predictor (read back from same-named attributes)."""
+        names = [
+            name
+            for name, parameter in inspect.signature(type(self).__init__).parameters.items()
+            if name != "self" and parameter.kind is not parameter.VAR_KEYWORD
+        ]
+        return {name: getattr(self, name) for name in names}
+
+    def clone(self) -> Predictor:
+        """A fresh, untrained predictor with the same parameters (nested predictors cloned)."""
+
+        def fresh(value: Any) -> Any:
+            if isinstance(value, Predictor):
+                return value.clone()
+            if isinstance(value, tuple | list):
+                return type(value)(fresh(item) for item in value)
+            return value
+
+        return type(self)(**{name: fresh(value) for name, value in self.params().items()})

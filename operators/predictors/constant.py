@@ -15,5 +15,7 @@ class ConstantPredictor(Predictor):
     30.0
     """
 
-    def forecast(self) -> float:
+    max_values = 1024
+
+    def _forecast(self) -> float:
         return self.last_value()
