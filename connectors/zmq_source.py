@@ -1,0 +1,558 @@
+"""The live FPM input: a bytewax source that SUBscribes to engine publishers over ZMQ.
+
+Every engine (one per ``(worker_id, dp_rank)``) publishes a ZMQ message per forward pass, plus an
+idle heartbeat once a second, as frames ``[topic, seq, payload]`` (spec §2.2–§2.3; see
+:mod:`connectors.zmq_publisher`). :class:`ZmqFpmSource` subscribes to a set of such endpoints,
+each configured with the deployment and role of the engines behind it, and yields:
+
+* :class:`schemas.FpmBatchEvent` — every FPM of one engine drained in one poll, as compact rows
+  (or one :class:`schemas.FpmEvent` per FPM with ``group=False``). Event time is the system time
+  of the poll that received them (this source is live).
+* :class:`schemas.DeadLetter` — a message that is not exactly three frames, whose sequence frame
+  is not 8 bytes, or whose payload is not a valid FPM; the reason names the problem (the flow
+  counts dead letters). Nothing valid is dropped.
+
+Sequence numbers are tracked per endpoint (one PUB socket, one counter, as engines do): a jump
+forward counts the missing messages in ``flowplanner_fpm_sequence_gaps_total{endpoint}``; a jump
+backwards means the publisher restarted, which is not a gap. Engines are discovered from the FPMs
+themselves; one not heard from for ``engine_silence_seconds`` is logged as gone and leaves the
+``flowplanner_fpm_engines{deployment,role}`` gauge. The planner applies the same rule in event
+time (``PlannerConfig.engine_silence_seconds``): an engine whose latest FPM is older than that no
+longer counts, so no extra event is needed to drop it.
+
+Why a :class:`bytewax.inputs.DynamicSource`: a PUB/SUB stream cannot be replayed, so there is no
+resume position worth snapshotting (the advantage of fixed partitions); instead each worker takes
+every ``worker_count``-th endpoint and watches all of its sockets with one ``zmq.Poller``, so an
+idle fleet of many engines costs one poll per wake-up rather than one per endpoint.
+
+Decoding is strict — exactly :class:`schemas.ForwardPassMetrics` (non-negative integer counts,
+finite non-negative floats, no bools for ints, string worker ids) — and fast: a ``msgspec``
+mirror of the schema decodes and validates straight from msgpack; only when it rejects a payload
+does the pydantic model give the verdict (and the error message). A conformance test checks that
+both accept exactly the same payloads with the same values.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, NamedTuple
+
+import msgspec
+import zmq
+from bytewax.inputs import DynamicSource, StatelessSourcePartition
+from pydantic import ValidationError
+
+from connectors.pipeline_metrics import EVENTS_IN, FPM_ENGINES, FPM_ENGINES_EXPIRED, FPM_GAPS
+from schemas import (
+    DeadLetter,
+    EngineFpm,
+    ForwardPassMetrics,
+    FpmBatch,
+    FpmBatchEvent,
+    FpmEvent,
+    FpmRow,
+    Role,
+    fpm_from_row,
+    fpm_to_row,
+)
+
+log = logging.getLogger(__name__)
+
+ZmqItem = FpmBatchEvent | FpmEvent | DeadLetter
+"""What :class:`ZmqFpmSource` yields."""
+
+MAX_RAW_CHARS = 500
+"""Dead letters keep at most this much of the offending message."""
+
+_ROLES = ("prefill", "decode")
+
+
+class EndpointSpec(NamedTuple):
+    """One engine publisher to subscribe to, and what its engines are.
+
+    >>> EndpointSpec("tcp://10.0.0.5:20380", "llama", "decode").role
+    'decode'
+    """
+
+    url: str
+    deployment: str
+    role: Role
+
+
+def endpoint_specs(
+    endpoints: Mapping[str, tuple[str, Role]] | Iterable[EndpointSpec | tuple[str, str, str]],
+) -> list[EndpointSpec]:
+    """Normalise and check endpoint configuration; raises ``ValueError`` naming the problem.
+
+    >>> endpoint_specs({"ipc:///tmp/e0": ("llama", "prefill")})
+    [EndpointSpec(url='ipc:///tmp/e0', deployment='llama', role='prefill')]
+    """
+    if isinstance(endpoints, Mapping):
+        items = [EndpointSpec(url, *value) for url, value in endpoints.items()]
+    else:
+        items = [EndpointSpec(*item) for item in endpoints]
+    seen: set[str] = set()
+    for spec in items:
+        if not isinstance(spec.url, str) or not spec.url.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"endpoint {spec.url!r}: URL must start with tcp:// or ipc://")
+        if spec.url in seen:
+            raise ValueError(f"endpoint {spec.url!r} is listed twice")
+        if not isinstance(spec.deployment, str) or not spec.deployment:
+            raise ValueError(f"endpoint {spec.url!r}: deployment must be a non-empty string")
+        if spec.role not in _ROLES:
+            raise ValueError(
+                f"endpoint {spec.url!r}: role must be one of {_ROLES}, not {spec.role!r}"
+            )
+        seen.add(spec.url)
+    return items
+
+
+# --- the wire decoder ---------------------------------------------------------------------------
+
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Finite = Annotated[float, msgspec.Meta(ge=0.0, le=1.7976931348623157e308)]  # rejects NaN, inf
+
+
+class _WireScheduled(msgspec.Struct, frozen=True, gc=False):
+    num_prefill_requests: _Count = 0
+    sum_prefill_tokens: _Count = 0
+    var_prefill_length: _Finite = 0.0
+    sum_prefill_kv_tokens: _Count = 0
+    num_decode_requests: _Count = 0
+    sum_decode_kv_tokens: _Count = 0
+    var_decode_kv_tokens: _Finite = 0.0
+
+
+class _WireQueued(msgspec.Struct, frozen=True, gc=False):
+    num_prefill_requests: _Count = 0
+    sum_prefill_tokens: _Count = 0
+    var_prefill_length: _Finite = 0.0
+    num_decode_requests: _Count = 0
+    sum_decode_kv_tokens: _Count = 0
+    var_decode_kv_tokens: _Finite = 0.0
+
+
+class _WireFpm(msgspec.Struct, frozen=True, gc=False):
+    version: _Count = 0
+    worker_id: str = ""
+    dp_rank: _Count = 0
+    counter_id: _Count = 0
+    wall_time: _Finite = 0.0
+    scheduled_requests: _WireScheduled = _WireScheduled()
+    queued_requests: _WireQueued = _WireQueued()
+
+
+class FpmDecodeError(ValueError):
+    """A payload that is not a valid ForwardPassMetrics; the message says why."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line naming each failing field.
+
+    >>> try:
+    ...     ForwardPassMetrics.model_validate({"dp_rank": -1})
+    ... except ValidationError as exc:
+    ...     print(describe_validation_error(exc))
+    dp_rank: Input should be greater than or equal to 0
+    """
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "; ".join(parts)
+
+
+class FpmWireDecoder:
+    """Strict msgpack → FPM row decoding (msgspec fast path, pydantic verdict on rejection).
+
+    :meth:`decode` returns ``(worker_id, dp_rank, row)`` with the row laid out as
+    ``schemas.FPM_BATCH_COLUMNS`` (event time first), or raises :class:`FpmDecodeError` whose
+    message is the pydantic model's own (field path and reason).
+
+    >>> from connectors.zmq_publisher import encode_fpm
+    >>> decoder = FpmWireDecoder()
+    >>> worker, rank, row = decoder.decode(encode_fpm(ForwardPassMetrics(worker_id="w1",
+    ...                                               wall_time=0.02)), 5.0)
+    >>> worker, rank, row[:3]
+    ('w1', 0, (5.0, 0, 0.02))
+    >>> import msgpack
+    >>> try:
+    ...     decoder.decode(msgpack.packb({"wall_time": -1.0}), 5.0)
+    ... except FpmDecodeError as exc:
+    ...     print(exc)
+    invalid FPM: wall_time: Input should be greater than or equal to 0
+    """
+
+    def __init__(self) -> None:
+        self._decoder = msgspec.msgpack.Decoder(_WireFpm)
+
+    def decode(self, payload: bytes | memoryview, time: float) -> tuple[str, int, FpmRow]:
+        """Decode one payload received at ``time``."""
+        try:
+            m = self._decoder.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            fpm = self.verdict(bytes(payload))
+            return fpm.worker_id, fpm.dp_rank, fpm_to_row(time, fpm)
+        s, q = m.scheduled_requests, m.queued_requests
+        return (
+            m.worker_id,
+            m.dp_rank,
+            (
+                time,
+                m.counter_id,
+                m.wall_time,
+                s.num_prefill_requests,
+                s.sum_prefill_tokens,
+                s.var_prefill_length,
+                s.sum_prefill_kv_tokens,
+                s.num_decode_requests,
+                s.sum_decode_kv_tokens,
+                s.var_decode_kv_tokens,
+                q.num_prefill_requests,
+                q.sum_prefill_tokens,
+                q.var_prefill_length,
+                q.num_decode_requests,
+                q.sum_decode_kv_tokens,
+                q.var_decode_kv_tokens,
+            ),
+        )
+
+    @staticmethod
+    def verdict(payload: bytes) -> ForwardPassMetrics:
+        """The schema's own decision on a payload (slow path); raises :class:`FpmDecodeError`."""
+        try:
+            return ForwardPassMetrics.from_msgpack(payload)
+        except ValidationError as exc:
+            raise FpmDecodeError(f"invalid FPM: {describe_validation_error(exc)}") from None
+        except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ...)
+            raise FpmDecodeError(f"undecodable FPM payload (not msgpack): {exc}") from None
+
+
+# --- engine discovery and expiry ----------------------------------------------------------------
+
+EngineKey = tuple[str, Role, str, int]
+"""``(deployment, role, worker_id, dp_rank)``."""
+
+
+class EngineRegistry:
+    """Engines heard from recently: discovery on first FPM, expiry after a silence.
+
+    Times are whatever clock the caller uses (seconds); nothing here reads a clock.
+
+    >>> engines = EngineRegistry(silence_seconds=3.0)
+    >>> engines.seen(("llama", "decode", "w1", 0), 10.0)
+    True
+    >>> engines.seen(("llama", "decode", "w1", 0), 11.0)
+    False
+    >>> engines.expire(13.5), engines.expire(14.5)
+    ([], [('llama', 'decode', 'w1', 0)])
+    """
+
+    def __init__(self, silence_seconds: float) -> None:
+        if not (silence_seconds > 0 and math.isfinite(silence_seconds)):
+            raise ValueError(f"engine silence must be a positive number, got {silence_seconds}")
+        self.silence_seconds = silence_seconds
+        self.last_seen: dict[EngineKey, float] = {}
+
+    def seen(self, key: EngineKey, now: float) -> bool:
+        """Record an FPM of ``key`` at ``now``; True when the engine is new (discovered)."""
+        new = key not in self.last_seen
+        self.last_seen[key] = now
+        return new
+
+    def expire(self, now: float) -> list[EngineKey]:
+        """Forget and return the engines silent for more than ``silence_seconds`` at ``now``."""
+        limit = now - self.silence_seconds
+        gone = [key for key, last in self.last_seen.items() if last < limit]
+        for key in gone:
+            del self.last_seen[key]
+        return gone
+
+
+# --- the bytewax source -------------------------------------------------------------------------
+
+
+@dataclass
+class _Subscription:
+    spec: EndpointSpec
+    socket: zmq.Socket
+    last_seq: int | None = None
+    received: int = 0
+    gaps: int = 0
+
+
+@dataclass(frozen=True)
+class _Options:
+    batch_size: int
+    engine_silence_seconds: float
+    group: bool
+    idle_poll_seconds: float
+    receive_buffer: int
+    stop_after: int | None
+    clock: Callable[[], float]
+
+
+def _preview(frames: Sequence[bytes]) -> str:
+    return repr([frame[:MAX_RAW_CHARS] for frame in frames])[:MAX_RAW_CHARS]
+
+
+@dataclass
+class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
+    specs: list[EndpointSpec]
+    options: _Options
+    _subscriptions: dict[zmq.Socket, _Subscription] = field(default_factory=dict)
+    _poller: zmq.Poller = field(default_factory=zmq.Poller)
+    _engines: EngineRegistry | None = None
+    _decoder: FpmWireDecoder = field(default_factory=FpmWireDecoder)
+    _next_awake: datetime | None = None
+    _next_expiry_check: float = 0.0
+
+    def __post_init__(self) -> None:
+        context = zmq.Context.instance()
+        self._engines = EngineRegistry(self.options.engine_silence_seconds)
+        for spec in self.specs:
+            socket = context.socket(zmq.SUB)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.RCVHWM, self.options.receive_buffer)
+            socket.setsockopt(zmq.SUBSCRIBE, b"")
+            socket.connect(spec.url)
+            self._subscriptions[socket] = _Subscription(spec, socket)
+            self._poller.register(socket, zmq.POLLIN)
+            log.info("subscribed to FPM publisher %s (%s/%s)", spec.url, *spec[1:])
+
+    def next_batch(self) -> list[ZmqItem]:
+        if not self._subscriptions:
+            raise StopIteration
+        options = self.options
+        now = options.clock()
+        items: list[ZmqItem] = []
+        for socket, _event in self._poller.poll(0):
+            self._drain(self._subscriptions[socket], now, items)
+        if now >= self._next_expiry_check:
+            self._expire(now)
+        self._next_awake = (
+            None if items else datetime.now(UTC) + timedelta(seconds=options.idle_poll_seconds)
+        )
+        return items
+
+    def next_awake(self) -> datetime | None:
+        return self._next_awake
+
+    def _drain(self, sub: _Subscription, now: float, items: list[ZmqItem]) -> None:
+        options = self.options
+        limit = options.batch_size
+        if options.stop_after is not None:
+            limit = min(limit, options.stop_after - sub.received)
+        recv = sub.socket.recv
+        decode = self._decoder.decode
+        groups: dict[tuple[str, int], list[FpmRow]] = {}
+        last_seq = sub.last_seq
+        gaps = 0
+        count = 0
+        while count < limit:
+            try:
+                topic = recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            count += 1
+            frames = [topic]
+            while frames[-1].more and len(frames) < 3:
+                frames.append(recv(copy=False))
+            if len(frames) < 3 or frames[2].more:
+                while frames[-1].more:
+                    frames.append(recv(copy=False))
+                items.append(
+                    self._dead(
+                        sub,
+                        None,
+                        f"malformed ZMQ message: expected 3 frames "
+                        f"[topic, seq, payload], got {len(frames)}",
+                        frames,
+                    )
+                )
+                continue
+            seq_frame = frames[1].bytes
+            if len(seq_frame) != 8:
+                items.append(
+                    self._dead(
+                        sub,
+                        None,
+                        f"malformed ZMQ message: sequence frame must be 8 "
+                        f"bytes (big-endian), got {len(seq_frame)}",
+                        frames,
+                    )
+                )
+                continue
+            seq = int.from_bytes(seq_frame, "big")
+            if last_seq is not None:
+                if seq > last_seq + 1:
+                    gaps += seq - last_seq - 1
+                elif seq <= last_seq:
+                    log.info(
+                        "FPM publisher %s restarted (seq %d after %d)", sub.spec.url, seq, last_seq
+                    )
+            last_seq = seq
+            try:
+                worker_id, dp_rank, row = decode(frames[2].buffer, now)
+            except FpmDecodeError as exc:
+                items.append(self._dead(sub, seq, str(exc), frames))
+                continue
+            rows = groups.get((worker_id, dp_rank))
+            if rows is None:
+                groups[(worker_id, dp_rank)] = [row]
+            else:
+                rows.append(row)
+        sub.last_seq = last_seq
+        sub.received += count
+        if count:
+            EVENTS_IN.labels(source="zmq").inc(count)
+        if gaps:
+            sub.gaps += gaps
+            FPM_GAPS.labels(endpoint=sub.spec.url).inc(gaps)
+            log.warning("FPM publisher %s: %d messages lost", sub.spec.url, gaps)
+        self._emit(sub.spec, now, groups, items)
+        if options.stop_after is not None and sub.received >= options.stop_after:
+            self._unsubscribe(sub)
+
+    def _emit(
+        self,
+        spec: EndpointSpec,
+        now: float,
+        groups: dict[tuple[str, int], list[FpmRow]],
+        items: list[ZmqItem],
+    ) -> None:
+        engines = self._engines
+        assert engines is not None
+        deployment, role = spec.deployment, spec.role
+        for (worker_id, dp_rank), rows in groups.items():
+            key = (deployment, role, worker_id, dp_rank)
+            if engines.seen(key, now):
+                FPM_ENGINES.labels(deployment=deployment, role=role).inc()
+                log.info(
+                    "discovered engine %s/%s worker %r dp_rank %d at %s",
+                    deployment,
+                    role,
+                    worker_id,
+                    dp_rank,
+                    spec.url,
+                )
+            if self.options.group:
+                batch = FpmBatch.model_construct(
+                    role=role, worker_id=worker_id, dp_rank=dp_rank, rows=rows
+                )
+                items.append(FpmBatchEvent(deployment=deployment, time=now, payload=batch))
+            else:
+                items.extend(
+                    FpmEvent(
+                        deployment=deployment,
+                        time=now,
+                        payload=EngineFpm(role=role, fpm=fpm_from_row(worker_id, dp_rank, row)),
+                    )
+                    for row in rows
+                )
+
+    def _dead(
+        self, sub: _Subscription, seq: int | None, reason: str, frames: Sequence[zmq.Frame]
+    ) -> DeadLetter:
+        return DeadLetter(
+            source=sub.spec.url,
+            position=seq,
+            reason=reason,
+            raw=_preview([frame.bytes for frame in frames]),
+            deployment=sub.spec.deployment,
+        )
+
+    def _expire(self, now: float) -> None:
+        engines = self._engines
+        assert engines is not None
+        for deployment, role, worker_id, dp_rank in engines.expire(now):
+            FPM_ENGINES.labels(deployment=deployment, role=role).dec()
+            FPM_ENGINES_EXPIRED.labels(deployment=deployment, role=role).inc()
+            log.warning(
+                "engine %s/%s worker %r dp_rank %d silent for more than %ss: gone",
+                deployment,
+                role,
+                worker_id,
+                dp_rank,
+                engines.silence_seconds,
+            )
+        self._next_expiry_check = now + min(engines.silence_seconds / 4, 1.0)
+
+    def _unsubscribe(self, sub: _Subscription) -> None:
+        self._poller.unregister(sub.socket)
+        sub.socket.close(linger=0)
+        del self._subscriptions[sub.socket]
+
+    def close(self) -> None:
+        for sub in list(self._subscriptions.values()):
+            self._unsubscribe(sub)
+        engines = self._engines
+        if engines is not None:
+            for deployment, role, _worker, _rank in engines.last_seen:
+                FPM_ENGINES.labels(deployment=deployment, role=role).dec()
+            engines.last_seen.clear()
+
+
+class ZmqFpmSource(DynamicSource[ZmqItem]):
+    """Bytewax source of live FPMs from ZMQ engine publishers (see the module docstring).
+
+    ``endpoints`` maps ``url → (deployment, role)`` or lists :class:`EndpointSpec`. With N
+    workers, worker ``i`` subscribes to endpoints ``i, i+N, …``.
+
+    * ``batch_size`` — at most this many messages per endpoint per poll (bytewax throughput
+      collapses with tiny batches; all FPMs of one engine in a poll become one FpmBatchEvent).
+    * ``engine_silence_seconds`` — an engine not heard from this long is gone (heartbeats come
+      once a second).
+    * ``group`` — False yields one FpmEvent per FPM instead of FpmBatchEvents.
+    * ``idle_poll_seconds`` — how long to sleep after a poll that found nothing.
+    * ``receive_buffer`` — SUB socket RCVHWM in messages (0 = unlimited); past it ZMQ drops,
+      which shows up as sequence gaps.
+    * ``stop_after`` — end after this many messages per endpoint (tests and benchmarks; live
+      runs leave it None and never end).
+    * ``clock`` — seconds since the epoch; the event time of received FPMs.
+
+    >>> source = ZmqFpmSource({"tcp://127.0.0.1:20380": ("llama", "decode")}, batch_size=512)
+    >>> [spec.deployment for spec in source.endpoints]
+    ['llama']
+    """
+
+    def __init__(
+        self,
+        endpoints: Mapping[str, tuple[str, Role]] | Iterable[EndpointSpec],
+        *,
+        batch_size: int = 1000,
+        engine_silence_seconds: float = 3.0,
+        group: bool = True,
+        idle_poll_seconds: float = 0.01,
+        receive_buffer: int = 100_000,
+        stop_after: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoints = endpoint_specs(endpoints)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not idle_poll_seconds > 0:
+            raise ValueError(f"idle_poll_seconds must be > 0, got {idle_poll_seconds}")
+        if receive_buffer < 0:
+            raise ValueError(f"receive_buffer must be >= 0, got {receive_buffer}")
+        if stop_after is not None and stop_after < 1:
+            raise ValueError(f"stop_after must be >= 1 or None, got {stop_after}")
+        EngineRegistry(engine_silence_seconds)  # validates
+        self.options = _Options(
+            batch_size=batch_size,
+            engine_silence_seconds=engine_silence_seconds,
+            group=group,
+            idle_poll_seconds=idle_poll_seconds,
+            receive_buffer=receive_buffer,
+            stop_after=stop_after,
+            clock=clock,
+        )
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _ZmqPartition:
+        mine = self.endpoints[worker_index::worker_count]
+        return _ZmqPartition(mine, self.options)

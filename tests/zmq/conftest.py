@@ -1,0 +1,34 @@
+"""Fixtures of the ZMQ tests: endpoint URLs on free loopback ports or fresh IPC paths."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def free_tcp_url() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(params=["tcp", "ipc"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def new_url(tmp_path: Path, transport: str) -> Callable[[], str]:
+    """A factory of unused endpoint URLs of the test's transport."""
+    counter = itertools.count()
+
+    def make() -> str:
+        if transport == "tcp":
+            return free_tcp_url()
+        return f"ipc://{tmp_path}/fpm-{next(counter)}.sock"
+
+    return make

@@ -1,0 +1,241 @@
+"""ZmqFpmSource end to end: publisher process → ZMQ (tcp and ipc) → real bytewax run → items."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+import msgpack
+import pytest
+from prometheus_client import REGISTRY
+
+from connectors.zmq_publisher import encode_fpm
+from connectors.zmq_source import ZmqFpmSource
+from schemas import DeadLetter, ForwardPassMetrics, FpmBatchEvent, FpmEvent
+from tests.zmq.flow_run import run_source
+from tests.zmq.publisher_process import PublisherProcess
+
+
+def fpm_fields(worker_id: str, dp_rank: int = 0, step: int = 0) -> dict:
+    """A distinct, fully populated FPM (as constructor fields)."""
+    return {
+        "worker_id": worker_id,
+        "dp_rank": dp_rank,
+        "wall_time": 0.01 + step / 1000,
+        "scheduled_requests": {
+            "num_prefill_requests": step % 3,
+            "sum_prefill_tokens": 512 * step,
+            "var_prefill_length": 1.5 * step,
+            "sum_prefill_kv_tokens": 7 * step,
+            "num_decode_requests": 8 + step,
+            "sum_decode_kv_tokens": 9000 + step,
+            "var_decode_kv_tokens": 2.25 * step,
+        },
+        "queued_requests": {
+            "num_prefill_requests": step,
+            "sum_prefill_tokens": 4096 * step,
+            "var_prefill_length": 0.5,
+            "num_decode_requests": 1,
+            "sum_decode_kv_tokens": 100 + step,
+            "var_decode_kv_tokens": 3.0,
+        },
+    }
+
+
+def expected_fpm(fields: dict, seq: int) -> ForwardPassMetrics:
+    """What a subscriber must reconstruct: the publisher stamps counter_id with the sequence."""
+    return ForwardPassMetrics.model_validate({**fields, "counter_id": seq})
+
+
+def fpms_by_engine(items: list) -> dict[tuple[str, int], list[ForwardPassMetrics]]:
+    engines: dict[tuple[str, int], list[ForwardPassMetrics]] = {}
+    for item in items:
+        if isinstance(item, FpmBatchEvent):
+            batch = item.payload
+            engines.setdefault((batch.worker_id, batch.dp_rank), []).extend(
+                batch.fpm(i) for i in range(len(batch.rows))
+            )
+    return engines
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str]) -> None:
+    url = new_url()
+    plan = [("w1", 0), ("w1", 1), ("w1", 0), ("w2", 0), ("w1", 1), ("w1", 0)]
+    steps = [("clock", 1234.5)] + [
+        ("fpm", 0, fpm_fields(w, r, step)) for step, (w, r) in enumerate(plan)
+    ]
+    publisher = PublisherProcess([url], steps)
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=len(plan), clock=publisher.now)
+    events_before = metric("flowplanner_events_in_total", source="zmq")
+
+    items = run_source(source, publisher)
+
+    assert all(isinstance(item, FpmBatchEvent) for item in items)
+    assert {(i.deployment, i.payload.role, i.time) for i in items} == {("llama", "decode", 1234.5)}
+    expected: dict[tuple[str, int], list[ForwardPassMetrics]] = {}
+    for seq, (step, (w, r)) in enumerate(enumerate(plan)):
+        expected.setdefault((w, r), []).append(expected_fpm(fpm_fields(w, r, step), seq))
+    assert fpms_by_engine(items) == expected
+    assert metric("flowplanner_events_in_total", source="zmq") - events_before == len(plan)
+
+
+def test_ungrouped_mode_yields_one_fpm_event_per_forward_pass(
+    new_url: Callable[[], str],
+) -> None:
+    url = new_url()
+    steps = [("clock", 50.0)] + [("fpm", 0, fpm_fields("p0", 0, step)) for step in range(3)]
+    publisher = PublisherProcess([url], steps)
+    source = ZmqFpmSource(
+        [(url, "disagg", "prefill")], group=False, stop_after=3, clock=publisher.now
+    )
+
+    items = run_source(source, publisher)
+
+    assert all(isinstance(item, FpmEvent) for item in items)
+    assert [item.payload.role for item in items] == ["prefill"] * 3
+    fpms = [item.payload.fpm for item in items]
+    assert fpms == [expected_fpm(fpm_fields("p0", 0, step), step) for step in range(3)]
+
+
+@pytest.mark.parametrize("transport", ["tcp"])
+def test_two_workers_each_subscribe_their_own_endpoints(new_url: Callable[[], str]) -> None:
+    urls = [new_url() for _ in range(3)]
+    steps = [("clock", 10.0)] + [
+        ("fpm", index, fpm_fields(f"w{index}", 0, step)) for step in range(4) for index in range(3)
+    ]
+    publisher = PublisherProcess(urls, steps)
+    endpoints = {url: (f"dep{index}", "decode") for index, url in enumerate(urls)}
+    source = ZmqFpmSource(endpoints, stop_after=4, clock=publisher.now)
+
+    items = run_source(source, publisher, workers=2)
+
+    rows: dict[str, int] = {}
+    for item in items:
+        rows[item.deployment] = rows.get(item.deployment, 0) + len(item.payload.rows)
+    assert rows == {"dep0": 4, "dep1": 4, "dep2": 4}  # each endpoint read once, nothing lost
+
+
+def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
+    new_url: Callable[[], str],
+) -> None:
+    url = new_url()
+    good = encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.02))
+    seq = (5).to_bytes(8, "big")
+    steps = [
+        ("clock", 99.0),
+        ("fpm", 0, fpm_fields("w1")),  # seq 0
+        ("frames", 0, [b"lonely"]),
+        ("frames", 0, [b"", seq]),
+        ("frames", 0, [b"", seq, good, b"extra"]),
+        ("frames", 0, [b"", b"\x00\x01", good]),
+        ("payload", 0, b"\xc1 not msgpack"),  # seq 1
+        ("payload", 0, msgpack.packb({"scheduled_requests": {"num_decode_requests": -3}})),  # 2
+        ("payload", 0, msgpack.packb({"worker_id": "w1", "dp_rank": True})),  # seq 3
+        ("payload", 0, msgpack.packb([1, 2, 3])),  # seq 4
+        ("payload", 0, good + b"\x00"),  # seq 5: trailing bytes
+        ("fpm", 0, fpm_fields("w1", step=1)),  # seq 6
+    ]
+    publisher = PublisherProcess([url], steps)
+    source = ZmqFpmSource(
+        {url: ("llama", "decode")}, stop_after=len(steps) - 1, clock=publisher.now
+    )
+
+    items = run_source(source, publisher)
+
+    letters = [item for item in items if isinstance(item, DeadLetter)]
+    reasons = [letter.reason for letter in letters]
+    assert reasons[:4] == [
+        "malformed ZMQ message: expected 3 frames [topic, seq, payload], got 1",
+        "malformed ZMQ message: expected 3 frames [topic, seq, payload], got 2",
+        "malformed ZMQ message: expected 3 frames [topic, seq, payload], got 4",
+        "malformed ZMQ message: sequence frame must be 8 bytes (big-endian), got 2",
+    ]
+    assert reasons[4].startswith("undecodable FPM payload (not msgpack):")
+    assert reasons[5] == (
+        "invalid FPM: scheduled_requests.num_decode_requests: "
+        "Input should be greater than or equal to 0"
+    )
+    assert reasons[6] == "invalid FPM: dp_rank: Input should be a valid integer"
+    assert reasons[7].startswith("invalid FPM: Input should be a valid dictionary")
+    assert reasons[8].startswith("undecodable FPM payload (not msgpack):")
+    assert [letter.position for letter in letters] == [None, None, None, None, 1, 2, 3, 4, 5]
+    assert {(letter.source, letter.deployment) for letter in letters} == {(url, "llama")}
+    assert "lonely" in letters[0].raw
+    assert fpms_by_engine(items) == {
+        ("w1", 0): [expected_fpm(fpm_fields("w1"), 0), expected_fpm(fpm_fields("w1", step=1), 6)]
+    }
+    assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 0
+
+
+def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
+    new_url: Callable[[], str],
+) -> None:
+    url = new_url()
+    steps = [
+        ("clock", 7.0),
+        ("fpm", 0, fpm_fields("w1", step=0)),  # seq 0
+        ("fpm", 0, fpm_fields("w1", step=1)),  # seq 1
+        ("skip", 0, 3),
+        ("fpm", 0, fpm_fields("w1", step=2)),  # seq 5: 3 lost
+        ("skip", 0, 1),
+        ("fpm", 0, fpm_fields("w1", step=3)),  # seq 7: 1 lost
+        ("reset_seq", 0),
+        ("fpm", 0, fpm_fields("w1", step=4)),  # seq 0: publisher restarted
+        ("fpm", 0, fpm_fields("w1", step=5)),  # seq 1
+    ]
+    publisher = PublisherProcess([url], steps)
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=6, clock=publisher.now)
+
+    items = run_source(source, publisher)
+
+    counters = [fpm.counter_id for fpm in fpms_by_engine(items)[("w1", 0)]]
+    assert counters == [0, 1, 5, 7, 0, 1]
+    assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 4
+
+
+def test_engines_are_discovered_and_expire_after_silence(
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    url = new_url()
+    deployment = f"dep-{uuid.uuid4().hex[:8]}"
+    steps = [
+        ("clock", 1000.0),
+        ("fpm", 0, fpm_fields("w1")),
+        ("fpm", 0, fpm_fields("w2")),
+        ("await_seen", 2),
+        ("clock", 1002.0),
+        ("fpm", 0, {"worker_id": "w1"}),  # heartbeat keeps w1 alive
+        ("await_seen", 3),
+        ("clock", 1004.5),  # w2 silent for 4.5 s > 3 s; w1 for 2.5 s
+        ("fpm", 0, {"worker_id": "w1"}),
+        ("await_seen", 4),
+        ("clock", 1005.0),
+        ("fpm", 0, fpm_fields("w2")),  # w2 is back: discovered again
+    ]
+    publisher = PublisherProcess([url], steps)
+    source = ZmqFpmSource(
+        {url: (deployment, "decode")},
+        engine_silence_seconds=3.0,
+        stop_after=5,
+        clock=publisher.now,
+    )
+
+    with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
+        items = run_source(source, publisher)
+
+    assert sum(len(item.payload.rows) for item in items) == 5
+    ours = [r for r in caplog.records if r.args and r.args[0] == deployment]
+    discovered = [r.args[2] for r in ours if r.msg.startswith("discovered engine")]
+    gone = [r.args[2] for r in ours if r.msg.endswith(": gone")]
+    assert discovered == ["w1", "w2", "w2"]
+    assert gone == ["w2"]
+    assert (
+        metric("flowplanner_fpm_engines_expired_total", deployment=deployment, role="decode") == 1
+    )
+    # the run ended: its engines no longer count as live
+    assert metric("flowplanner_fpm_engines", deployment=deployment, role="decode") == 0
