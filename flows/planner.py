@@ -1,0 +1,209 @@
+"""The planner dataflow: inputs → admission → per-deployment tick windows → planner → sinks.
+
+::
+
+    inputs ─► admit ─┬─► dead letters (invalid, unknown deployment, bad role)
+                     └─► key by deployment
+                          ─► fold_window (tumbling, event time) ─┬─► late ─► dead letters
+                          ─► planner (stateful, one per key)     │
+                          ─► tick records ─► decisions           ┘
+
+Ticks come from the data's event time; a window ticks once event time passes its end (an
+input that ends mid-window leaves that window open rather than ticking on partial data).
+With ``live=False`` (recorded streams, bounded Kafka reads, the simulator) the watermark is
+the newest event time seen minus the allowed lateness and nothing depends on the host clock,
+so a replay reproduces its decisions bit for bit at any speed and with any number of workers.
+With ``live=True`` the watermark also advances with system time, so windows close (and the
+planner ticks) even when inputs go quiet.
+
+The window length is the greatest common divisor of every deployment's tick intervals (load,
+and throughput when enabled), at millisecond resolution; a deployment whose cadence is longer
+simply folds several windows into one tick.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import Source
+from bytewax.operators.windowing import EventClock, TumblingWindower, fold_window
+from bytewax.outputs import FixedPartitionedSink, Sink
+
+from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT
+from flows.clock import CompleteWindowsClock
+from operators.admission import Admission
+from operators.deployment import DeploymentPlanner
+from operators.window import TickWindow, fold_event, merge_windows
+from schemas import (
+    DeadLetter,
+    Event,
+    ForwardPassMetrics,
+    PlannerConfig,
+    Role,
+    ScalingDecision,
+    TickRecord,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def event_time(event: Event) -> datetime:
+    """Event time as an aware UTC datetime (what bytewax's clocks need)."""
+    return EPOCH + timedelta(seconds=event.time)
+
+
+def _frozen_now() -> datetime:
+    return EPOCH
+
+
+def _never_wake(_timestamp: datetime) -> None:
+    return None
+
+
+def window_seconds(configs: dict[str, PlannerConfig]) -> float:
+    """The tick window: gcd of all enabled tick intervals, in seconds (ms resolution).
+
+    >>> window_seconds({"a": PlannerConfig(optimization_target="sla", enable_load_scaling=True)})
+    5.0
+    """
+    millis = 0
+    for config in configs.values():
+        millis = math.gcd(millis, round(config.load_adjustment_interval_seconds * 1000))
+        if config.enable_throughput_scaling:
+            millis = math.gcd(millis, round(config.throughput_adjustment_interval_seconds * 1000))
+    return millis / 1000
+
+
+@dataclass
+class PlannerSinks:
+    """Where the flow's outputs go (each list may be empty)."""
+
+    decisions: list[Sink] = field(default_factory=list)
+    ticks: list[Sink] = field(default_factory=list)
+    dead_letters: list[Sink] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _PlannerStep:
+    configs: dict[str, PlannerConfig]
+    window_s: float
+    bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
+
+    def __call__(
+        self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
+    ) -> tuple[DeploymentPlanner, TickRecord]:
+        deployment, end_s, window = closed
+        if planner is None:
+            planner = DeploymentPlanner(
+                deployment,
+                self.configs[deployment],
+                self.window_s,
+                bootstrap=self.bootstrap.get(deployment),
+            )
+        return planner, planner.on_window(end_s, window)
+
+
+def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
+    deployment, (_window, event) = deployment_and_late
+    return DeadLetter(
+        source="window",
+        reason=f"late: event time {event.time} is behind the planner's watermark",
+        raw=event.model_dump_json()[:500],
+        deployment=deployment,
+    )
+
+
+def _count_dead_letter(letter: DeadLetter) -> DeadLetter:
+    DEAD_LETTERS.labels(kind=letter.reason.split(":")[0].split(" ")[0]).inc()
+    return letter
+
+
+def _count_decision(decision: ScalingDecision) -> ScalingDecision:
+    DECISIONS_OUT.labels(deployment=decision.deployment).inc()
+    return decision
+
+
+def build_flow(
+    configs: dict[str, PlannerConfig],
+    inputs: Sequence[Source],
+    sinks: PlannerSinks,
+    *,
+    live: bool = False,
+    bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]] | None = None,
+    name: str = "flowplanner",
+) -> Dataflow:
+    """Build the planner dataflow for ``configs`` (deployment name → config).
+
+    ``bootstrap`` gives benchmark FPMs per deployment and role (from a pre-deployment profile)
+    to warm the perf models before live data arrives.
+    """
+    if not configs:
+        raise ValueError("no deployments configured")
+    if not inputs:
+        raise ValueError("no inputs")
+    flow = Dataflow(name)
+    streams = [op.input(f"input_{i}", flow, source) for i, source in enumerate(inputs)]
+    raw = streams[0] if len(streams) == 1 else op.merge("merge_inputs", *streams)
+
+    admitted = op.map("admit", raw, Admission(configs))
+    valid = op.branch("valid", admitted, lambda item: not isinstance(item, DeadLetter))
+    keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
+
+    window_s = window_seconds(configs)
+    lateness = timedelta(seconds=max(c.allowed_lateness_seconds for c in configs.values()))
+    if live:
+        clock = EventClock(event_time, wait_for_system_duration=lateness)
+    else:
+        clock = EventClock(
+            event_time,
+            wait_for_system_duration=lateness,
+            now_getter=_frozen_now,
+            to_system_utc=_never_wake,
+        )
+    windows = fold_window(
+        "tick_window",
+        keyed,
+        CompleteWindowsClock(clock),
+        TumblingWindower(length=timedelta(seconds=window_s), align_to=EPOCH),
+        TickWindow,
+        fold_event,
+        merge_windows,
+    )
+    closed = op.map(
+        "window_closed",
+        windows.down,
+        lambda kv: (kv[0], (kv[0], (kv[1][0] + 1) * window_s, kv[1][1])),
+    )
+    records = op.stateful_map("planner", closed, _PlannerStep(configs, window_s, bootstrap or {}))
+    tick_records = op.map("tick_records", records, lambda kv: kv[1])
+    decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)
+    decisions = op.map("count_decisions", decisions, _count_decision)
+
+    late = op.map("late_letters", windows.late, _late)
+    dead = op.merge("dead_letters", valid.falses, late)
+    dead = op.map("count_dead_letters", dead, _count_dead_letter)
+
+    for kind, stream, kind_sinks in (
+        ("decisions", decisions, sinks.decisions),
+        ("ticks", tick_records, sinks.ticks),
+        ("dead_letters", dead, sinks.dead_letters),
+    ):
+        for i, sink in enumerate(kind_sinks):
+            _output(f"{kind}_out_{i}", stream, sink)
+    return flow
+
+
+def _route_key(record: ScalingDecision | TickRecord | DeadLetter) -> str:
+    return record.deployment or ""
+
+
+def _output(step_id: str, stream: op.Stream, sink: Sink) -> None:
+    # Fixed-partitioned sinks route (key, value) pairs; dynamic sinks take the records as is.
+    if isinstance(sink, FixedPartitionedSink):
+        stream = op.key_on(f"{step_id}_route", stream, _route_key)
+    op.output(step_id, stream, sink)

@@ -1,0 +1,89 @@
+"""Admission of inputs: decode, validate, and dead-letter what the planner cannot use.
+
+Every input is either admitted as a typed event or turned into a :class:`schemas.DeadLetter`
+whose reason says what was wrong and where; nothing raises. Rejected: malformed JSON, schema
+violations (wrong types, NaN or negative counts — the message names the field), deployments the
+config does not know, and engine roles the deployment's mode does not have.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from schemas import (
+    DeadLetter,
+    Event,
+    FpmBatchEvent,
+    FpmEvent,
+    PlannerConfig,
+    RawEvent,
+    parse_event,
+)
+
+MAX_RAW_CHARS = 500
+"""Dead letters keep at most this much of the offending input."""
+
+
+def describe(error: ValidationError) -> str:
+    """A one-line reason naming each failing field.
+
+    >>> from schemas import parse_event
+    >>> try:
+    ...     parse_event('{"type":"clock","deployment":"d","time":"soon"}')
+    ... except ValidationError as exc:
+    ...     print(describe(exc))
+    clock.time: Input should be a valid number, unable to parse string as a number
+    """
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "; ".join(parts)
+
+
+class Admission:
+    """Decides, per input item, between an admitted event and a dead letter.
+
+    >>> from schemas import RawEvent, PlannerConfig
+    >>> admit = Admission({"llama": PlannerConfig(mode="agg")})
+    >>> admit(RawEvent("in.jsonl", 1, '{"type":"clock","deployment":"llama","time":1}')).type
+    'clock'
+    >>> admit(RawEvent("in.jsonl", 2, '{"type":"clock","deployment":"x","time":1}')).reason
+    "unknown deployment 'x'"
+    """
+
+    def __init__(self, configs: dict[str, PlannerConfig]) -> None:
+        self.configs = configs
+
+    def __call__(self, item: RawEvent | Event | DeadLetter) -> Event | DeadLetter:
+        if isinstance(item, DeadLetter):
+            return item
+        if isinstance(item, RawEvent):
+            try:
+                event = parse_event(item.data)
+            except ValidationError as exc:
+                return self._reject(item, f"invalid event: {describe(exc)}")
+        else:
+            event = item
+        config = self.configs.get(event.deployment)
+        if config is None:
+            return self._reject(item, f"unknown deployment {event.deployment!r}", event)
+        if isinstance(event, FpmEvent | FpmBatchEvent) and event.payload.role not in config.roles:
+            reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
+            return self._reject(item, reason, event)
+        return event
+
+    @staticmethod
+    def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:
+        if isinstance(item, RawEvent):
+            raw = item.data.decode(errors="replace") if isinstance(item.data, bytes) else item.data
+            source, position = item.source, item.position
+        else:
+            raw, source, position = item.model_dump_json(), "typed", None
+        return DeadLetter(
+            source=source,
+            position=position,
+            reason=reason,
+            raw=raw.strip()[:MAX_RAW_CHARS],
+            deployment=event.deployment if event is not None else None,
+        )

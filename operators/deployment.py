@@ -1,0 +1,266 @@
+"""One deployment's planner inside the dataflow: closed tick windows in, tick records out.
+
+:class:`DeploymentPlanner` is the state of bytewax's stateful step (one per deployment key). It
+keeps what outlives a window — the latest forward pass of every live engine, the worker
+inventory, capabilities, request statistics of recent windows — and runs the planner core
+(:class:`operators.state_machine.PlannerStateMachine`) whenever a scheduled tick falls due. Every
+closed window yields exactly one :class:`schemas.TickRecord` (``ran_load``/``ran_throughput`` say
+whether a tick ran), so downstream consumers can follow the planner's progress in event time.
+
+Decisions get consecutive ids per deployment, starting at 1.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from river import stats
+
+from operators.state_machine import PlannerStateMachine
+from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
+from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
+from schemas import (
+    EngineLoad,
+    ForwardPassMetrics,
+    FpmRow,
+    PlannerConfig,
+    RequestRecord,
+    Role,
+    ScalingDecision,
+    TickRecord,
+    TrafficObservation,
+    WorkerCounts,
+    fpm_from_row,
+)
+
+QUANTILES = (0.5, 0.9, 0.99)
+"""ISL/OSL quantiles reported with request-derived traffic, keyed ``p50``, ``p90``, ``p99``."""
+
+
+@dataclass
+class RequestStats:
+    """Request counts and sums of one window (mergeable)."""
+
+    end_s: float
+    count: int = 0
+    sum_isl: float = 0.0
+    sum_osl: float = 0.0
+    sum_hit: float = 0.0
+    hits: int = 0
+    sum_accept: float = 0.0
+    accepts: int = 0
+
+    def add(self, record: RequestRecord) -> None:
+        self.count += 1
+        self.sum_isl += record.isl
+        self.sum_osl += record.osl
+        if record.kv_hit_rate is not None:
+            self.sum_hit += record.kv_hit_rate
+            self.hits += 1
+        if record.accept_length is not None:
+            self.sum_accept += record.accept_length
+            self.accepts += 1
+
+
+class DeploymentPlanner:
+    """The planner of one deployment, driven by closed tick windows.
+
+    >>> from schemas import PlannerConfig
+    >>> planner = DeploymentPlanner("llama", PlannerConfig(mode="decode"), window_s=5.0)
+    >>> record = planner.on_window(5.0, TickWindow())
+    >>> record.time, record.ran_load, record.diagnostics.load_decision_reason
+    (5.0, True, 'no_fpm_data')
+    """
+
+    def __init__(
+        self,
+        deployment: str,
+        config: PlannerConfig,
+        window_s: float,
+        bootstrap: dict[Role, list[ForwardPassMetrics]] | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.config = config
+        self.window_s = window_s
+        self.machine = PlannerStateMachine(config)
+        for role, fpms in (bootstrap or {}).items():
+            self.machine.load_benchmark_fpms(role, fpms)
+        self.next_tick: ScheduledTick | None = None
+        self.latest: dict[EngineId, FpmRow] = {}
+        self.inventory: WorkerCounts | None = None
+        self.capabilities_seen = False
+        self.training: dict[Role, list[ForwardPassMetrics]] = {}
+        keep = int(max(config.throughput_adjustment_interval_seconds, window_s) / window_s) + 1
+        self.request_windows: deque[RequestStats] = deque(maxlen=keep)
+        self.requests_seen = False
+        self.traffic_events: deque[tuple[float, TrafficObservation]] = deque(maxlen=16)
+        self.quantiles = self._fresh_quantiles()
+        self.decisions = 0
+
+    # --- window intake -------------------------------------------------------------------
+    def on_window(self, end_s: float, window: TickWindow) -> TickRecord:
+        """Absorb one closed window ending at ``end_s``; run the tick if one is due."""
+        if self.next_tick is None:
+            self.next_tick = self.machine.initial_tick(end_s - self.window_s)
+        self._absorb(end_s, window)
+        record = TickRecord(deployment=self.deployment, time=end_s)
+        while self.next_tick.at_s <= end_s + MERGE_TOLERANCE_S:
+            record = self._tick(self.next_tick, end_s)
+        return record
+
+    def _absorb(self, end_s: float, window: TickWindow) -> None:
+        if window.inventory is not None:
+            self.inventory = window.inventory
+        if window.capabilities is not None:
+            merged = merge_capabilities(self.machine.capabilities, window.capabilities)
+            self.machine.set_capabilities(merged)
+        per_engine = self.config.fpm_samples_per_engine_per_tick
+        for key, rows in window.rows.items():
+            role, worker_id, dp_rank = key
+            self.latest[key] = rows[-1]
+            if self.config.mode == "agg":
+                average = time_average(rows)
+                samples = [average] if average is not None else []
+            else:
+                samples = evenly_spaced(rows, per_engine)
+            if not samples:  # an idle engine: its heartbeat still feeds the moving averages
+                samples = rows[-1:]
+            self.training.setdefault(role, []).extend(
+                fpm_from_row(worker_id, dp_rank, row) for row in samples
+            )
+        silence = self.config.engine_silence_seconds
+        for key in [k for k, row in self.latest.items() if row[0] < end_s - silence]:
+            del self.latest[key]
+        stats_ = RequestStats(end_s)
+        for request in window.requests:
+            stats_.add(request)
+            for quantile in self.quantiles["isl"]:
+                quantile.update(request.isl)
+            for quantile in self.quantiles["osl"]:
+                quantile.update(request.osl)
+        self.requests_seen = self.requests_seen or bool(window.requests)
+        self.request_windows.append(stats_)
+        self.traffic_events.extend(window.traffic)
+
+    # --- ticks ---------------------------------------------------------------------------
+    def _tick(self, tick: ScheduledTick, now_s: float) -> TickRecord:
+        traffic = None
+        if tick.need_traffic_metrics:
+            traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
+        tick_input = TickInput(
+            now_s=now_s,
+            traffic=traffic,
+            worker_counts=self.inventory,
+            fpm_observations=self._observations() if tick.need_worker_fpm else None,
+            training_fpms=self.training if tick.need_worker_fpm else None,
+        )
+        effects = self.machine.on_tick(tick, tick_input)
+        if tick.need_worker_fpm:
+            self.training = {}
+        if tick.run_throughput_scaling:
+            self.quantiles = self._fresh_quantiles()
+        assert effects.next_tick is not None
+        self.next_tick = effects.next_tick
+        decision = None
+        if effects.scale_to is not None:
+            self.decisions += 1
+            target = effects.scale_to
+            decision = ScalingDecision(
+                deployment=self.deployment,
+                decision_id=self.decisions,
+                time=now_s,
+                num_prefill=target.num_prefill,
+                num_decode=target.num_decode,
+                current_prefill=self.inventory.ready_num_prefill if self.inventory else None,
+                current_decode=self.inventory.ready_num_decode if self.inventory else None,
+                source=target.source,
+                reason=target.reason,
+                prefill_reason=target.prefill_reason,
+                decode_reason=target.decode_reason,
+                diagnostics=effects.diagnostics,
+            )
+        return TickRecord(
+            deployment=self.deployment,
+            time=now_s,
+            ready_prefill=self.inventory.ready_num_prefill if self.inventory else None,
+            ready_decode=self.inventory.ready_num_decode if self.inventory else None,
+            ran_load=tick.run_load_scaling,
+            ran_throughput=tick.run_throughput_scaling,
+            decision=decision,
+            diagnostics=effects.diagnostics,
+            engines=self._engine_loads(),
+            observed_traffic=traffic,
+        )
+
+    def _observations(self) -> FpmObservations:
+        by_role: dict[Role, dict[tuple[str, int], ForwardPassMetrics]] = {}
+        for (role, worker_id, dp_rank), row in sorted(self.latest.items()):
+            by_role.setdefault(role, {})[(worker_id, dp_rank)] = fpm_from_row(
+                worker_id, dp_rank, row
+            )
+        return FpmObservations(prefill=by_role.get("prefill"), decode=by_role.get("decode"))
+
+    def _engine_loads(self) -> list[EngineLoad]:
+        return [
+            EngineLoad(
+                role=role,
+                worker_id=worker_id,
+                dp_rank=dp_rank,
+                queued_prefill_tokens=row[11],
+                queued_decode_kv_tokens=row[14],
+                inflight_decode_kv_tokens=row[8],
+            )
+            for (role, worker_id, dp_rank), row in sorted(self.latest.items())
+        ]
+
+    # --- traffic -------------------------------------------------------------------------
+    def traffic_over(self, duration_s: float, now_s: float) -> TrafficObservation | None:
+        """Traffic of the last ``duration_s`` seconds, ``None`` when unknown.
+
+        An explicit traffic observation (e.g. from Prometheus) received in that span wins;
+        otherwise the request records of the span are aggregated. A deployment that never sent
+        request records and no traffic observation has *unknown* traffic, never zero demand.
+        """
+        since = now_s - duration_s
+        explicit = [obs for t, obs in self.traffic_events if since < t <= now_s + 1e-9]
+        if explicit:
+            return explicit[-1]
+        if not self.requests_seen:
+            return None
+        total = RequestStats(now_s)
+        for window in self.request_windows:
+            if since < window.end_s <= now_s + 1e-9:
+                total.count += window.count
+                total.sum_isl += window.sum_isl
+                total.sum_osl += window.sum_osl
+                total.sum_hit += window.sum_hit
+                total.hits += window.hits
+                total.sum_accept += window.sum_accept
+                total.accepts += window.accepts
+        n = total.count
+        return TrafficObservation(
+            duration_s=duration_s,
+            num_req=n,
+            isl=total.sum_isl / n if n else 0.0,
+            osl=total.sum_osl / n if n else 0.0,
+            kv_hit_rate=total.sum_hit / total.hits if total.hits else None,
+            accept_length=total.sum_accept / total.accepts if total.accepts else None,
+            isl_quantiles=self._quantile_values("isl") if n else None,
+            osl_quantiles=self._quantile_values("osl") if n else None,
+        )
+
+    @staticmethod
+    def _fresh_quantiles() -> dict[str, list[stats.Quantile]]:
+        return {
+            series: [stats.Quantile(q) for q in QUANTILES] for series in ("isl", "osl")
+        }
+
+    def _quantile_values(self, series: str) -> dict[str, float] | None:
+        values = {
+            f"p{round(q * 100)}": quantile.get()
+            for q, quantile in zip(QUANTILES, self.quantiles[series], strict=True)
+        }
+        if any(v is None for v in values.values()):
+            return None
+        return {k: max(0.0, float(v)) for k, v in values.items()}

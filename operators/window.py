@@ -1,0 +1,155 @@
+"""The tick window: everything one deployment sent during one tumbling event-time window.
+
+The dataflow folds every valid event of a deployment into a :class:`TickWindow` with bytewax's
+``fold_window`` (event time, tumbling, ordered); each closed window becomes one step of the
+deployment's planner. The folder keeps, per engine, the forward passes of the window as compact
+rows, from which the planner takes the latest FPM (the reference's signal), evenly spaced
+training samples, and the per-engine time average (agg mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import (
+    CapabilitiesEvent,
+    ClockEvent,
+    Event,
+    FpmBatchEvent,
+    FpmEvent,
+    FpmRow,
+    InventoryEvent,
+    RequestEvent,
+    RequestRecord,
+    Role,
+    TrafficEvent,
+    TrafficObservation,
+    WorkerCapabilities,
+    WorkerCounts,
+    fpm_to_row,
+)
+
+EngineId = tuple[Role, str, int]
+"""``(role, worker_id, dp_rank)`` of one engine."""
+
+WALL_TIME = 2
+"""Index of ``wall_time`` in an FPM row (see ``schemas.FPM_BATCH_COLUMNS``)."""
+
+_FLOAT_COLUMNS = frozenset({0, 2, 5, 9, 12, 15})
+"""Row positions holding floats (time, wall time, variances); the others are counts."""
+
+
+@dataclass
+class TickWindow:
+    """Accumulator of one deployment's events in one window (the ``fold_window`` state).
+
+    >>> from schemas import parse_event
+    >>> w = TickWindow()
+    >>> w = fold_event(w, parse_event('{"type":"fpm","deployment":"d","time":1.5,'
+    ...     '"payload":{"role":"decode","fpm":{"worker_id":"w1","wall_time":0.02}}}'))
+    >>> w.rows[("decode", "w1", 0)][0][:3]
+    (1.5, 0, 0.02)
+    """
+
+    rows: dict[EngineId, list[FpmRow]] = field(default_factory=dict)
+    inventory: WorkerCounts | None = None
+    capabilities: WorkerCapabilities | None = None
+    traffic: list[tuple[float, TrafficObservation]] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    events: int = 0
+
+
+def fold_event(window: TickWindow, event: Event) -> TickWindow:
+    """Add one event to the window (events arrive in event-time order)."""
+    window.events += 1
+    if isinstance(event, FpmEvent):
+        engine = event.payload
+        key = (engine.role, engine.fpm.worker_id, engine.fpm.dp_rank)
+        window.rows.setdefault(key, []).append(fpm_to_row(event.time, engine.fpm))
+    elif isinstance(event, FpmBatchEvent):
+        batch = event.payload
+        window.rows.setdefault((batch.role, batch.worker_id, batch.dp_rank), []).extend(
+            batch.rows
+        )
+    elif isinstance(event, RequestEvent):
+        window.requests.append(event.payload)
+    elif isinstance(event, InventoryEvent):
+        window.inventory = event.payload
+    elif isinstance(event, CapabilitiesEvent):
+        window.capabilities = merge_capabilities(window.capabilities, event.payload)
+    elif isinstance(event, TrafficEvent):
+        window.traffic.append((event.time, event.payload))
+    else:
+        assert isinstance(event, ClockEvent)
+    return window
+
+
+def merge_windows(a: TickWindow, b: TickWindow) -> TickWindow:
+    """Combine two windows of the same span (``b`` is the later one)."""
+    for key, rows in b.rows.items():
+        merged = a.rows.setdefault(key, [])
+        merged.extend(rows)
+        merged.sort(key=lambda row: row[0])
+    a.inventory = b.inventory or a.inventory
+    a.capabilities = merge_capabilities(a.capabilities, b.capabilities)
+    a.traffic.extend(b.traffic)
+    a.requests.extend(b.requests)
+    a.events += b.events
+    return a
+
+
+def merge_capabilities(
+    old: WorkerCapabilities | None, new: WorkerCapabilities | None
+) -> WorkerCapabilities | None:
+    """Newer capabilities win per role; a role the newer record omits keeps its old value.
+
+    >>> from schemas import EngineCapabilities as C
+    >>> merge_capabilities(WorkerCapabilities(prefill=C(num_gpu=2)),
+    ...                    WorkerCapabilities(decode=C(num_gpu=1))).prefill.num_gpu
+    2
+    """
+    if old is None or new is None:
+        return new or old
+    return WorkerCapabilities(
+        prefill=new.prefill or old.prefill, decode=new.decode or old.decode
+    )
+
+
+def evenly_spaced(rows: list[FpmRow], count: int) -> list[FpmRow]:
+    """``count`` forward passes spread evenly over the window, always including the last.
+
+    Idle heartbeats (``wall_time == 0``) are not forward passes and are skipped.
+
+    >>> passes = [(float(t), t, 0.01) + (0,) * 13 for t in range(10)]
+    >>> [row[1] for row in evenly_spaced(passes, 3)]
+    [3, 6, 9]
+    """
+    passes = [row for row in rows if row[WALL_TIME] > 0.0]
+    if len(passes) <= count:
+        return passes
+    step = len(passes) / count
+    return [passes[len(passes) - 1 - int(i * step)] for i in reversed(range(count))]
+
+
+def time_average(rows: list[FpmRow]) -> FpmRow | None:
+    """The mean forward pass of the window (counts rounded), ``None`` without forward passes.
+
+    A linear perf model fitted on means is unbiased, and the mean smooths the bimodal wall time
+    of aggregated engines (decode-only vs prefill-carrying iterations).
+
+    >>> a = (1.0, 1, 0.010) + (1, 100, 0.0, 0, 4, 4000, 0.0) + (0,) * 6
+    >>> b = (2.0, 2, 0.030) + (1, 300, 0.0, 0, 4, 6000, 0.0) + (0,) * 6
+    >>> time_average([a, b])[:9]
+    (2.0, 2, 0.02, 1, 200, 0.0, 0, 4, 5000)
+    """
+    passes = [row for row in rows if row[WALL_TIME] > 0.0]
+    if not passes:
+        return None
+    n = len(passes)
+    columns = list(zip(*passes, strict=True))
+    mean = [sum(column) / n for column in columns]
+    last = passes[-1]
+    return tuple(  # type: ignore[return-value]
+        last[i] if i < 2 else (mean[i] if i in _FLOAT_COLUMNS else round(mean[i]))
+        for i in range(len(last))
+    )
