@@ -1,0 +1,548 @@
+"""The Kubernetes DGD actuator: reads worker inventory from, and applies scaling decisions to, a
+DynamoGraphDeployment (``nvidia.com/v1alpha1``, reference spec §11.1).
+
+Finding the DGD
+    Its name comes from the config (``dgd://<namespace>/<name>``) or the environment variable
+    ``DYN_PARENT_DGD_K8S_NAME``; its namespace from the config, else the pod's service account
+    (``/var/run/secrets/kubernetes.io/serviceaccount/namespace``), else ``default``. The API
+    endpoint is the in-cluster config, with the local kubeconfig as fallback, or an explicit
+    host URL (tests).
+
+Start-up validation (:meth:`DgdActuator.validate`)
+    The DGD must exist and be readable, and every role of the planner's mode must map to exactly
+    one service: by ``subComponentType`` (``prefill`` / ``decode``), else by the backend's
+    default name (see :mod:`connectors.dgd_graph`), else by a name given explicitly. Anything
+    else raises :class:`DgdValidationError` naming what is missing or ambiguous and listing the
+    services present (spec §17 item 8: name mismatches must fail loudly, not divide by zero).
+
+Inventory (:meth:`DgdActuator.read_inventory`)
+    ``ready`` = ``status.services[s].availableReplicas`` (else ``readyReplicas``), ``expected``
+    = ``spec.services[s].replicas``, ``scaling_in_progress`` unless
+    ``spec == updatedReplicas == ready`` on a status that has observed the current generation.
+
+Applying a decision (:meth:`DgdActuator.apply`)
+    One JSON merge patch (``Content-Type: application/merge-patch+json``)::
+
+        {"metadata": {"resourceVersion": "<as read>"},
+         "spec": {"services": {"<Service>": {"replicas": N}}}}
+
+    carrying only the roles whose target differs from the spec (equal → ``no_change``). The
+    ``resourceVersion`` precondition makes the patch apply to exactly the state the checks
+    below were made on; a 409 Conflict (someone else wrote in between) means re-read, re-check,
+    re-patch. It is skipped, with a reason, when the DGD ``Ready`` condition is not ``"True"``
+    (``skipped_not_ready``) or when any managed service is still rolling out a previous change
+    (``skipped_in_flight``: never stack a second change on one in flight, spec §17 item 10).
+    One exception (spec §17 item 7): a target that only *retracts* an unfinished scale-up (the
+    spec asks for more than are ready and the target lies between ready and spec) is applied
+    even then, so pods stuck Pending for lack of GPUs can be given back. 409 and 429/5xx and
+    connection errors are retried with bounded exponential backoff (``Retry-After`` honoured,
+    capped); other errors (403, 404, 422) are not. ``apply`` never raises on API errors: it
+    returns an :class:`ApplyResult` that the flow logs and counts
+    (``flowplanner_dgd_actions_total{dgd, outcome}``).
+
+RBAC the planner's service account needs (namespace-scoped Role)::
+
+    - apiGroups: ["nvidia.com"]
+      resources: ["dynamographdeployments"]
+      verbs: ["get", "patch"]
+    - apiGroups: ["nvidia.com"]
+      resources: ["dynamographdeployments/status"]
+      verbs: ["get"]
+
+(``get`` on the main resource already returns the status; the ``/status`` rule is for
+read-only tooling that reads the subresource directly.)
+
+>>> result = ApplyResult("llama", 4, "skipped_in_flight", "VllmDecodeWorker: spec 3, ready 2")
+>>> result.ok, result.outcome
+(False, 'skipped_in_flight')
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from prometheus_client import Counter
+
+from connectors.dgd_graph import (
+    DGD_GROUP,
+    DGD_PLURAL,
+    DGD_VERSION,
+    DgdValidationError,
+    ServiceState,
+    ready_condition,
+    resolve_services,
+    roles_for_mode,
+    service_state,
+    worker_counts,
+)
+from schemas import Role, ScalingDecision, WorkerCounts
+
+__all__ = [
+    "DGD_NAME_ENV",
+    "ApplyResult",
+    "DgdActuator",
+    "DgdUnavailableError",
+    "DgdValidationError",
+    "kube_api_client",
+    "pod_namespace",
+]
+
+log = logging.getLogger(__name__)
+
+DGD_NAME_ENV = "DYN_PARENT_DGD_K8S_NAME"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+MERGE_PATCH = "application/merge-patch+json"
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+DGD_ACTIONS = Counter(
+    "flowplanner_dgd_actions", "Scaling decisions handled by the DGD actuator", ["dgd", "outcome"]
+)
+DGD_READ_ERRORS = Counter(
+    "flowplanner_dgd_read_errors", "Failed reads of a DGD (inventory polls)", ["dgd"]
+)
+
+Outcome = Literal[
+    "applied",
+    "no_change",
+    "skipped_not_ready",
+    "skipped_in_flight",
+    "stale",
+    "superseded",
+    "failed",
+]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What became of one scaling decision.
+
+    ``patch`` maps service names to the replicas written (``applied``) or that would have been
+    written (skips, failures). ``attempts`` counts PATCH requests sent; ``status_code`` is the
+    HTTP status of the last failed request, if any.
+
+    >>> ApplyResult("d", 1, "applied", "scaled", {"VllmDecodeWorker": 3}, attempts=1).ok
+    True
+    """
+
+    deployment: str
+    decision_id: int
+    outcome: Outcome
+    reason: str
+    patch: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    status_code: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The DGD now asks for the decision's targets (applied, or already equal)."""
+        return self.outcome in ("applied", "no_change")
+
+
+class DgdUnavailableError(RuntimeError):
+    """The DGD could not be read (after retries); carries the last HTTP status if any."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def pod_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The namespace of the pod we run in (service account file), else ``default``.
+
+    >>> pod_namespace(Path("/nonexistent"))
+    'default'
+    """
+    try:
+        return path.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def kube_api_client(
+    host: str | None = None,
+    token: str | None = None,
+    *,
+    verify_ssl: bool = True,
+    ca_cert: str | None = None,
+) -> k8s.ApiClient:
+    """An API client: explicit ``host`` (+ bearer token), else in-cluster, else kubeconfig.
+
+    urllib3's own retry of a 429/503 carrying ``Retry-After`` is switched off (it would sleep
+    out of the actuator's sight); the actuator retries those itself, with its injectable
+    ``sleep``. Connection attempts are still retried (three times, immediately).
+
+    >>> kube_api_client("http://127.0.0.1:1").configuration.host
+    'http://127.0.0.1:1'
+    """
+    cfg = k8s.Configuration()
+    cfg.retries = urllib3.util.Retry(total=3, respect_retry_after_header=False)
+    if host:
+        cfg.host = host
+        if token:
+            cfg.api_key = {"authorization": token}
+            cfg.api_key_prefix = {"authorization": "Bearer"}
+        cfg.verify_ssl = verify_ssl
+        cfg.ssl_ca_cert = ca_cert
+        return k8s.ApiClient(cfg)
+    try:
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    except ConfigException:
+        k8s_config.load_kube_config(client_configuration=cfg)
+    return k8s.ApiClient(cfg)
+
+
+def _error_text(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        message = err.reason or ""
+        try:
+            body = json.loads(err.body or "")
+            message = body.get("message") or message
+        except (ValueError, AttributeError):
+            pass
+        return f"HTTP {err.status}: {message}"
+    return f"{type(err).__name__}: {err}"
+
+
+def _retry_after(err: Exception) -> float | None:
+    headers = getattr(err, "headers", None)
+    if not headers:
+        return None
+    try:
+        return float(headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _transient(err: Exception) -> bool:
+    if isinstance(err, ApiException):
+        return err.status in RETRYABLE_STATUS or not err.status
+    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
+
+
+class DgdActuator:
+    """Reads and scales one DGD through the Kubernetes API (see the module docs).
+
+    ``sleep`` is called for every backoff (inject a recorder in tests); backoff doubles from
+    ``backoff_s`` up to ``max_backoff_s``, for at most ``max_attempts`` tries per call.
+    ``services`` names a role's service explicitly (overrides resolution by
+    ``subComponentType`` and default names). Thread-safe: calls are serialized. Build
+    ``api_client`` with :func:`kube_api_client` (a default client lets urllib3 retry a 503 with
+    ``Retry-After`` by itself, sleeping outside the actuator's control).
+
+    >>> actuator = DgdActuator(kube_api_client("http://127.0.0.1:1"), "ns", "llama-disagg",
+    ...                        mode="disagg", backend="vllm")
+    >>> actuator.dgd, actuator.roles
+    ('ns/llama-disagg', ('prefill', 'decode'))
+    """
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        namespace: str,
+        name: str,
+        *,
+        mode: str = "disagg",
+        backend: str = "vllm",
+        services: dict[Role, str] | None = None,
+        max_attempts: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        sleep: Callable[[float], None] = time.sleep,
+        request_timeout_s: float = 10.0,
+        resource_version_precondition: bool = True,
+        allow_retraction: bool = True,
+    ) -> None:
+        if not name:
+            raise DgdValidationError(f"no DGD name: pass one or set {DGD_NAME_ENV}")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.namespace = namespace
+        self.name = name
+        self.mode = mode
+        self.backend = backend
+        self.roles = roles_for_mode(mode)
+        self.explicit_services = dict(services or {})
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.sleep = sleep
+        self.request_timeout_s = request_timeout_s
+        self.resource_version_precondition = resource_version_precondition
+        self.allow_retraction = allow_retraction
+        self._api = k8s.CustomObjectsApi(api_client)
+        self._lock = threading.Lock()
+        self._services: dict[Role, str] | None = None
+        self._newest_decision: dict[str, int] = {}
+
+    @classmethod
+    def from_environment(
+        cls,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        host: str | None = None,
+        token: str | None = None,
+        **kwargs: Any,
+    ) -> DgdActuator:
+        """Name from ``name`` or ``$DYN_PARENT_DGD_K8S_NAME``; namespace from ``namespace`` or
+        the pod's service account; client from ``host``/``token`` or in-cluster/kubeconfig."""
+        dgd_name = name or os.environ.get(DGD_NAME_ENV, "")
+        if not dgd_name:
+            raise DgdValidationError(f"no DGD name: pass one or set {DGD_NAME_ENV}")
+        return cls(kube_api_client(host, token), namespace or pod_namespace(), dgd_name, **kwargs)
+
+    @property
+    def dgd(self) -> str:
+        """``<namespace>/<name>`` of the DGD (metric label, log prefix)."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def services(self) -> dict[Role, str]:
+        """Role → service name, resolved by :meth:`validate` (on first use if not called)."""
+        if self._services is None:
+            self.validate()
+        assert self._services is not None
+        return self._services
+
+    # ------------------------------------------------------------------ reading
+    def _get(self) -> dict[str, Any]:
+        return self._api.get_namespaced_custom_object(
+            DGD_GROUP,
+            DGD_VERSION,
+            self.namespace,
+            DGD_PLURAL,
+            self.name,
+            _request_timeout=self.request_timeout_s,
+        )
+
+    def _backoff(self, attempt: int, err: Exception | None = None) -> float:
+        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+        hinted = _retry_after(err) if err is not None else None
+        if hinted is not None:
+            delay = min(self.max_backoff_s, max(delay, hinted))
+        return delay
+
+    def read(self, *, retry: bool = True) -> dict[str, Any]:
+        """The DGD object; transient errors are retried (if ``retry``), then
+        :class:`DgdUnavailableError`."""
+        attempts = self.max_attempts if retry else 1
+        last: Exception | None = None
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._get()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                last = err
+                if not _transient(err):
+                    break
+                if attempt < attempts:
+                    self.sleep(self._backoff(attempt, err))
+        assert last is not None
+        status = last.status if isinstance(last, ApiException) else None
+        raise DgdUnavailableError(f"cannot read DGD {self.dgd}: {_error_text(last)}", status)
+
+    def validate(self) -> dict[Role, str]:
+        """Check the DGD exists and has one service per role; returns role → service name.
+
+        Raises :class:`DgdValidationError` with every problem found.
+        """
+        try:
+            dgd = self.read()
+        except DgdUnavailableError as err:
+            where = f"{DGD_GROUP}/{DGD_VERSION} {DGD_PLURAL}"
+            if err.status_code == 404:
+                raise DgdValidationError(
+                    f"DynamoGraphDeployment {self.dgd} not found ({where}); check the name "
+                    f"(config or ${DGD_NAME_ENV}) and namespace"
+                ) from err
+            if err.status_code in (401, 403):
+                raise DgdValidationError(
+                    f"not allowed to read DynamoGraphDeployment {self.dgd}: {err}; the service "
+                    f"account needs get/patch on {DGD_PLURAL}.{DGD_GROUP}"
+                ) from err
+            raise DgdValidationError(str(err)) from err
+        try:
+            services = resolve_services(
+                dgd, mode=self.mode, backend=self.backend, explicit=self.explicit_services
+            )
+        except DgdValidationError as err:
+            raise DgdValidationError(f"DynamoGraphDeployment {self.dgd}: {err}") from None
+        self._services = services
+        log.info("DGD %s: %s", self.dgd, ", ".join(f"{r} → {s}" for r, s in services.items()))
+        return services
+
+    def read_inventory(self, *, retry: bool = True) -> WorkerCounts:
+        """Ready/expected replicas and in-progress flags per role, from the DGD.
+
+        Raises :class:`DgdUnavailableError` when the DGD cannot be read (never reports a failed
+        read as zero workers).
+        """
+        services = self.services
+        try:
+            dgd = self.read(retry=retry)
+        except DgdUnavailableError:
+            DGD_READ_ERRORS.labels(dgd=self.dgd).inc()
+            raise
+        return worker_counts(dgd, services)
+
+    # ------------------------------------------------------------------ scaling
+    def apply(self, decision: ScalingDecision) -> ApplyResult:
+        """Patch the DGD to the decision's targets (see the module docs); never raises on API
+        errors."""
+        with self._lock:
+            result = self._apply(decision)
+        DGD_ACTIONS.labels(dgd=self.dgd, outcome=result.outcome).inc()
+        level = logging.WARNING if result.outcome == "failed" else logging.INFO
+        log.log(
+            level,
+            "DGD %s decision %s/%d: %s (%s)",
+            self.dgd,
+            decision.deployment,
+            decision.decision_id,
+            result.outcome,
+            result.reason,
+        )
+        return result
+
+    def _targets(self, decision: ScalingDecision) -> dict[Role, int]:
+        wanted: dict[Role, int | None] = {
+            "prefill": decision.num_prefill,
+            "decode": decision.num_decode,
+        }
+        return {role: n for role, n in wanted.items() if n is not None and role in self.roles}
+
+    def _apply(self, decision: ScalingDecision) -> ApplyResult:
+        def result(
+            outcome: Outcome,
+            reason: str,
+            patch: dict[str, int] | None = None,
+            status: int | None = None,
+        ) -> ApplyResult:
+            return ApplyResult(
+                decision.deployment,
+                decision.decision_id,
+                outcome,
+                reason,
+                dict(patch or {}),
+                attempts,
+                status,
+            )
+
+        attempts = 0
+        newest = self._newest_decision.get(decision.deployment)
+        if newest is not None and decision.decision_id <= newest:
+            return result("stale", f"decision {decision.decision_id} is not newer than {newest}")
+        self._newest_decision[decision.deployment] = decision.decision_id
+        targets = self._targets(decision)
+        if not targets:
+            return result("no_change", f"no target for the roles of mode {self.mode}")
+        try:
+            services = self.services
+        except DgdValidationError as err:
+            return result("failed", str(err))
+        last_error, last_status = "", None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                dgd = self._get()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                last_error = f"read: {_error_text(err)}"
+                last_status = err.status if isinstance(err, ApiException) else None
+                if not _transient(err):
+                    return result("failed", last_error, status=last_status)
+                if attempt < self.max_attempts:
+                    self.sleep(self._backoff(attempt, err))
+                continue
+            patch, skip = self._plan(dgd, services, targets)
+            if not patch:
+                return result("no_change", "the DGD already asks for these replicas")
+            if skip is not None:
+                return result(skip[0], skip[1], patch)
+            body: dict[str, Any] = {
+                "spec": {"services": {svc: {"replicas": n} for svc, n in patch.items()}}
+            }
+            if self.resource_version_precondition:
+                body["metadata"] = {"resourceVersion": dgd["metadata"]["resourceVersion"]}
+            attempts += 1
+            try:
+                self._api.patch_namespaced_custom_object(
+                    DGD_GROUP,
+                    DGD_VERSION,
+                    self.namespace,
+                    DGD_PLURAL,
+                    self.name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _request_timeout=self.request_timeout_s,
+                )
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                last_error = f"patch: {_error_text(err)}"
+                last_status = err.status if isinstance(err, ApiException) else None
+                if not (_transient(err) or last_status == 409):
+                    return result("failed", last_error, patch, last_status)
+                if attempt < self.max_attempts:
+                    self.sleep(self._backoff(attempt, err))
+                continue
+            steps = ", ".join(
+                f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
+            )
+            return result("applied", steps, patch)
+        return result(
+            "failed",
+            f"gave up after {self.max_attempts} attempts; last error: {last_error}",
+            status=last_status,
+        )
+
+    @staticmethod
+    def _spec_of(dgd: dict[str, Any], service: str) -> int | None:
+        return service_state(dgd, service).spec_replicas
+
+    def _plan(
+        self, dgd: dict[str, Any], services: dict[Role, str], targets: dict[Role, int]
+    ) -> tuple[dict[str, int], tuple[Outcome, str] | None]:
+        """The services to patch and, if the patch must wait, why."""
+        states: dict[Role, ServiceState] = {
+            role: service_state(dgd, name) for role, name in services.items()
+        }
+        missing = [
+            services[r] for r in targets if services[r] not in dgd["spec"].get("services", {})
+        ]
+        patch = {services[r]: n for r, n in targets.items() if states[r].spec_replicas != n}
+        if missing:
+            return patch, ("failed", f"service(s) {', '.join(missing)} no longer in the DGD")
+        if not patch:
+            return patch, None
+        if self.allow_retraction and all(
+            _retracts(states[r], n) for r, n in targets.items() if services[r] in patch
+        ):
+            return patch, None
+        status, why = ready_condition(dgd)
+        if status != "True":
+            return patch, ("skipped_not_ready", f"DGD Ready condition is {status} ({why})")
+        unstable = [s.describe() for s in states.values() if not s.stable]
+        if unstable:
+            return patch, (
+                "skipped_in_flight",
+                "previous change still rolling out: " + "; ".join(unstable),
+            )
+        return patch, None
+
+
+def _retracts(state: ServiceState, target: int) -> bool:
+    """The target only gives back part of an unfinished scale-up (ready ≤ target < spec)."""
+    return (
+        state.ready is not None
+        and state.spec_replicas is not None
+        and state.ready <= target < state.spec_replicas
+    )

@@ -1,0 +1,244 @@
+"""bytewax adapters of the DGD actuator: a sink that applies scaling decisions and a source that
+polls the DGD for the worker inventory.
+
+Both take a zero-argument *actuator factory* (each bytewax worker builds its own actuator, so
+nothing unpicklable crosses workers) and validate the DGD when the dataflow starts, so a wrong
+name or a DGD whose services don't fit the mode stops the run at once with
+:class:`connectors.dgd.DgdValidationError`.
+
+``--output dgd://<namespace>/<name>`` style targets parse with :func:`parse_dgd_target`;
+:meth:`DgdSink.from_target` / :meth:`DgdInventorySource.from_target` build both from one.
+
+>>> parse_dgd_target("dgd://dynamo/llama-disagg")
+('dynamo', 'llama-disagg')
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+
+from connectors.dgd import DGD_ACTIONS, ApplyResult, DgdActuator, DgdUnavailableError
+from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
+from schemas import InventoryEvent, ScalingDecision
+
+log = logging.getLogger(__name__)
+
+ActuatorFactory = Callable[[], DgdActuator]
+
+
+def parse_dgd_target(target: str) -> tuple[str | None, str | None]:
+    """``dgd://<namespace>/<name>`` → ``(namespace, name)``; parts left out are ``None``
+    (namespace from the service account, name from ``$DYN_PARENT_DGD_K8S_NAME``).
+
+    >>> parse_dgd_target("dgd://llama"), parse_dgd_target("dgd://")
+    ((None, 'llama'), (None, None))
+    """
+    prefix = "dgd://"
+    if not target.startswith(prefix):
+        raise ValueError(f"not a DGD target: {target!r} (expected dgd://<namespace>/<name>)")
+    parts = [p for p in target[len(prefix) :].split("/") if p]
+    if len(parts) > 2:
+        raise ValueError(f"not a DGD target: {target!r} (expected dgd://<namespace>/<name>)")
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return None, (parts[0] if parts else None)
+
+
+def _factory_for(target: str, **kwargs: Any) -> ActuatorFactory:
+    namespace, name = parse_dgd_target(target)
+
+    def build() -> DgdActuator:
+        return DgdActuator.from_environment(name=name, namespace=namespace, **kwargs)
+
+    return build
+
+
+class _DgdSinkPartition(StatelessSinkPartition[Any]):
+    def __init__(
+        self,
+        actuator: DgdActuator,
+        deployment: str | None,
+        on_result: Callable[[ApplyResult], None] | None,
+    ) -> None:
+        self.actuator = actuator
+        self.deployment = deployment
+        self.on_result = on_result
+
+    def _report(self, result: ApplyResult) -> None:
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _supersede(self, loser: ScalingDecision, winner: ScalingDecision) -> None:
+        DGD_ACTIONS.labels(dgd=self.actuator.dgd, outcome="superseded").inc()
+        reason = f"decision {winner.decision_id} arrived in the same batch"
+        self._report(ApplyResult(loser.deployment, loser.decision_id, "superseded", reason))
+
+    def write_batch(self, items: list[Any]) -> None:
+        newest: dict[str, ScalingDecision] = {}
+        for item in items:
+            decision = item[1] if isinstance(item, tuple) and len(item) == 2 else item
+            if not isinstance(decision, ScalingDecision):
+                DEAD_LETTERS.labels(kind="dgd_sink").inc()
+                log.warning("DGD sink: ignored %s (not a ScalingDecision)", type(decision).__name__)
+                continue
+            if self.deployment is not None and decision.deployment != self.deployment:
+                DEAD_LETTERS.labels(kind="dgd_sink").inc()
+                log.warning(
+                    "DGD sink for %s: ignored decision of deployment %r",
+                    self.deployment,
+                    decision.deployment,
+                )
+                continue
+            kept = newest.get(decision.deployment)
+            if kept is not None:
+                loser, winner = sorted((kept, decision), key=lambda d: d.decision_id)
+                self._supersede(loser, winner)
+                decision = winner
+            newest[decision.deployment] = decision
+        for decision in newest.values():
+            self._report(self.actuator.apply(decision))
+
+
+class DgdSink(DynamicSink[Any]):
+    """Applies :class:`schemas.ScalingDecision` items to a DGD (``(key, decision)`` pairs too).
+
+    Within one batch only the newest decision of a deployment is applied (older ones are
+    reported ``superseded``). With ``deployment`` set, decisions of other deployments are
+    dead-lettered. ``on_result`` receives every :class:`connectors.dgd.ApplyResult`.
+
+    >>> sink = DgdSink(lambda: None, deployment="llama")
+    >>> sink.deployment
+    'llama'
+    """
+
+    def __init__(
+        self,
+        actuator_factory: ActuatorFactory,
+        *,
+        deployment: str | None = None,
+        on_result: Callable[[ApplyResult], None] | None = None,
+    ) -> None:
+        self.actuator_factory = actuator_factory
+        self.deployment = deployment
+        self.on_result = on_result
+
+    @classmethod
+    def from_target(
+        cls,
+        target: str,
+        *,
+        deployment: str | None = None,
+        on_result: Callable[[ApplyResult], None] | None = None,
+        **actuator_kwargs: Any,
+    ) -> DgdSink:
+        """A sink for ``dgd://<namespace>/<name>``; ``actuator_kwargs`` go to
+        :meth:`DgdActuator.from_environment` (``mode``, ``backend``, ``host``, ``token``, ...)."""
+        factory = _factory_for(target, **actuator_kwargs)
+        return cls(factory, deployment=deployment, on_result=on_result)
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _DgdSinkPartition:
+        """Build the worker's actuator and validate the DGD (raises on a bad DGD)."""
+        actuator = self.actuator_factory()
+        actuator.validate()
+        return _DgdSinkPartition(actuator, self.deployment, self.on_result)
+
+
+class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
+    def __init__(
+        self,
+        actuator: DgdActuator,
+        deployment: str,
+        interval: timedelta,
+        clock: Callable[[], float],
+        max_polls: int | None,
+    ) -> None:
+        self.actuator = actuator
+        self.deployment = deployment
+        self.interval = interval
+        self.clock = clock
+        self.max_polls = max_polls
+        self.polls = 0
+        self.awake: datetime | None = None
+
+    def next_batch(self) -> Iterable[InventoryEvent]:
+        if self.max_polls is not None and self.polls >= self.max_polls:
+            raise StopIteration
+        self.polls += 1
+        self.awake = datetime.now(UTC) + self.interval
+        try:
+            counts = self.actuator.read_inventory(retry=False)
+        except DgdUnavailableError as err:
+            log.warning("DGD inventory poll failed (will retry in %s): %s", self.interval, err)
+            return []
+        EVENTS_IN.labels(source="dgd").inc()
+        return [InventoryEvent(deployment=self.deployment, time=self.clock(), payload=counts)]
+
+    def next_awake(self) -> datetime | None:
+        return self.awake
+
+    def snapshot(self) -> None:
+        return None
+
+
+class DgdInventorySource(FixedPartitionedSource[InventoryEvent, None]):
+    """Polls the DGD every ``interval`` and yields one :class:`schemas.InventoryEvent` per poll.
+
+    Event time is system time (``clock``, default :func:`time.time`); ``deployment`` is the
+    planner's deployment key. A failed poll yields nothing (logged and counted in
+    ``flowplanner_dgd_read_errors_total``): an unreadable DGD is never reported as zero
+    workers. One partition, so in a multi-worker cluster exactly one worker polls.
+    ``max_polls`` ends the source after that many polls (tests, one-shot runs).
+
+    >>> src = DgdInventorySource(lambda: None, "llama", timedelta(seconds=10))
+    >>> src.list_parts()
+    ['dgd-inventory:llama']
+    """
+
+    def __init__(
+        self,
+        actuator_factory: ActuatorFactory,
+        deployment: str,
+        interval: timedelta = timedelta(seconds=10),
+        *,
+        clock: Callable[[], float] = time.time,
+        max_polls: int | None = None,
+    ) -> None:
+        if interval <= timedelta(0):
+            raise ValueError("interval must be positive")
+        self.actuator_factory = actuator_factory
+        self.deployment = deployment
+        self.interval = interval
+        self.clock = clock
+        self.max_polls = max_polls
+
+    @classmethod
+    def from_target(
+        cls,
+        target: str,
+        deployment: str,
+        interval: timedelta = timedelta(seconds=10),
+        *,
+        clock: Callable[[], float] = time.time,
+        max_polls: int | None = None,
+        **actuator_kwargs: Any,
+    ) -> DgdInventorySource:
+        """A source for ``dgd://<namespace>/<name>`` (``actuator_kwargs`` as for the sink)."""
+        factory = _factory_for(target, **actuator_kwargs)
+        return cls(factory, deployment, interval, clock=clock, max_polls=max_polls)
+
+    def list_parts(self) -> list[str]:
+        return [f"dgd-inventory:{self.deployment}"]
+
+    def build_part(self, step_id: str, for_part: str, resume_state: None) -> _DgdInventoryPartition:
+        actuator = self.actuator_factory()
+        actuator.validate()
+        return _DgdInventoryPartition(
+            actuator, self.deployment, self.interval, self.clock, self.max_polls
+        )

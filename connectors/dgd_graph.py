@@ -1,0 +1,268 @@
+"""Reading a DynamoGraphDeployment (DGD, ``nvidia.com/v1alpha1``): pure functions, no I/O.
+
+Which service plays which role, what each service's spec asks for, what its status reports,
+and whether a change is still rolling out (reference spec §11.1):
+
+* a role's service is the one whose ``subComponentType`` is the role, else the backend's
+  default service name (vLLM ``VllmPrefillWorker`` / ``VllmDecodeWorker`` / agg ``VllmWorker``,
+  SGLang and mocker ``prefill`` / ``decode``, TRT-LLM ``prefill`` / ``decode`` / agg
+  ``TRTLLMWorker``); an explicitly configured name wins over both;
+* a service's ready count is ``status.services[s].availableReplicas`` if present, else
+  ``readyReplicas``; it is *stable* when ``spec replicas == updatedReplicas == ready`` and the
+  status describes the current spec (``status.observedGeneration >= metadata.generation``);
+* a missing ``spec.services[s].replicas`` means 1 (the operator's default).
+
+>>> dgd = {"metadata": {"generation": 2}, "spec": {"services": {
+...     "Frontend": {"componentType": "frontend", "replicas": 1},
+...     "pw": {"subComponentType": "prefill", "replicas": 2},
+...     "dw": {"subComponentType": "decode", "replicas": 3}}},
+...     "status": {"observedGeneration": 2, "services": {
+...     "pw": {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2},
+...     "dw": {"replicas": 3, "updatedReplicas": 3, "readyReplicas": 2}}}}
+>>> services = resolve_services(dgd, mode="disagg", backend="vllm")
+>>> services
+{'prefill': 'pw', 'decode': 'dw'}
+>>> counts = worker_counts(dgd, services)
+>>> counts.ready_num_decode, counts.expected_num_decode, counts.decode_scaling_in_progress
+(2, 3, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from schemas import Role, WorkerCounts
+
+DGD_GROUP = "nvidia.com"
+DGD_VERSION = "v1alpha1"
+DGD_PLURAL = "dynamographdeployments"
+DGD_KIND = "DynamoGraphDeployment"
+
+Backend = Literal["vllm", "sglang", "trtllm", "mocker"]
+Mode = Literal["disagg", "agg", "prefill", "decode"]
+
+DEFAULT_SERVICE_NAMES: dict[str, dict[str, str]] = {
+    "vllm": {"prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker", "agg": "VllmWorker"},
+    "sglang": {"prefill": "prefill", "decode": "decode", "agg": "decode"},
+    "trtllm": {"prefill": "prefill", "decode": "decode", "agg": "TRTLLMWorker"},
+    "mocker": {"prefill": "prefill", "decode": "decode", "agg": "decode"},
+}
+"""Service names a backend's DGD examples use when ``subComponentType`` is not set."""
+
+
+class DgdValidationError(ValueError):
+    """The DGD cannot be driven: not found, not readable, or its services don't fit the mode.
+
+    The message lists every problem found, and what was looked for.
+    """
+
+
+def roles_for_mode(mode: str) -> tuple[Role, ...]:
+    """The roles a planner mode scales (aggregated engines count as ``decode``).
+
+    >>> roles_for_mode("disagg"), roles_for_mode("agg")
+    (('prefill', 'decode'), ('decode',))
+    """
+    if mode == "disagg":
+        return ("prefill", "decode")
+    if mode == "prefill":
+        return ("prefill",)
+    if mode in ("decode", "agg"):
+        return ("decode",)
+    raise ValueError(f"unknown mode {mode!r}: expected disagg, agg, prefill or decode")
+
+
+def default_service_name(backend: str, mode: str, role: Role) -> str:
+    """The backend's conventional service name for ``role`` in ``mode``.
+
+    >>> default_service_name("vllm", "agg", "decode")
+    'VllmWorker'
+    >>> default_service_name("sglang", "disagg", "prefill")
+    'prefill'
+    """
+    try:
+        names = DEFAULT_SERVICE_NAMES[backend]
+    except KeyError:
+        known = ", ".join(sorted(DEFAULT_SERVICE_NAMES))
+        raise ValueError(f"unknown backend {backend!r}: expected one of {known}") from None
+    return names["agg" if mode == "agg" else role]
+
+
+def _services(dgd: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = dgd.get("spec") if isinstance(dgd.get("spec"), dict) else {}
+    services = spec.get("services") if isinstance(spec.get("services"), dict) else {}
+    return {name: (svc if isinstance(svc, dict) else {}) for name, svc in services.items()}
+
+
+def _describe(dgd: dict[str, Any]) -> str:
+    parts = []
+    for name, svc in sorted(_services(dgd).items()):
+        sub = svc.get("subComponentType")
+        parts.append(f"{name} (subComponentType: {sub})" if sub else name)
+    return ", ".join(parts) or "none"
+
+
+def resolve_services(
+    dgd: dict[str, Any],
+    *,
+    mode: str,
+    backend: str,
+    explicit: dict[Role, str] | None = None,
+) -> dict[Role, str]:
+    """Map each role of ``mode`` to its service name; raises :class:`DgdValidationError`.
+
+    >>> dgd = {"spec": {"services": {"a": {"subComponentType": "decode"},
+    ...                              "b": {"subComponentType": "decode"}}}}
+    >>> try:
+    ...     resolve_services(dgd, mode="decode", backend="vllm")
+    ... except DgdValidationError as err:
+    ...     print(str(err).split(" (mode")[0])
+    decode: 2 services have subComponentType: decode (a, b); name one explicitly
+    """
+    explicit = explicit or {}
+    services = _services(dgd)
+    resolved: dict[Role, str] = {}
+    problems: list[str] = []
+    for role in roles_for_mode(mode):
+        name = explicit.get(role)
+        if name is not None:
+            if name not in services:
+                problems.append(f"{role}: configured service {name!r} is not in spec.services")
+                continue
+            sub = services[name].get("subComponentType")
+            if sub not in (None, "", "worker", role):
+                problems.append(
+                    f"{role}: configured service {name!r} has subComponentType: {sub}, not {role}"
+                )
+                continue
+            resolved[role] = name
+            continue
+        matches = sorted(n for n, svc in services.items() if svc.get("subComponentType") == role)
+        if len(matches) > 1:
+            problems.append(
+                f"{role}: {len(matches)} services have subComponentType: {role} "
+                f"({', '.join(matches)}); name one explicitly"
+            )
+            continue
+        if matches:
+            resolved[role] = matches[0]
+            continue
+        default = default_service_name(backend, mode, role)
+        sub = services.get(default, {}).get("subComponentType")
+        if default in services and sub in (None, "", "worker", role):
+            resolved[role] = default
+            continue
+        problems.append(
+            f"{role}: no service has subComponentType: {role} and the {backend} default "
+            f"name {default!r} is absent"
+        )
+    if not problems and len(set(resolved.values())) < len(resolved):
+        problems.append(f"one service plays several roles: {resolved}")
+    if problems:
+        raise DgdValidationError(
+            "; ".join(problems) + f" (mode {mode}; services present: {_describe(dgd)})"
+        )
+    return resolved
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """What the DGD says about one service: desired (spec) and observed (status) replicas.
+
+    >>> ServiceState("dw", spec_replicas=3, ready=2, updated=3, observed=True).stable
+    False
+    """
+
+    name: str
+    spec_replicas: int | None
+    ready: int | None
+    updated: int | None
+    observed: bool
+
+    @property
+    def stable(self) -> bool:
+        """No change is rolling out: ``spec == updated == ready`` on a current status."""
+        return (
+            self.observed
+            and self.ready is not None
+            and self.spec_replicas == self.updated == self.ready
+        )
+
+    def describe(self) -> str:
+        """A one-line account for logs and skip reasons."""
+        text = f"{self.name}: spec {self.spec_replicas}, updated {self.updated}, ready {self.ready}"
+        return text if self.observed else text + " (status not yet observed for this spec)"
+
+
+def status_is_current(dgd: dict[str, Any]) -> bool:
+    """Whether the status was written for the current spec (``observedGeneration``).
+
+    A status without ``observedGeneration`` is taken as current (older operators omit it).
+
+    >>> status_is_current({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
+    False
+    """
+    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
+    observed = status.get("observedGeneration")
+    generation = (dgd.get("metadata") or {}).get("generation")
+    if not isinstance(observed, int) or not isinstance(generation, int):
+        return True
+    return observed >= generation
+
+
+def service_state(dgd: dict[str, Any], name: str) -> ServiceState:
+    """The spec and status counts of service ``name``.
+
+    >>> dgd = {"spec": {"services": {"w": {}}},
+    ...        "status": {"services": {"w": {"updatedReplicas": 1, "readyReplicas": 1,
+    ...                                      "availableReplicas": 0}}}}
+    >>> service_state(dgd, "w")
+    ServiceState(name='w', spec_replicas=1, ready=0, updated=1, observed=True)
+    """
+    spec = _services(dgd).get(name, {})
+    spec_replicas = _count(spec.get("replicas", 1))
+    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
+    all_status = status.get("services") if isinstance(status.get("services"), dict) else {}
+    svc_status = all_status.get(name) if isinstance(all_status.get(name), dict) else None
+    ready = updated = None
+    if svc_status is not None:
+        available = _count(svc_status.get("availableReplicas"))
+        ready = available if available is not None else _count(svc_status.get("readyReplicas"))
+        updated = _count(svc_status.get("updatedReplicas"))
+    return ServiceState(name, spec_replicas, ready, updated, status_is_current(dgd))
+
+
+def ready_condition(dgd: dict[str, Any]) -> tuple[str, str]:
+    """``(status, explanation)`` of the DGD's ``Ready`` condition; ``Unknown`` when absent.
+
+    >>> ready_condition({"status": {"conditions": [{"type": "Ready", "status": "False",
+    ...                  "reason": "Scaling", "message": "1/2 ready"}]}})
+    ('False', 'Scaling: 1/2 ready')
+    """
+    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
+            return str(cond.get("status", "Unknown")), text
+    return "Unknown", "no Ready condition in status"
+
+
+def worker_counts(dgd: dict[str, Any], services: dict[Role, str]) -> WorkerCounts:
+    """The planner's worker inventory from the DGD (roles not in ``services`` stay unknown).
+
+    A role whose service is not stable is flagged ``scaling_in_progress``.
+    """
+    fields: dict[str, Any] = {}
+    for role, name in services.items():
+        state = service_state(dgd, name)
+        fields[f"ready_num_{role}"] = state.ready
+        fields[f"expected_num_{role}"] = state.spec_replicas
+        fields[f"{role}_scaling_in_progress"] = not state.stable
+    return WorkerCounts(**fields)

@@ -1,0 +1,1126 @@
+"""A Kubernetes API server for tests: real HTTP on a loopback port, real API semantics.
+
+No kube-apiserver can be installed on the build machines, so the DGD actuator is tested against
+this one. It implements what the actuator and the ``kubernetes`` Python client rely on, with the
+real server's status codes and ``metav1.Status`` bodies (``tests/kube/test_conformance.py``
+checks each behaviour and can be pointed at a real cluster to confirm them there):
+
+* CustomResourceDefinitions (``apiextensions.k8s.io/v1``): create (validated: name, group,
+  scope, exactly one storage version, a schema per version), get, list, delete; a created CRD is
+  ``Established`` at once and its group/version/resources appear in discovery (``/apis``,
+  ``/apis/<group>``, ``/apis/<group>/<version>``).
+* custom objects (namespaced or cluster-scoped): create → 201 with ``uid``,
+  ``resourceVersion``, ``generation: 1``; duplicate → 409 ``AlreadyExists``; get; list
+  (``<Kind>List``, label and field selectors with equality terms); replace (PUT, requires
+  ``metadata.resourceVersion``); patch with ``application/merge-patch+json`` (RFC 7386) or
+  ``application/json-patch+json`` (RFC 6902, incl. ``test``); strategic merge patch → 415;
+  delete (with ``preconditions``); ``dryRun=All``.
+* ``resourceVersion`` changes on every write (a no-op write is not a write), ``generation``
+  only when the spec changes; a stale ``resourceVersion`` on PUT/patch → 409 ``Conflict``.
+* the ``/status`` subresource is separate from the main resource: writes to the object ignore
+  ``status`` and writes to ``/status`` change nothing else.
+* ``openAPIV3Schema``: unknown fields are pruned (``Warning`` header; ``fieldValidation=Strict``
+  → 400), violations → 422 ``Invalid`` with one cause per field (see ``openapi_schema.py``).
+* optional bearer-token authentication (401 ``Unauthorized``).
+
+Not implemented (a request for them gets a clear 4xx): watch, server-side apply, set-based
+label selectors, finalizers, CRD conversion webhooks, defaulting, the scale subresource.
+
+Test-only controls are plain Python methods (the server runs in the test process):
+:meth:`ApiServer.inject` (next N responses on a path are given error codes),
+:attr:`ApiServer.requests` (every request: method, path, query, content type, body, status),
+:meth:`ApiServer.read` / :meth:`ApiServer.write_status` (direct store access, used by the
+simulated operator in ``dgd_operator.py``) and :meth:`ApiServer.on_write` (write hooks).
+
+>>> server = ApiServer()
+>>> server.handle("GET", "/apis/nvidia.com", {}, b"").status
+404
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import socket
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .openapi_schema import Cause, prune, validate
+from .patching import PatchError, json_equal, json_patch, merge_patch
+
+CRD_GROUP = "apiextensions.k8s.io"
+CRD_PLURAL = "customresourcedefinitions"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+_SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
+
+
+@dataclass(frozen=True)
+class Response:
+    """An HTTP response of the server: status code, JSON body, extra headers."""
+
+    status: int
+    body: Any
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received (for assertions in tests).
+
+    ``body`` is the decoded JSON body (``None`` if empty or not JSON); ``raw`` the bytes.
+    """
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    content_type: str | None
+    body: Any
+    raw: bytes
+    status: int
+    injected: bool = False
+
+
+@dataclass
+class VersionInfo:
+    """One version of a resource type: its schema and whether it has a status subresource."""
+
+    schema: dict[str, Any] | None
+    status_subresource: bool
+
+
+@dataclass
+class ResourceType:
+    """A resource the server serves (a CRD's names, scope and versions)."""
+
+    group: str
+    plural: str
+    singular: str
+    kind: str
+    list_kind: str
+    namespaced: bool
+    versions: dict[str, VersionInfo]
+    short_names: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+
+    @property
+    def group_resource(self) -> str:
+        """``<plural>.<group>``, as it appears in error messages."""
+        return f"{self.plural}.{self.group}"
+
+
+class ApiError(Exception):
+    """A request that fails with a ``metav1.Status`` body."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.headers = headers
+
+    def response(self) -> Response:
+        """The error as a Status response."""
+        return Response(
+            self.code, status_body(self.code, self.reason, self.message, self.details), self.headers
+        )
+
+
+def status_body(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A ``metav1.Status`` failure body.
+
+    >>> status_body(404, "NotFound", "x not found")["kind"]
+    'Status'
+    """
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _version_priority(version: str) -> tuple[int, int, int, str]:
+    """Kubernetes version ordering: GA > beta > alpha, higher numbers first."""
+    m = _VERSION.match(version)
+    if not m:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (stage, -int(m.group(1)), -int(m.group(3) or 0), version)
+
+
+def _not_found_page() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def _crd_builtin_type() -> ResourceType:
+    return ResourceType(
+        group=CRD_GROUP,
+        plural=CRD_PLURAL,
+        singular="customresourcedefinition",
+        kind="CustomResourceDefinition",
+        list_kind="CustomResourceDefinitionList",
+        namespaced=False,
+        versions={"v1": VersionInfo(schema=None, status_subresource=True)},
+        short_names=["crd", "crds"],
+    )
+
+
+def _invalid(rt: ResourceType, name: str, causes: list[Cause]) -> ApiError:
+    text = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(str(c) for c in causes) + "]"
+    kind_group = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind_group} "{name}" is invalid: {text}',
+        {
+            "name": name,
+            "group": rt.group,
+            "kind": rt.kind,
+            "causes": [c.as_status_cause() for c in causes],
+        },
+    )
+
+
+def _conflict(rt: ResourceType, name: str, why: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {why}',
+        {"name": name, "group": rt.group, "kind": rt.plural},
+    )
+
+
+_STALE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def _content_type(headers: dict[str, str]) -> str | None:
+    value = headers.get("content-type")
+    return value.split(";")[0].strip().lower() if value else None
+
+
+def _label_selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    if re.search(r"\s(in|notin)\s*\(", selector):
+        raise ApiError(
+            400, "BadRequest", "set-based label selectors are not supported by the test server"
+        )
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (s.strip() for s in re.split("==?", term, maxsplit=1))
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field_selector_matches(selector: str, obj: dict[str, Any]) -> bool:
+    meta = obj.get("metadata", {})
+    fields = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace")}
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        negate = "!=" in term
+        key, value = (s.strip() for s in re.split("!=|==?", term, maxsplit=1))
+        if key not in fields:
+            raise ApiError(400, "BadRequest", f"field label not supported: {key}")
+        if (fields[key] == value) == negate:
+            return False
+    return True
+
+
+class ApiServer:
+    """The test API server: an in-memory object store behind a threaded HTTP server.
+
+    Use as a context manager (``with ApiServer() as server:``) or call :meth:`start` /
+    :meth:`stop`. :meth:`handle` is the whole API without HTTP (used by the handler thread).
+
+    >>> ApiServer(token="s3cret").handle("GET", "/apis", {}, b"").status
+    401
+    """
+
+    def __init__(self, *, token: str | None = None, host: str = "127.0.0.1", port: int = 0):
+        self.token = token
+        self._address = (host, port)
+        self._lock = threading.RLock()
+        self._types: dict[tuple[str, str], ResourceType] = {
+            (CRD_GROUP, CRD_PLURAL): _crd_builtin_type()
+        }
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {
+            (CRD_GROUP, CRD_PLURAL): {}
+        }
+        self._revision = 0
+        self._requests: list[RecordedRequest] = []
+        self._injections: list[tuple[str, str | None, deque[int]]] = []
+        self._hooks: list[Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]] = []
+        self._before: list[Callable[[str, str], None]] = []
+        self._http: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> ApiServer:
+        """Listen on the loopback port and serve in a daemon thread."""
+        self._http = ThreadingHTTPServer(self._address, _Handler)
+        self._http.daemon_threads = True
+        self._http.app = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="test-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` of the running server."""
+        if self._http is None:
+            raise RuntimeError("the server is not running")
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # ------------------------------------------------------------------ test controls
+    def inject(self, path: str, *codes: int, method: str | None = None) -> None:
+        """Answer the next ``len(codes)`` requests to ``path`` (and ``method``) with these codes.
+
+        The request is recorded but not executed; the response is a Status of that code.
+        """
+        with self._lock:
+            self._injections.append((path, method.upper() if method else None, deque(codes)))
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def clear_requests(self) -> None:
+        """Forget the recorded requests."""
+        with self._lock:
+            self._requests.clear()
+
+    def on_write(
+        self, hook: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
+    ) -> None:
+        """Call ``hook(path, old, new)`` after every committed write (outside the store lock).
+
+        ``path`` is the object's path without subresource; ``new`` is ``None`` after a delete.
+        """
+        with self._lock:
+            self._hooks.append(hook)
+
+    def before_request(self, hook: Callable[[str, str], None]) -> None:
+        """Call ``hook(method, path)`` before each recorded request is served (under the store
+        lock, so what the hook writes lands strictly before the request: a race made exact)."""
+        with self._lock:
+            self._before.append(hook)
+
+    def read(self, path: str) -> dict[str, Any]:
+        """The stored object at an API path (a deep copy); raises ``ApiError`` if absent."""
+        with self._lock:
+            rt, _version, ns, name, _sub = self._route_object(path)
+            if name is None:
+                raise ApiError(400, "BadRequest", "read() needs an object path")
+            return copy.deepcopy(self._get(rt, ns, name))
+
+    def write_status(self, path: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Replace an object's status as a controller would (a write: bumps resourceVersion).
+
+        Sent as a JSON patch to ``<path>/status`` through :meth:`handle` (not recorded), so it
+        goes through the same rules and write hooks as a client's request.
+        """
+        response = self.handle(
+            "PATCH",
+            path.rstrip("/") + "/status",
+            {"content-type": JSON_PATCH},
+            json.dumps([{"op": "add", "path": "/status", "value": status}]).encode(),
+            record=False,
+        )
+        if response.status != 200:
+            raise ApiError(response.status, response.body["reason"], response.body["message"])
+        return response.body
+
+    # ------------------------------------------------------------------ HTTP entry
+    def handle(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        raw: bytes,
+        *,
+        record: bool = True,
+    ) -> Response:
+        """Serve one request (``target`` = path and query); records it unless told not to."""
+        method = method.upper()
+        headers = {k.lower(): v for k, v in headers.items()}
+        parts = urlsplit(target)
+        path = parts.path.rstrip("/") or "/"
+        query = parse_qs(parts.query)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        injected = False
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
+        with self._lock:
+            if record:
+                for before in list(self._before):
+                    before(method, path)
+            code = self._take_injection(method, path)
+            if code is not None:
+                injected = True
+                response = self._injected_response(code, path)
+            else:
+                try:
+                    self._authenticate(headers)
+                    response = self._dispatch(method, path, query, headers, raw, events)
+                except ApiError as err:
+                    response = err.response()
+            if record:
+                self._requests.append(
+                    RecordedRequest(
+                        method,
+                        path,
+                        query,
+                        _content_type(headers),
+                        body,
+                        raw,
+                        response.status,
+                        injected,
+                    )
+                )
+            hooks = list(self._hooks)
+        for event in events:
+            for hook in hooks:
+                hook(*event)
+        return response
+
+    def _take_injection(self, method: str, path: str) -> int | None:
+        for rule_path, rule_method, codes in self._injections:
+            if codes and rule_path.rstrip("/") == path and rule_method in (None, method):
+                return codes.popleft()
+        return None
+
+    @staticmethod
+    def _injected_response(code: int, path: str) -> Response:
+        reason = _REASONS.get(code, "InternalError")
+        if code == 409:
+            message = f'Operation cannot be fulfilled on "{path}": {_STALE}'
+        else:
+            message = f"injected {code} {reason} for {path}"
+        headers = (("Retry-After", "1"),) if code in (429, 503) else ()
+        return Response(code, status_body(code, reason, message, {}), headers)
+
+    def _authenticate(self, headers: dict[str, str]) -> None:
+        if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    # ------------------------------------------------------------------ routing
+    def _dispatch(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        raw: bytes,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        segments = [s for s in path.split("/") if s]
+        if path == "/version" and method == "GET":
+            return Response(
+                200,
+                {
+                    "major": "1",
+                    "minor": "31",
+                    "gitVersion": "v1.31.0-flowplanner-test",
+                    "platform": "linux/amd64",
+                },
+            )
+        if segments[:1] == ["api"] and method == "GET":
+            if len(segments) == 1:
+                return Response(
+                    200,
+                    {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+                )
+            if segments == ["api", "v1"]:
+                return Response(
+                    200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
+                )
+        if segments[:1] != ["apis"]:
+            raise _not_found_page()
+        if len(segments) <= 3:
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+            return Response(200, self._discovery(segments[1:]))
+        rt, version, ns, name, sub = self._route_object(path)
+        return self._object_request(method, rt, version, ns, name, sub, query, headers, raw, events)
+
+    def _route_object(
+        self, path: str
+    ) -> tuple[ResourceType, str, str | None, str | None, str | None]:
+        segments = [s for s in path.split("/") if s]
+        if len(segments) < 4 or segments[0] != "apis":
+            raise _not_found_page()
+        group, version, rest = segments[1], segments[2], segments[3:]
+        ns = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise _not_found_page()
+        rt = self._types.get((group, rest[0]))
+        if rt is None or version not in rt.versions:
+            raise _not_found_page()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name):
+            raise _not_found_page()
+        if sub is not None and (sub != "status" or not rt.versions[version].status_subresource):
+            raise _not_found_page()
+        return rt, version, ns, name, sub
+
+    def _discovery(self, segments: list[str]) -> dict[str, Any]:
+        groups: dict[str, set[str]] = {}
+        for rt in self._types.values():
+            groups.setdefault(rt.group, set()).update(rt.versions)
+
+        def group_body(name: str) -> dict[str, Any]:
+            versions = sorted(groups[name], key=_version_priority)
+            entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+            return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+        if not segments:
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [group_body(g) for g in sorted(groups)],
+            }
+        group = segments[0]
+        if group not in groups:
+            raise _not_found_page()
+        if len(segments) == 1:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group_body(group)}
+        version = segments[1]
+        if version not in groups[group]:
+            raise _not_found_page()
+        resources: list[dict[str, Any]] = []
+        for rt in sorted(self._types.values(), key=lambda r: r.plural):
+            if rt.group != group or version not in rt.versions:
+                continue
+            entry: dict[str, Any] = {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": [
+                    "delete",
+                    "deletecollection",
+                    "get",
+                    "list",
+                    "patch",
+                    "create",
+                    "update",
+                    "watch",
+                ],
+            }
+            if rt.short_names:
+                entry["shortNames"] = rt.short_names
+            if rt.categories:
+                entry["categories"] = rt.categories
+            resources.append(entry)
+            if rt.versions[version].status_subresource:
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/status",
+                        "singularName": "",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}",
+            "resources": resources,
+        }
+
+    # ------------------------------------------------------------------ object verbs
+    def _object_request(
+        self,
+        method: str,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        raw: bytes,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        if "watch" in query and query["watch"][0] in ("true", "1"):
+            raise ApiError(400, "BadRequest", "watch is not supported by the test server")
+        dry_run = query.get("dryRun", [""])[0] == "All"
+        strict = query.get("fieldValidation", [""])[0] == "Strict"
+        if name is None:
+            if method == "GET":
+                return Response(200, self._list(rt, version, ns, query))
+            if method == "POST":
+                if rt.namespaced and ns is None:
+                    raise _not_found_page()
+                body = self._json_body(raw)
+                return self._create(rt, version, ns, body, dry_run, strict, events)
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
+        if method == "GET":
+            return Response(200, self._present(rt, version, self._get(rt, ns, name)))
+        if method == "PUT":
+            body = self._json_body(raw)
+            return self._update(rt, version, ns, name, sub, body, True, dry_run, strict, events)
+        if method == "PATCH":
+            old = self._get(rt, ns, name)
+            patched = self._apply_patch(old, _content_type(headers), raw)
+            return self._update(rt, version, ns, name, sub, patched, False, dry_run, strict, events)
+        if method == "DELETE" and sub is None:
+            options = self._json_body(raw) if raw else {}
+            return self._delete(rt, version, ns, name, options or {}, dry_run, events)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.group_resource}")
+
+    @staticmethod
+    def _json_body(raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {err}") from err
+
+    def _get(self, rt: ResourceType, ns: str | None, name: str) -> dict[str, Any]:
+        obj = self._objects[(rt.group, rt.plural)].get((ns or "", name))
+        if obj is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{rt.group_resource} "{name}" not found',
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
+        return obj
+
+    @staticmethod
+    def _present(rt: ResourceType, version: str, obj: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        out["apiVersion"] = f"{rt.group}/{version}"
+        out["kind"] = rt.kind
+        return out
+
+    def _list(
+        self, rt: ResourceType, version: str, ns: str | None, query: dict[str, list[str]]
+    ) -> dict[str, Any]:
+        labels = query.get("labelSelector", [""])[0]
+        fields = query.get("fieldSelector", [""])[0]
+        items = []
+        for (obj_ns, _name), obj in sorted(self._objects[(rt.group, rt.plural)].items()):
+            if ns is not None and obj_ns != ns:
+                continue
+            if labels and not _label_selector_matches(labels, obj["metadata"].get("labels", {})):
+                continue
+            if fields and not _field_selector_matches(fields, obj):
+                continue
+            items.append(self._present(rt, version, obj))
+        return {
+            "apiVersion": f"{rt.group}/{version}",
+            "kind": rt.list_kind,
+            "metadata": {"resourceVersion": str(self._revision)},
+            "items": items,
+        }
+
+    def _next_revision(self) -> str:
+        self._revision += 1
+        return str(self._revision)
+
+    def _prune_and_validate(
+        self, rt: ResourceType, version: str, name: str, obj: dict[str, Any], strict: bool
+    ) -> tuple[dict[str, Any], list[str]]:
+        schema = rt.versions[version].schema
+        if schema is None:
+            return obj, []
+        fixed = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+        rest = {k: v for k, v in obj.items() if k not in fixed}
+        pruned, dropped = prune(rest, schema)
+        if dropped and strict:
+            unknown = ", ".join(f'unknown field "{d}"' for d in dropped)
+            raise ApiError(400, "BadRequest", f"strict decoding error: {unknown}")
+        causes = validate(pruned, schema)
+        if causes:
+            raise _invalid(rt, name, causes)
+        return {**fixed, **pruned}, dropped
+
+    @staticmethod
+    def _warnings(dropped: list[str]) -> tuple[tuple[str, str], ...]:
+        return tuple(("Warning", f'299 - "unknown field \\"{d}\\""') for d in dropped)
+
+    def _object_path(self, rt: ResourceType, version: str, ns: str | None, name: str) -> str:
+        scope = f"/namespaces/{ns}" if ns is not None else ""
+        return f"/apis/{rt.group}/{version}{scope}/{rt.plural}/{name}"
+
+    def _create(
+        self,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        body: Any,
+        dry_run: bool,
+        strict: bool,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        expected_api = f"{rt.group}/{version}"
+        if body.get("apiVersion") != expected_api:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({body.get('apiVersion')}) "
+                f"does not match the expected API version ({expected_api})",
+            )
+        if body.get("kind") != rt.kind:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the kind in the data ({body.get('kind')}) does not "
+                f"match the expected kind ({rt.kind})",
+            )
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        name = meta.get("name") or ""
+        if not name and meta.get("generateName"):
+            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+        if not name:
+            cause = Cause(
+                "FieldValueRequired",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )
+            raise _invalid(rt, "", [cause])
+        if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+            message = (
+                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                "lower case alphanumeric characters, '-' or '.', and must start and end "
+                "with an alphanumeric character"
+            )
+            raise _invalid(rt, name, [Cause("FieldValueInvalid", "metadata.name", message)])
+        if ns is not None and meta.get("namespace") not in (None, "", ns):
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match "
+                "the namespace sent on the request",
+            )
+        store = self._objects[(rt.group, rt.plural)]
+        if (ns or "", name) in store:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{rt.group_resource} "{name}" already exists',
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
+        obj = copy.deepcopy(body)
+        if rt.versions[version].status_subresource:
+            obj.pop("status", None)
+        obj, dropped = self._prune_and_validate(rt, version, name, obj, strict)
+        new_meta = {
+            k: v
+            for k, v in copy.deepcopy(meta).items()
+            if k not in (*_SYSTEM_METADATA, "deletionTimestamp", "managedFields")
+        }
+        new_meta["name"] = name
+        if ns is not None:
+            new_meta["namespace"] = ns
+        new_meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
+        obj["metadata"] = new_meta
+        obj["apiVersion"], obj["kind"] = expected_api, rt.kind
+        if rt.plural == CRD_PLURAL and rt.group == CRD_GROUP:
+            new_type = self._check_crd(obj)
+        if dry_run:
+            new_meta["resourceVersion"] = str(self._revision)
+            return Response(201, obj, self._warnings(dropped))
+        new_meta["resourceVersion"] = self._next_revision()
+        if rt.plural == CRD_PLURAL and rt.group == CRD_GROUP:
+            obj["status"] = self._crd_status(obj)
+            self._types[(new_type.group, new_type.plural)] = new_type
+            self._objects[(new_type.group, new_type.plural)] = {}
+        store[(ns or "", name)] = obj
+        events.append((self._object_path(rt, version, ns, name), None, copy.deepcopy(obj)))
+        return Response(201, self._present(rt, version, obj), self._warnings(dropped))
+
+    def _apply_patch(self, old: dict[str, Any], ctype: str | None, raw: bytes) -> Any:
+        if ctype in (STRATEGIC_MERGE_PATCH, APPLY_PATCH) or ctype not in (MERGE_PATCH, JSON_PATCH):
+            if ctype == APPLY_PATCH:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    "server-side apply is not implemented by the test server",
+                )
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}",
+            )
+        patch = self._json_body(raw)
+        if ctype == MERGE_PATCH:
+            if not isinstance(patch, dict):
+                raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+            return merge_patch(old, patch)
+        if not isinstance(patch, list):
+            raise ApiError(
+                400,
+                "BadRequest",
+                "json: cannot unmarshal object into Go value of type jsonpatch.Patch",
+            )
+        try:
+            return json_patch(old, patch)
+        except PatchError as err:
+            raise ApiError(422, "Invalid", str(err)) from err
+
+    def _update(
+        self,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        name: str,
+        sub: str | None,
+        candidate: Any,
+        require_version: bool,
+        dry_run: bool,
+        strict: bool,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        old = self._get(rt, ns, name)
+        if not isinstance(candidate, dict):
+            raise ApiError(400, "BadRequest", "the object must be a JSON object")
+        meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, name):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({meta.get('name')}) does "
+                f"not match the name on the URL ({name})",
+            )
+        if ns is not None and meta.get("namespace") not in (None, "", ns):
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match "
+                "the namespace sent on the request",
+            )
+        wanted = meta.get("resourceVersion")
+        if require_version and not wanted:
+            message = "Invalid value: 0x0: must be specified for an update"
+            raise _invalid(
+                rt, name, [Cause("FieldValueInvalid", "metadata.resourceVersion", message)]
+            )
+        if wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise _conflict(rt, name, _STALE)
+        has_status = rt.versions[version].status_subresource
+        if sub == "status":
+            new = copy.deepcopy(old)
+            if "status" in candidate:
+                new["status"] = copy.deepcopy(candidate["status"])
+            else:
+                new.pop("status", None)
+        else:
+            new = {k: copy.deepcopy(v) for k, v in candidate.items() if k != "metadata"}
+            new_meta = {
+                k: copy.deepcopy(v)
+                for k, v in meta.items()
+                if k not in (*_SYSTEM_METADATA, "name", "namespace", "managedFields")
+            }
+            for key in ("name", "namespace", *_SYSTEM_METADATA):
+                if key in old["metadata"]:
+                    new_meta[key] = old["metadata"][key]
+            new["metadata"] = new_meta
+            if has_status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+        new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
+        new, dropped = self._prune_and_validate(rt, version, name, new, strict)
+        if json_equal(new, old):
+            return Response(200, self._present(rt, version, old), self._warnings(dropped))
+
+        def content(obj: dict[str, Any]) -> dict[str, Any]:
+            skip = ("metadata", "status") if has_status else ("metadata",)
+            return {k: v for k, v in obj.items() if k not in skip}
+
+        if not json_equal(content(new), content(old)):
+            new["metadata"]["generation"] = old["metadata"]["generation"] + 1
+        if dry_run:
+            return Response(200, self._present(rt, version, new), self._warnings(dropped))
+        new["metadata"]["resourceVersion"] = self._next_revision()
+        self._objects[(rt.group, rt.plural)][(ns or "", name)] = new
+        events.append(
+            (self._object_path(rt, version, ns, name), copy.deepcopy(old), copy.deepcopy(new))
+        )
+        return Response(200, self._present(rt, version, new), self._warnings(dropped))
+
+    def _delete(
+        self,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        name: str,
+        options: dict[str, Any],
+        dry_run: bool,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        old = self._get(rt, ns, name)
+        pre = options.get("preconditions") or {}
+        meta = old["metadata"]
+        if pre.get("resourceVersion") not in (None, meta["resourceVersion"]):
+            raise _conflict(
+                rt,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: "
+                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                f"{meta['resourceVersion']}",
+            )
+        if pre.get("uid") not in (None, meta["uid"]):
+            raise _conflict(
+                rt,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {meta['uid']}",
+            )
+        if dry_run:
+            return Response(200, self._present(rt, version, old))
+        del self._objects[(rt.group, rt.plural)][(ns or "", name)]
+        self._next_revision()
+        if rt.group == CRD_GROUP and rt.plural == CRD_PLURAL:
+            spec = old["spec"]
+            key = (spec["group"], spec["names"]["plural"])
+            self._types.pop(key, None)
+            self._objects.pop(key, None)
+        events.append((self._object_path(rt, version, ns, name), copy.deepcopy(old), None))
+        return Response(200, self._present(rt, version, old))
+
+    # ------------------------------------------------------------------ CRDs
+    def _check_crd(self, crd: dict[str, Any]) -> ResourceType:
+        rt = self._types[(CRD_GROUP, CRD_PLURAL)]
+        name = crd["metadata"]["name"]
+        causes: list[Cause] = []
+        spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
+        group = spec.get("group") or ""
+        names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+        plural, kind = names.get("plural") or "", names.get("kind") or ""
+        if not group:
+            causes.append(Cause("FieldValueRequired", "spec.group", "Required value"))
+        elif "." not in group:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    "spec.group",
+                    f'Invalid value: "{group}": should be a domain with at least one dot',
+                )
+            )
+        if not plural:
+            causes.append(Cause("FieldValueRequired", "spec.names.plural", "Required value"))
+        if not kind:
+            causes.append(Cause("FieldValueRequired", "spec.names.kind", "Required value"))
+        if group and plural and name != f"{plural}.{group}":
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    "metadata.name",
+                    f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+                )
+            )
+        scope = spec.get("scope")
+        if scope not in ("Namespaced", "Cluster"):
+            causes.append(
+                Cause(
+                    "FieldValueNotSupported",
+                    "spec.scope",
+                    f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"',
+                )
+            )
+        versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
+        if not versions:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    "spec.versions",
+                    "Invalid value: null: must have exactly one version marked as storage version",
+                )
+            )
+        elif sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
+            causes.append(
+                Cause(
+                    "FieldValueInvalid",
+                    "spec.versions",
+                    "Invalid value: must have exactly one version marked as storage version",
+                )
+            )
+        served: dict[str, VersionInfo] = {}
+        for i, v in enumerate(versions):
+            if not isinstance(v, dict) or not v.get("name"):
+                causes.append(
+                    Cause("FieldValueRequired", f"spec.versions[{i}].name", "Required value")
+                )
+                continue
+            schema = (v.get("schema") or {}).get("openAPIV3Schema")
+            if not isinstance(schema, dict):
+                causes.append(
+                    Cause(
+                        "FieldValueRequired",
+                        f"spec.versions[{i}].schema.openAPIV3Schema",
+                        "Required value: schemas are required",
+                    )
+                )
+                continue
+            if v.get("served"):
+                status = "status" in (v.get("subresources") or {})
+                served[v["name"]] = VersionInfo(schema=schema, status_subresource=status)
+        if causes:
+            raise _invalid(rt, name, causes)
+        return ResourceType(
+            group=group,
+            plural=plural,
+            singular=names.get("singular") or kind.lower(),
+            kind=kind,
+            list_kind=names.get("listKind") or f"{kind}List",
+            namespaced=scope == "Namespaced",
+            versions=served,
+            short_names=list(names.get("shortNames") or []),
+            categories=list(names.get("categories") or []),
+        )
+
+    @staticmethod
+    def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
+        names = dict(crd["spec"]["names"])
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", f"{names['kind']}List")
+        now = _now()
+        storage = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+        return {
+            "acceptedNames": names,
+            "storedVersions": [storage],
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now,
+                },
+            ],
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "flowplanner-test-apiserver/1"
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in separate writes: without this, Nagle + delayed ACK
+        # add ~40 ms to every response on a keep-alive connection.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        app: ApiServer = self.server.app  # type: ignore[attr-defined]
+        response = app.handle(self.command, self.path, dict(self.headers.items()), raw)
+        data = json.dumps(response.body, separators=(",", ":")).encode()
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in response.headers:
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request stderr log (requests are recorded instead)."""

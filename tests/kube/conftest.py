@@ -1,0 +1,161 @@
+"""Fixtures of the Kubernetes tests: the test API server, a client for it, a DGD with its
+simulated operator, and the target of the conformance suite (ours, or a real cluster)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from .apiserver import ApiServer
+from .dgd_operator import SimulatedOperator
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DGD_NAMESPACE = "dynamo"
+
+URL_ENV = "FLOWPLANNER_K8S_URL"
+TOKEN_ENV = "FLOWPLANNER_K8S_TOKEN"
+NAMESPACE_ENV = "FLOWPLANNER_K8S_NAMESPACE"
+CA_ENV = "FLOWPLANNER_K8S_CA"
+INSECURE_ENV = "FLOWPLANNER_K8S_INSECURE"
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    """A YAML file of ``tests/kube/fixtures``."""
+    return yaml.safe_load((FIXTURES / name).read_text())
+
+
+def api_client(
+    url: str, token: str | None = None, *, ca: str | None = None, insecure: bool = False
+) -> k8s.ApiClient:
+    """A ``kubernetes`` client for ``url`` (bearer ``token``)."""
+    cfg = k8s.Configuration(host=url)
+    if token:
+        cfg.api_key = {"authorization": token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+    cfg.verify_ssl = not insecure
+    cfg.ssl_ca_cert = ca
+    return k8s.ApiClient(cfg)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServer]:
+    """Our API server on a free loopback port."""
+    with ApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def kube(apiserver: ApiServer) -> Iterator[k8s.ApiClient]:
+    """A ``kubernetes`` client of :func:`apiserver`."""
+    client = api_client(apiserver.url)
+    yield client
+    client.close()
+
+
+@dataclass
+class DgdFixture:
+    """A DGD created on the test server, Ready, with its simulated operator."""
+
+    server: ApiServer
+    client: k8s.ApiClient
+    namespace: str
+    name: str
+    operator: SimulatedOperator
+
+    @property
+    def path(self) -> str:
+        """The DGD's API path."""
+        return (
+            f"/apis/nvidia.com/v1alpha1/namespaces/{self.namespace}"
+            f"/dynamographdeployments/{self.name}"
+        )
+
+    def get(self) -> dict[str, Any]:
+        """The DGD as stored."""
+        return self.server.read(self.path)
+
+    def patches(self) -> list[Any]:
+        """The PATCH requests the server received for the DGD (injected ones included)."""
+        return [r for r in self.server.requests if r.method == "PATCH" and r.path == self.path]
+
+
+def register_dgd_crd(client: k8s.ApiClient) -> None:
+    """Create the DGD CRD through the API, as ``kubectl apply -f`` would."""
+    k8s.ApiextensionsV1Api(client).create_custom_resource_definition(load_fixture("dgd_crd.yaml"))
+
+
+def create_dgd(
+    server: ApiServer,
+    client: k8s.ApiClient,
+    manifest: dict[str, Any] | None = None,
+    *,
+    namespace: str = DGD_NAMESPACE,
+    ready: bool = True,
+    **operator_options: Any,
+) -> DgdFixture:
+    """Create a DGD (default: the trimmed vLLM disagg example) and let the operator run it."""
+    body = copy.deepcopy(manifest or load_fixture("dgd_disagg.yaml"))
+    name = body["metadata"]["name"]
+    fixture_path = f"/apis/nvidia.com/v1alpha1/namespaces/{namespace}/dynamographdeployments/{name}"
+    operator = SimulatedOperator(server, fixture_path, **operator_options)
+    k8s.CustomObjectsApi(client).create_namespaced_custom_object(
+        "nvidia.com", "v1alpha1", namespace, "dynamographdeployments", body
+    )
+    if ready:
+        operator.converge()
+    server.clear_requests()
+    return DgdFixture(server, client, namespace, name, operator)
+
+
+@pytest.fixture
+def dgd_crd(apiserver: ApiServer, kube: k8s.ApiClient) -> None:
+    """The DGD CRD registered on the test server."""
+    register_dgd_crd(kube)
+
+
+@pytest.fixture
+def dgd(apiserver: ApiServer, kube: k8s.ApiClient, dgd_crd: None) -> Iterator[DgdFixture]:
+    """The vLLM disagg DGD (1 prefill, 1 decode), Ready; its operator converges on request."""
+    fixture = create_dgd(apiserver, kube)
+    yield fixture
+    fixture.operator.stop()
+
+
+@dataclass
+class Cluster:
+    """Where the conformance suite runs: our server (``server`` set) or a real cluster."""
+
+    url: str
+    token: str | None
+    namespace: str
+    client: k8s.ApiClient
+    server: ApiServer | None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """``$FLOWPLANNER_K8S_URL`` (+ ``_TOKEN``, ``_NAMESPACE``, ``_CA``, ``_INSECURE=1``) if set,
+    else our server started for the module."""
+    url = os.environ.get(URL_ENV)
+    if url:
+        token = os.environ.get(TOKEN_ENV)
+        client = api_client(
+            url, token, ca=os.environ.get(CA_ENV), insecure=os.environ.get(INSECURE_ENV) == "1"
+        )
+        yield Cluster(url, token, os.environ.get(NAMESPACE_ENV, "default"), client, None)
+        client.close()
+        return
+    token = uuid.uuid4().hex
+    with ApiServer(token=token) as server:
+        client = api_client(server.url, token)
+        yield Cluster(server.url, token, "default", client, server)
+        client.close()

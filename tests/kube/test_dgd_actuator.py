@@ -1,0 +1,415 @@
+"""The DGD actuator against the test API server (real HTTP, the real ``kubernetes`` client)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from connectors.dgd import DgdActuator, DgdUnavailableError, DgdValidationError, kube_api_client
+from schemas import ScalingDecision, WorkerCounts
+
+from .apiserver import ApiServer
+from .conftest import DgdFixture, create_dgd, load_fixture
+
+pytestmark = pytest.mark.services
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Sleeps(list):
+    """Records the backoff delays instead of sleeping."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def make_actuator(dgd: DgdFixture, sleeps: Sleeps) -> Callable[..., DgdActuator]:
+    def make(**options: Any) -> DgdActuator:
+        options.setdefault("mode", "disagg")
+        options.setdefault("backend", "vllm")
+        return DgdActuator(
+            kube_api_client(dgd.server.url),
+            options.pop("namespace", dgd.namespace),
+            options.pop("name", dgd.name),
+            sleep=sleeps,
+            **options,
+        )
+
+    return make
+
+
+def decision(
+    decision_id: int = 1,
+    *,
+    prefill: int | None = None,
+    decode: int | None = None,
+    deployment: str = "llama",
+) -> ScalingDecision:
+    return ScalingDecision(
+        deployment=deployment,
+        decision_id=decision_id,
+        time=float(decision_id),
+        num_prefill=prefill,
+        num_decode=decode,
+        source="load",
+        reason="scale_up",
+    )
+
+
+def spec_replicas(dgd: DgdFixture) -> dict[str, int]:
+    services = dgd.get()["spec"]["services"]
+    return {name: svc["replicas"] for name, svc in services.items()}
+
+
+def manifest_with(services: dict[str, Any], name: str = "custom") -> dict[str, Any]:
+    body = load_fixture("dgd_disagg.yaml")
+    body["metadata"]["name"] = name
+    body["spec"]["services"] = services
+    return body
+
+
+# ---------------------------------------------------------------------- start-up validation
+def test_validate_resolves_vllm_default_names(make_actuator):
+    assert make_actuator().validate() == {
+        "prefill": "VllmPrefillWorker",
+        "decode": "VllmDecodeWorker",
+    }
+
+
+def test_validate_prefers_sub_component_type_over_default_names(dgd, make_actuator):
+    services = {
+        "Frontend": {"componentType": "frontend", "replicas": 1},
+        "VllmPrefillWorker": {"replicas": 1},  # a default name, but not the prefill role here
+        "fast-prefill": {"subComponentType": "prefill", "replicas": 2},
+        "decoders": {"subComponentType": "decode", "replicas": 1},
+    }
+    create_dgd(dgd.server, dgd.client, manifest_with(services))
+    assert make_actuator(name="custom").validate() == {
+        "prefill": "fast-prefill",
+        "decode": "decoders",
+    }
+
+
+def test_validate_fails_when_dgd_is_missing(make_actuator):
+    with pytest.raises(DgdValidationError) as err:
+        make_actuator(name="no-such-dgd").validate()
+    message = str(err.value)
+    assert "dynamo/no-such-dgd not found" in message
+    assert "DYN_PARENT_DGD_K8S_NAME" in message
+
+
+def test_validate_fails_naming_the_missing_role(dgd, make_actuator):
+    services = {"Frontend": {"replicas": 1}, "VllmDecodeWorker": {"replicas": 1}}
+    create_dgd(dgd.server, dgd.client, manifest_with(services))
+    with pytest.raises(DgdValidationError) as err:
+        make_actuator(name="custom").validate()
+    message = str(err.value)
+    assert "prefill: no service has subComponentType: prefill" in message
+    assert "'VllmPrefillWorker' is absent" in message
+    assert "services present: Frontend, VllmDecodeWorker" in message
+    assert "decode:" not in message  # the decode role resolved fine
+
+
+def test_validate_fails_on_duplicate_sub_component_type(dgd, make_actuator):
+    services = {
+        "p": {"subComponentType": "prefill", "replicas": 1},
+        "d1": {"subComponentType": "decode", "replicas": 1},
+        "d2": {"subComponentType": "decode", "replicas": 1},
+    }
+    create_dgd(dgd.server, dgd.client, manifest_with(services))
+    with pytest.raises(
+        DgdValidationError,
+        match=r"2 services have subComponentType: decode "
+        r"\(d1, d2\)",
+    ):
+        make_actuator(name="custom").validate()
+
+
+def test_validate_fails_when_backend_names_do_not_match(make_actuator):
+    """An SGLang planner on a vLLM DGD (spec §17 item 8) fails at start, naming both roles."""
+    with pytest.raises(DgdValidationError) as err:
+        make_actuator(backend="sglang").validate()
+    assert "prefill: no service" in str(err.value) and "decode: no service" in str(err.value)
+
+
+def test_validate_rejects_explicit_service_of_another_role(dgd, make_actuator):
+    services = {"p": {"subComponentType": "prefill"}, "d": {"subComponentType": "decode"}}
+    create_dgd(dgd.server, dgd.client, manifest_with(services))
+    actuator = make_actuator(name="custom", services={"prefill": "d"})
+    with pytest.raises(DgdValidationError, match="'d' has subComponentType: decode, not prefill"):
+        actuator.validate()
+
+
+def test_validate_reports_missing_permission(dgd, make_actuator):
+    dgd.server.inject(dgd.path, 403, method="GET")
+    with pytest.raises(DgdValidationError, match="needs get/patch on dynamographdeployments"):
+        make_actuator().validate()
+
+
+def test_validate_agg_mode_uses_the_agg_worker(dgd, make_actuator):
+    services = {"Frontend": {"replicas": 1}, "VllmWorker": {"replicas": 2}}
+    create_dgd(dgd.server, dgd.client, manifest_with(services, name="agg"))
+    actuator = make_actuator(name="agg", mode="agg")
+    assert actuator.validate() == {"decode": "VllmWorker"}
+    assert actuator.read_inventory() == WorkerCounts(ready_num_decode=2, expected_num_decode=2)
+
+
+def test_from_environment_takes_the_name_from_the_env(dgd, monkeypatch):
+    monkeypatch.setenv("DYN_PARENT_DGD_K8S_NAME", dgd.name)
+    actuator = DgdActuator.from_environment(namespace=dgd.namespace, host=dgd.server.url)
+    assert actuator.name == dgd.name and actuator.validate()["decode"] == "VllmDecodeWorker"
+    monkeypatch.delenv("DYN_PARENT_DGD_K8S_NAME")
+    with pytest.raises(DgdValidationError, match="DYN_PARENT_DGD_K8S_NAME"):
+        DgdActuator.from_environment(namespace=dgd.namespace, host=dgd.server.url)
+
+
+# ---------------------------------------------------------------------- inventory
+def test_inventory_follows_a_rollout(dgd, make_actuator):
+    actuator = make_actuator()
+    assert actuator.read_inventory() == WorkerCounts(
+        ready_num_prefill=1, ready_num_decode=1, expected_num_prefill=1, expected_num_decode=1
+    )
+    assert actuator.apply(decision(decode=3)).outcome == "applied"
+    rolling = actuator.read_inventory()
+    assert (rolling.ready_num_decode, rolling.expected_num_decode) == (1, 3)
+    assert rolling.decode_scaling_in_progress and not rolling.prefill_scaling_in_progress
+    dgd.operator.converge()
+    done = actuator.read_inventory()
+    assert (done.ready_num_decode, done.expected_num_decode) == (3, 3)
+    assert not done.decode_scaling_in_progress
+
+
+def test_inventory_prefers_available_then_ready_replicas(dgd, make_actuator):
+    status = dgd.get()["status"]
+    status["services"]["VllmDecodeWorker"].update(readyReplicas=1, availableReplicas=0)
+    del status["services"]["VllmPrefillWorker"]["availableReplicas"]
+    dgd.server.write_status(dgd.path, status)
+    counts = make_actuator().read_inventory()
+    assert counts.ready_num_decode == 0 and counts.decode_scaling_in_progress
+    assert counts.ready_num_prefill == 1 and not counts.prefill_scaling_in_progress
+
+
+def test_inventory_is_in_progress_until_the_operator_observes_the_spec(dgd, make_actuator):
+    stale = dgd.get()["status"]
+    stale["observedGeneration"] = 0  # counts as before, but written for an older spec
+    dgd.server.write_status(dgd.path, stale)
+    counts = make_actuator().read_inventory()
+    assert counts.ready_num_decode == 1 and counts.expected_num_decode == 1
+    assert counts.decode_scaling_in_progress and counts.prefill_scaling_in_progress
+
+
+def test_inventory_read_failure_raises_instead_of_reporting_zero(dgd, make_actuator, sleeps):
+    dgd.server.inject(dgd.path, 503, 503, 500, method="GET")
+    actuator = make_actuator(max_attempts=3)
+    with pytest.raises(DgdUnavailableError, match="HTTP 500"):
+        actuator.read(retry=True)
+    assert sleeps == [1.0, 1.0]  # 0.5 and 1.0, both lifted to the server's Retry-After: 1
+    assert actuator.read_inventory().ready_num_decode == 1
+
+
+# ---------------------------------------------------------------------- applying decisions
+def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
+    version = dgd.get()["metadata"]["resourceVersion"]
+    result = make_actuator().apply(decision(prefill=2, decode=1))
+    assert result.outcome == "applied" and result.ok
+    assert result.patch == {"VllmPrefillWorker": 2} and result.attempts == 1
+    assert result.reason == "VllmPrefillWorker 1 → 2"
+    [patch] = dgd.patches()
+    assert patch.content_type == MERGE_PATCH
+    assert patch.body == {
+        "metadata": {"resourceVersion": version},
+        "spec": {"services": {"VllmPrefillWorker": {"replicas": 2}}},
+    }
+    assert spec_replicas(dgd) == {"Frontend": 1, "VllmDecodeWorker": 1, "VllmPrefillWorker": 2}
+    assert dgd.get()["metadata"]["generation"] == 2
+
+
+def test_apply_without_precondition_sends_only_the_replicas(dgd, make_actuator):
+    make_actuator(resource_version_precondition=False).apply(decision(decode=2))
+    [patch] = dgd.patches()
+    assert patch.body == {"spec": {"services": {"VllmDecodeWorker": {"replicas": 2}}}}
+
+
+def test_apply_skips_equal_targets(dgd, make_actuator):
+    result = make_actuator().apply(decision(prefill=1, decode=1))
+    assert result.outcome == "no_change" and result.ok
+    assert dgd.patches() == []
+
+
+def test_apply_skips_while_dgd_is_not_ready(dgd, make_actuator):
+    dgd.operator.set_not_ready("CrashLoop", "decode pod restarting")
+    result = make_actuator().apply(decision(decode=2))
+    assert result.outcome == "skipped_not_ready" and not result.ok
+    assert "Ready condition is False (CrashLoop: decode pod restarting)" in result.reason
+    assert result.patch == {"VllmDecodeWorker": 2}
+    assert dgd.patches() == [] and spec_replicas(dgd)["VllmDecodeWorker"] == 1
+
+
+def test_apply_holds_a_second_change_while_one_is_in_flight(dgd, make_actuator):
+    server, client = dgd.server, dgd.client
+    fixture = create_dgd(
+        server,
+        client,
+        manifest_with(
+            {
+                "p": {"subComponentType": "prefill", "replicas": 1},
+                "d": {"subComponentType": "decode", "replicas": 1},
+            },
+            name="steady",
+        ),
+        ready_during_rollout=True,
+    )
+    actuator = make_actuator(name="steady")
+    assert actuator.apply(decision(1, decode=2)).outcome == "applied"
+    # The operator is rolling out (decode spec 2, ready 1) but reports Ready=True.
+    for i, held in enumerate([decision(2, decode=3), decision(3, prefill=2, decode=2)]):
+        result = actuator.apply(held)
+        assert result.outcome == "skipped_in_flight", i
+        assert "d: spec 2, updated 2, ready 1" in result.reason
+    assert len(fixture.patches()) == 1
+    fixture.operator.converge()
+    assert actuator.apply(decision(4, decode=3)).outcome == "applied"
+    assert spec_replicas(fixture) == {"p": 1, "d": 3}
+
+
+def test_apply_retries_409_by_rereading_then_repatching(dgd, make_actuator, sleeps):
+    actuator = make_actuator()
+    actuator.validate()
+    dgd.server.clear_requests()
+    dgd.server.inject(dgd.path, 409, 409, method="PATCH")
+    result = actuator.apply(decision(decode=2))
+    assert result.outcome == "applied" and result.attempts == 3
+    assert sleeps == [0.5, 1.0]
+    verbs = [(r.method, r.status) for r in dgd.server.requests if r.path == dgd.path]
+    assert verbs == [
+        ("GET", 200),
+        ("PATCH", 409),
+        ("GET", 200),
+        ("PATCH", 409),
+        ("GET", 200),
+        ("PATCH", 200),
+    ]
+    assert spec_replicas(dgd)["VllmDecodeWorker"] == 2
+
+
+def test_real_conflict_makes_the_actuator_recheck_before_writing(dgd, make_actuator):
+    """Someone scales prefill between our read and our patch: the resourceVersion precondition
+    turns that into a 409, and the re-read sees the other rollout, so we don't stack on it."""
+    server = dgd.server
+    raced = []
+
+    def other_writer(method: str, path: str) -> None:
+        if method == "PATCH" and path == dgd.path and not raced:
+            raced.append(True)
+            body = json.dumps({"spec": {"services": {"VllmPrefillWorker": {"replicas": 3}}}})
+            server.handle("PATCH", path, {"content-type": MERGE_PATCH}, body.encode(), record=False)
+
+    server.before_request(other_writer)
+    result = make_actuator().apply(decision(decode=2))
+    assert result.outcome == "skipped_not_ready"
+    statuses = [r.status for r in dgd.patches()]
+    assert statuses == [409]
+    assert spec_replicas(dgd) == {"Frontend": 1, "VllmDecodeWorker": 1, "VllmPrefillWorker": 3}
+
+
+def test_apply_retries_5xx_with_exponential_backoff(dgd, make_actuator, sleeps):
+    dgd.server.inject(dgd.path, 500, 502, 500, method="PATCH")
+    result = make_actuator().apply(decision(decode=2))
+    assert result.outcome == "applied" and result.attempts == 4
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_apply_gives_up_after_bounded_retries_without_raising(dgd, make_actuator, sleeps):
+    dgd.server.inject(dgd.path, *([500] * 10), method="PATCH")
+    result = make_actuator(max_attempts=5, max_backoff_s=1.5).apply(decision(decode=2))
+    assert result.outcome == "failed" and result.status_code == 500
+    assert result.attempts == 5 and "gave up after 5 attempts" in result.reason
+    assert sleeps == [0.5, 1.0, 1.5, 1.5]
+    assert spec_replicas(dgd)["VllmDecodeWorker"] == 1
+
+
+@pytest.mark.parametrize("code", [403, 422])
+def test_apply_does_not_retry_permanent_errors(dgd, make_actuator, sleeps, code):
+    dgd.server.inject(dgd.path, code, method="PATCH")
+    result = make_actuator().apply(decision(decode=2))
+    assert result.outcome == "failed" and result.status_code == code
+    assert result.attempts == 1 and sleeps == []
+
+
+def test_apply_survives_an_unreachable_api_server(sleeps):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    actuator = DgdActuator(
+        kube_api_client(f"http://127.0.0.1:{port}"), "ns", "gone", sleep=sleeps, max_attempts=2
+    )
+    result = actuator.apply(decision(decode=2))
+    assert result.outcome == "failed" and "cannot read DGD ns/gone" in result.reason
+    assert sleeps == [0.5]
+
+
+def test_apply_ignores_decisions_older_than_the_newest(dgd, make_actuator):
+    actuator = make_actuator()
+    assert actuator.apply(decision(5, decode=1)).outcome == "no_change"
+    assert actuator.apply(decision(4, decode=2)).outcome == "stale"
+    assert actuator.apply(decision(5, decode=2)).outcome == "stale"
+    assert dgd.patches() == []
+    other = actuator.apply(decision(1, decode=2, deployment="other-key"))
+    assert other.outcome == "applied"
+
+
+def test_apply_retracts_an_unschedulable_scale_up(dgd, make_actuator):
+    """Spec §17 item 7: decode 1 → 2 can't be scheduled (no GPU); the DGD stays not Ready.
+    Giving the pending replica back is allowed; a further scale-up is not."""
+    server, client = dgd.server, dgd.client
+    fixture = create_dgd(
+        server,
+        client,
+        manifest_with(
+            {
+                "p": {"subComponentType": "prefill", "replicas": 1},
+                "d": {"subComponentType": "decode", "replicas": 1},
+            },
+            name="tight",
+        ),
+        capacity={"d": 1},
+    )
+    actuator = make_actuator(name="tight")
+    assert actuator.apply(decision(1, decode=2)).outcome == "applied"
+    fixture.operator.converge()
+    stuck = actuator.read_inventory()
+    assert (stuck.ready_num_decode, stuck.expected_num_decode) == (1, 2)
+    assert actuator.apply(decision(2, decode=3)).outcome == "skipped_not_ready"
+    strict = make_actuator(name="tight", allow_retraction=False)
+    assert strict.apply(decision(3, decode=1)).outcome == "skipped_not_ready"
+    assert actuator.apply(decision(3, decode=1)).outcome == "applied"
+    fixture.operator.converge()
+    assert actuator.read_inventory().decode_scaling_in_progress is False
+
+
+def test_apply_in_agg_mode_scales_the_agg_worker(dgd, make_actuator):
+    services = {"Frontend": {"replicas": 1}, "VllmWorker": {"replicas": 1}}
+    fixture = create_dgd(dgd.server, dgd.client, manifest_with(services, name="agg"))
+    actuator = make_actuator(name="agg", mode="agg")
+    assert actuator.apply(decision(1, prefill=4)).outcome == "no_change"  # no prefill role
+    assert actuator.apply(decision(2, decode=2)).outcome == "applied"
+    assert spec_replicas(fixture) == {"Frontend": 1, "VllmWorker": 2}
+
+
+def test_server_without_status_yet_reports_unknown_ready(apiserver: ApiServer, kube, dgd_crd):
+    fixture = create_dgd(apiserver, kube, ready=False)
+    fixture.server.write_status(fixture.path, {})
+    actuator = DgdActuator(kube_api_client(apiserver.url), fixture.namespace, fixture.name)
+    counts = actuator.read_inventory()
+    assert counts.ready_num_decode is None and counts.expected_num_decode == 1
+    assert counts.decode_scaling_in_progress

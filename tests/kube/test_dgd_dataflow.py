@@ -1,0 +1,200 @@
+"""The DGD sink and inventory source inside real bytewax runs (1 worker and a 2-worker
+cluster), against the test API server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import bytewax.operators as op
+import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, TestingSource, cluster_main, run_main
+from prometheus_client import REGISTRY
+
+from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
+from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
+from schemas import InventoryEvent, ScalingDecision, WorkerCounts
+
+from .conftest import DgdFixture
+
+pytestmark = pytest.mark.services
+
+
+def run(flow: Dataflow, workers: int) -> None:
+    if workers == 1:
+        run_main(flow)
+    else:
+        cluster_main(flow, [], 0, worker_count_per_proc=workers)
+
+
+def factory(dgd: DgdFixture, **options: Any) -> Callable[[], DgdActuator]:
+    def build() -> DgdActuator:
+        return DgdActuator(
+            kube_api_client(dgd.server.url),
+            dgd.namespace,
+            dgd.name,
+            sleep=lambda s: None,
+            **options,
+        )
+
+    return build
+
+
+def decision(decision_id: int, decode: int, deployment: str = "llama") -> ScalingDecision:
+    return ScalingDecision(
+        deployment=deployment,
+        decision_id=decision_id,
+        time=float(decision_id),
+        num_decode=decode,
+        source="load",
+        reason="scale_up",
+    )
+
+
+def counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sink_applies_decisions_in_a_dataflow(dgd: DgdFixture, workers: int):
+    results: list[ApplyResult] = []
+    flow = Dataflow("dgd_sink")
+    decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+    op.output("dgd", decisions, DgdSink(factory(dgd), on_result=results.append))
+    before = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
+    run(flow, workers)
+    assert [(r.decision_id, r.outcome) for r in results] == [(1, "applied")]
+    assert dgd.get()["spec"]["services"]["VllmDecodeWorker"]["replicas"] == 2
+    after = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
+    assert after == before + 1
+    validation_reads = [r for r in dgd.server.requests if r.method == "GET"]
+    assert len(validation_reads) == workers + 1  # each worker validates; one read per apply
+
+
+def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
+    results: list[ApplyResult] = []
+    sink = DgdSink(factory(dgd), deployment="llama", on_result=results.append)
+    partition = sink.build("dgd", 0, 1)
+    dead_before = counter("flowplanner_dead_letters_total", kind="dgd_sink")
+    partition.write_batch(
+        [
+            decision(3, decode=3),
+            ("llama", decision(4, decode=4)),  # keyed items are accepted too
+            decision(2, decode=2),
+            decision(9, decode=9, deployment="someone-else"),
+            "not a decision",
+        ]
+    )
+    assert [(r.decision_id, r.outcome) for r in results] == [
+        (3, "superseded"),
+        (2, "superseded"),
+        (4, "applied"),
+    ]
+    assert counter("flowplanner_dead_letters_total", kind="dgd_sink") == dead_before + 2
+    [patch] = dgd.patches()
+    assert patch.body["spec"] == {"services": {"VllmDecodeWorker": {"replicas": 4}}}
+
+
+def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture):
+    flow = Dataflow("dgd_sink_missing")
+    decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+    missing = lambda: DgdActuator(kube_api_client(dgd.server.url), dgd.namespace, "nope")  # noqa: E731
+    op.output("dgd", decisions, DgdSink(missing))
+    with pytest.raises(Exception) as err:
+        run_main(flow)
+    chain, exc = [], err.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    assert any(
+        isinstance(e, DgdValidationError) and "dynamo/nope not found" in str(e) for e in chain
+    )
+    assert dgd.patches() == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_inventory_source_polls_the_dgd(dgd: DgdFixture, workers: int):
+    gets = itertools.count(1)
+
+    def scale_up_before_second_poll(method: str, path: str) -> None:
+        # GET 1 is the start-up validation, GETs 2.. are the polls.
+        if method == "GET" and path == dgd.path and next(gets) == 3:
+            body = json.dumps({"spec": {"services": {"VllmDecodeWorker": {"replicas": 2}}}})
+            dgd.server.handle(
+                "PATCH",
+                path,
+                {"content-type": "application/merge-patch+json"},
+                body.encode(),
+                record=False,
+            )
+
+    dgd.server.before_request(scale_up_before_second_poll)
+    events: list[InventoryEvent] = []
+    flow = Dataflow("dgd_inventory")
+    source = DgdInventorySource(
+        factory(dgd),
+        "llama",
+        timedelta(milliseconds=1),
+        clock=itertools.count(100.0, 10.0).__next__,
+        max_polls=3,
+    )
+    op.output("out", op.input("inventory", flow, source), TestingSink(events))
+    run(flow, workers)
+
+    assert [(e.deployment, e.time) for e in events] == [
+        ("llama", 100.0),
+        ("llama", 110.0),
+        ("llama", 120.0),
+    ]
+    steady = WorkerCounts(
+        ready_num_prefill=1, ready_num_decode=1, expected_num_prefill=1, expected_num_decode=1
+    )
+    rolling = steady.model_copy(
+        update={"expected_num_decode": 2, "decode_scaling_in_progress": True}
+    )
+    assert [e.payload for e in events] == [steady, rolling, rolling]
+
+
+def test_inventory_source_skips_a_failed_poll(dgd: DgdFixture):
+    gets = itertools.count(1)
+
+    def fail_second_poll(method: str, path: str) -> None:
+        if method == "GET" and path == dgd.path and next(gets) == 3:
+            dgd.server.inject(dgd.path, 500, method="GET")
+
+    dgd.server.before_request(fail_second_poll)
+    errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
+    events: list[InventoryEvent] = []
+    flow = Dataflow("dgd_inventory_fail")
+    source = DgdInventorySource(
+        factory(dgd),
+        "llama",
+        timedelta(milliseconds=1),
+        clock=itertools.count(100.0, 10.0).__next__,
+        max_polls=3,
+    )
+    op.output("out", op.input("inventory", flow, source), TestingSink(events))
+    run_main(flow)
+    assert [e.time for e in events] == [100.0, 110.0]  # the failed poll yielded nothing
+    assert all(e.payload.ready_num_decode == 1 for e in events)
+    errors_after = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
+    assert errors_after == errors_before + 1
+
+
+def test_targets_build_actuators_from_the_url(dgd: DgdFixture):
+    assert parse_dgd_target("dgd://dynamo/vllm-disagg") == ("dynamo", "vllm-disagg")
+    with pytest.raises(ValueError, match="expected dgd://<namespace>/<name>"):
+        parse_dgd_target("kafka://x")
+    sink = DgdSink.from_target(
+        "dgd://dynamo/vllm-disagg", host=dgd.server.url, mode="disagg", backend="vllm"
+    )
+    actuator = sink.actuator_factory()
+    assert (actuator.namespace, actuator.name) == ("dynamo", "vllm-disagg")
+    source = DgdInventorySource.from_target(
+        "dgd://dynamo/vllm-disagg", "llama", host=dgd.server.url
+    )
+    assert source.actuator_factory().validate()["prefill"] == "VllmPrefillWorker"
