@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = [
     "flows.commands.ack",
     "flows.commands.decisions",
+    "flows.commands.forecast_bench",
     "flows.commands.run",
     "flows.commands.schema",
 ]

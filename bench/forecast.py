@@ -1,0 +1,186 @@
+"""Forecast bench: every load predictor and the selector on recorded load, in one run.
+
+For each series the bench walks the points in order; before each point every predictor
+forecasts it, then learns it (one-step-ahead, as the planner does once per throughput
+interval). It prints, per predictor: MAPE (over non-zero actuals), the under-forecast rate and
+the asymmetric loss of :mod:`operators.predictors.loss` (summed loss / summed actuals), and the
+ratio of each loss to the best single predictor's loss measured in the same run.
+
+The single predictors are the selector's own candidates: a candidate inside the selector gets
+exactly the calls a standalone predictor would get (``forecast()`` then ``learn_one(y)`` per
+point), so each model is fitted once per run (tests check the equivalence).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from operators.predictors import SINGLE_PREDICTORS, SelectorPredictor, build_single
+from operators.predictors.loss import UNDER_WEIGHT, ForecastScore
+from operators.predictors.warmup import trace_observations
+from schemas import PlannerConfig, TrafficObservation
+
+RATE_COLUMNS = ("total_rate_rps", "rate_rps", "rps", "requests_per_second")
+TIME_COLUMNS = ("window_start_s", "time_s", "t_s", "timestamp_s")
+GOAL_RATIO = 0.85
+"""The selector's loss should be at most this share of the best single predictor's loss."""
+
+
+@dataclass
+class Series:
+    """One series to forecast: a name, its points (one per interval) and the interval."""
+
+    name: str
+    values: list[float]
+    interval_s: float
+
+
+@dataclass
+class BenchResult:
+    """Scores of one series: single predictors, selector options, the selector."""
+
+    series: Series
+    singles: dict[str, ForecastScore] = field(default_factory=dict)
+    options: dict[str, ForecastScore] = field(default_factory=dict)
+    selector: ForecastScore = field(default_factory=ForecastScore)
+    chosen: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def best_single(self) -> tuple[str, float]:
+        """Name and loss of the single predictor with the lowest loss."""
+        name = min(self.singles, key=lambda n: (self.singles[n].loss, n))
+        return name, self.singles[name].loss
+
+    @property
+    def ratio(self) -> float:
+        """Selector loss / best single predictor loss."""
+        best = self.best_single[1]
+        return self.selector.loss / best if best > 0 else math.nan
+
+
+def read_rates(path: str | Path, column: str | None = None) -> Series:
+    """A request-rate CSV (one row per window) as requests per interval.
+
+    The time column (``window_start_s`` …) gives the interval (the most common spacing); the
+    rate column (``total_rate_rps`` … or ``column``) is in requests per second.
+    """
+    path = Path(path)
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        time_col = next((c for c in TIME_COLUMNS if c in header), None)
+        rate_col = column or next((c for c in RATE_COLUMNS if c in header), None)
+        if time_col is None or rate_col is None or rate_col not in header:
+            raise ValueError(
+                f"{path}: need a time column ({', '.join(TIME_COLUMNS)}) and a rate column "
+                f"({column or ', '.join(RATE_COLUMNS)}); header is {header}"
+            )
+        times, rates = [], []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                times.append(float(row[time_col]))
+                rates.append(float(row[rate_col]))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{path}:{lineno}: {error}") from error
+    if len(times) < 2:
+        raise ValueError(f"{path}: need at least 2 rows, got {len(times)}")
+    steps = [round(b - a, 9) for a, b in itertools.pairwise(times)]
+    interval = max(set(steps), key=lambda s: (steps.count(s), -s))
+    if not interval > 0:
+        raise ValueError(f"{path}: times must increase, found a step of {interval}")
+    values = [r * interval if math.isfinite(r) and r > 0 else 0.0 for r in rates]
+    return Series(name=path.name, values=values, interval_s=interval)
+
+
+def trace_series(
+    observations: list[TrafficObservation], name: str, interval_s: float, kinds: tuple[str, ...]
+) -> list[Series]:
+    """The num_req / isl / osl series of bucketed observations (idle ISL/OSL carried forward)."""
+    columns: dict[str, list[float]] = {"num_req": [], "isl": [], "osl": []}
+    last_isl = last_osl = 0.0
+    for obs in observations:
+        if obs.num_req > 0:
+            last_isl, last_osl = obs.isl, obs.osl
+        columns["num_req"].append(obs.num_req)
+        columns["isl"].append(last_isl)
+        columns["osl"].append(last_osl)
+    return [Series(f"{name} {kind}", columns[kind], interval_s) for kind in kinds]
+
+
+def read_trace_series(
+    path: str | Path, interval_s: float = 60.0, kinds: tuple[str, ...] = ("num_req",)
+) -> list[Series]:
+    """A trace file (any format :func:`connectors.traces.read_trace` reads), bucketed."""
+    from connectors.traces import read_trace
+
+    observations = trace_observations(read_trace(path), interval_s)
+    return trace_series(observations, Path(path).name, interval_s, kinds)
+
+
+def run_series(
+    series: Series,
+    seasonal_period_s: float = 86400.0,
+    under_weight: float = UNDER_WEIGHT,
+) -> BenchResult:
+    """Forecast every point of ``series`` with every predictor and score them."""
+    config = PlannerConfig(
+        throughput_adjustment_interval_seconds=series.interval_s,
+        seasonal_period_seconds=seasonal_period_s,
+    )
+    selector = SelectorPredictor(
+        candidates=tuple(build_single(kind, config) for kind in SINGLE_PREDICTORS),
+        under_weight=under_weight,
+    )
+    result = BenchResult(series=series)
+    result.singles = {n: ForecastScore(under_weight) for n in selector.names}
+    result.options = {n: ForecastScore(under_weight) for n in selector.option_names}
+    result.selector = ForecastScore(under_weight)
+    for index, actual in enumerate(series.values):
+        forecast = selector.forecast()
+        if index > 0:  # the first point has no history: every predictor says 0
+            result.selector.add(actual, forecast)
+            result.chosen[selector.chosen or "-"] = result.chosen.get(selector.chosen or "-", 0) + 1
+            for name, value in zip(selector.names, selector.candidate_forecasts or [], strict=True):
+                result.singles[name].add(actual, value)
+            for name, value in zip(selector.option_names, selector.option_forecasts(), strict=True):
+                result.options[name].add(actual, value)
+        selector.learn_one(actual)
+    return result
+
+
+def format_result(result: BenchResult) -> str:
+    """The table of one series."""
+    series = result.series
+    best_name, best = result.best_single
+    lines = [
+        f"== {series.name}: {len(series.values)} points of {series.interval_s:g} s "
+        f"(scored: {result.selector.points}); loss = asymmetric, under-forecast weight "
+        f"{result.selector.under_weight:g}",
+        f"{'predictor':<26}{'MAPE':>9}{'under':>8}{'loss':>9}{'÷best':>8}",
+    ]
+
+    def row(name: str, score: ForecastScore) -> str:
+        ratio = score.loss / best if best > 0 else math.nan
+        return (
+            f"{name:<26}{score.mape:>9.4f}{score.under_rate:>8.3f}{score.loss:>9.4f}{ratio:>8.3f}"
+        )
+
+    for name in SINGLE_PREDICTORS:
+        if name in result.singles:
+            lines.append(row(name, result.singles[name]))
+    lines.append(row("selector", result.selector))
+    lines.append("  options (candidate + learned margin), for reference:")
+    for name, score in result.options.items():
+        lines.append(row(f"  {name}", score))
+    chosen = ", ".join(f"{k} {v}" for k, v in sorted(result.chosen.items(), key=lambda kv: -kv[1]))
+    lines.append(f"  selector chose: {chosen}")
+    verdict = "meets" if result.ratio <= GOAL_RATIO else "misses"
+    lines.append(
+        f"selector loss / best single ({best_name}) = {result.ratio:.3f} "
+        f"({verdict} the goal <= {GOAL_RATIO})"
+    )
+    return "\n".join(lines)

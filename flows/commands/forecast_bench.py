@@ -1,0 +1,98 @@
+"""``flowplanner forecast-bench``: score every load predictor and the selector on recorded load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.forecast import (
+    BenchResult,
+    format_result,
+    read_rates,
+    read_trace_series,
+    run_series,
+)
+from operators.predictors.loss import UNDER_WEIGHT
+
+SERIES_KINDS = ("num_req", "isl", "osl")
+
+
+def _as_json(result: BenchResult) -> dict:
+    def score(s) -> dict:
+        return {"mape": s.mape, "under_rate": s.under_rate, "loss": s.loss, "points": s.points}
+
+    return {
+        "series": result.series.name,
+        "points": len(result.series.values),
+        "interval_s": result.series.interval_s,
+        "singles": {name: score(s) for name, s in result.singles.items()},
+        "selector": score(result.selector),
+        "options": {name: score(s) for name, s in result.options.items()},
+        "best_single": result.best_single[0],
+        "ratio": result.ratio,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.rates and not args.trace:
+        print("forecast-bench: give at least one --rates FILE or --trace FILE", file=sys.stderr)
+        return 2
+    kinds = tuple(k.strip() for k in args.series.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in SERIES_KINDS]
+    if unknown or not kinds:
+        print(f"forecast-bench: --series takes {','.join(SERIES_KINDS)}", file=sys.stderr)
+        return 2
+    try:
+        series = [read_rates(path, args.rate_column) for path in args.rates or []]
+        for path in args.trace or []:
+            series.extend(read_trace_series(path, args.interval, kinds))
+    except (OSError, ValueError) as error:
+        print(f"forecast-bench: {error}", file=sys.stderr)
+        return 2
+    results = []
+    for item in series:
+        result = run_series(item, args.seasonal_period, args.under_weight)
+        results.append(result)
+        if not args.json:
+            print(format_result(result), flush=True)
+            print()
+    if args.json:
+        print(json.dumps([_as_json(r) for r in results], indent=2))
+    return 0
+
+
+def add_to(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "forecast-bench",
+        help="score the load predictors and the selector (MAPE, under-forecasts, asymmetric loss)",
+    )
+    parser.add_argument(
+        "--rates", action="append", metavar="FILE", help="rate CSV (window_start_s, total_rate_rps)"
+    )
+    parser.add_argument(
+        "--trace", action="append", metavar="FILE", help="request trace (Mooncake, Azure, Dynamo)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=60.0, help="bucket width for --trace, s (default 60)"
+    )
+    parser.add_argument("--rate-column", default=None, help="rate column of --rates files")
+    parser.add_argument(
+        "--series",
+        default="num_req",
+        help="trace series to score: num_req,isl,osl (default num_req)",
+    )
+    parser.add_argument(
+        "--seasonal-period",
+        type=float,
+        default=86400.0,
+        help="Holt-Winters season length in seconds (default one day)",
+    )
+    parser.add_argument(
+        "--under-weight",
+        type=float,
+        default=UNDER_WEIGHT,
+        help=f"cost of an under-forecast relative to an over-forecast (default {UNDER_WEIGHT:g})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(func=run)

@@ -1,0 +1,81 @@
+"""Warm start of the load predictors from a recorded trace (spec §7.6): the bucketing.
+
+Reading the file is I/O and lives in :func:`connectors.traces.read_trace`; this module turns
+request rows into one :class:`schemas.TrafficObservation` per throughput interval, which
+``TrafficForecaster.warm_up`` then feeds to the num_req/ISL/OSL predictors (followed by
+``reset_idle_skip()``).
+
+Bucketing: ``origin`` is the earliest arrival; a request arriving at ``t`` ms belongs to bucket
+``floor((t − origin) / (interval · 1000))``. Every bucket from the first to the last is emitted —
+gaps as zero-request windows — with the request count and the mean ISL and OSL (0 for an empty
+bucket).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from schemas import TrafficObservation
+from schemas.trace import TraceRequest
+
+
+def bucket_requests(
+    rows: Iterable[tuple[float, float, float]], interval_s: float
+) -> list[TrafficObservation]:
+    """One observation per interval from ``(arrival_ms, isl, osl)`` rows (any order).
+
+    >>> obs = bucket_requests([(1000, 100, 10), (1500, 300, 30), (130_000, 50, 5)], 60)
+    >>> [(o.num_req, o.isl, o.osl) for o in obs]
+    [(2.0, 200.0, 20.0), (0.0, 0.0, 0.0), (1.0, 50.0, 5.0)]
+    >>> bucket_requests([], 60)
+    []
+    """
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise ValueError(
+            f"interval_s must be a positive finite number of seconds, got {interval_s}"
+        )
+    table = []
+    for index, row in enumerate(rows):
+        arrival_ms, isl, osl = (float(v) for v in row)
+        if not all(math.isfinite(v) for v in (arrival_ms, isl, osl)) or isl < 0 or osl < 0:
+            raise ValueError(
+                f"row {index}: need finite arrival_ms and non-negative isl/osl, got {row}"
+            )
+        table.append((arrival_ms, isl, osl))
+    if not table:
+        return []
+    origin = min(arrival for arrival, _, _ in table)
+    width_ms = interval_s * 1000.0
+    count: dict[int, int] = {}
+    isl_sum: dict[int, float] = {}
+    osl_sum: dict[int, float] = {}
+    for arrival_ms, isl, osl in table:
+        bucket = math.floor((arrival_ms - origin) / width_ms)
+        count[bucket] = count.get(bucket, 0) + 1
+        isl_sum[bucket] = isl_sum.get(bucket, 0.0) + isl
+        osl_sum[bucket] = osl_sum.get(bucket, 0.0) + osl
+    observations = []
+    for bucket in range(min(count), max(count) + 1):
+        n = count.get(bucket, 0)
+        observations.append(
+            TrafficObservation(
+                duration_s=interval_s,
+                num_req=float(n),
+                isl=isl_sum[bucket] / n if n else 0.0,
+                osl=osl_sum[bucket] / n if n else 0.0,
+            )
+        )
+    return observations
+
+
+def trace_observations(
+    requests: Iterable[TraceRequest], interval_s: float
+) -> list[TrafficObservation]:
+    """:func:`bucket_requests` over trace requests (``arrival_s`` → ms).
+
+    >>> reqs = [TraceRequest(arrival_s=0.0, isl=10, osl=1), TraceRequest(61.0, isl=30, osl=3)]
+    >>> [o.num_req for o in trace_observations(reqs, 60)]
+    [1.0, 1.0]
+    """
+    return bucket_requests(((r.arrival_s * 1000.0, r.isl, r.osl) for r in requests), interval_s)
