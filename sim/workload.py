@@ -34,8 +34,9 @@ class LengthSampler:
     >>> rng = np.random.Generator(np.random.PCG64(0))
     >>> LengthSampler(isl_mean=3000, osl_mean=150).sample(rng, 2)
     ([3000, 3000], [150, 150])
-    >>> LengthSampler(pairs=((10, 2), (20, 4))).sample(rng, 3)[0]
-    [10, 20, 10]
+    >>> isl, osl = LengthSampler(pairs=((10, 2), (20, 4))).sample(rng, 50)
+    >>> sorted(set(zip(isl, osl)))
+    [(10, 2), (20, 4)]
     """
 
     isl_mean: float = 3000.0
