@@ -82,6 +82,7 @@ from connectors.dgd_graph import (
     DGD_VERSION,
     DgdValidationError,
     ServiceState,
+    default_service_name,
     ready_condition,
     resolve_services,
     roles_for_mode,
@@ -274,6 +275,8 @@ class DgdActuator:
         self.mode = mode
         self.backend = backend
         self.roles = roles_for_mode(mode)
+        for role in self.roles:
+            default_service_name(backend, mode, role)  # rejects an unknown backend now
         self.explicit_services = dict(services or {})
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -515,9 +518,8 @@ class DgdActuator:
         states: dict[Role, ServiceState] = {
             role: service_state(dgd, name) for role, name in services.items()
         }
-        missing = [
-            services[r] for r in targets if services[r] not in dgd["spec"].get("services", {})
-        ]
+        present = (dgd.get("spec") or {}).get("services") or {}
+        missing = [services[r] for r in targets if services[r] not in present]
         patch = {services[r]: n for r, n in targets.items() if states[r].spec_replicas != n}
         if missing:
             return patch, ("failed", f"service(s) {', '.join(missing)} no longer in the DGD")

@@ -26,7 +26,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from connectors.dgd import DGD_ACTIONS, ApplyResult, DgdActuator, DgdUnavailableError
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
-from schemas import InventoryEvent, ScalingDecision
+from schemas import DeadLetter, InventoryEvent, ScalingDecision, TickRecord
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,10 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
         newest: dict[str, ScalingDecision] = {}
         for item in items:
             decision = item[1] if isinstance(item, tuple) and len(item) == 2 else item
+            if isinstance(decision, TickRecord):
+                decision = decision.decision  # a tick record carries its decision, if any
+            if decision is None or isinstance(decision, DeadLetter):
+                continue
             if not isinstance(decision, ScalingDecision):
                 DEAD_LETTERS.labels(kind="dgd_sink").inc()
                 log.warning("DGD sink: ignored %s (not a ScalingDecision)", type(decision).__name__)
@@ -108,6 +112,10 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
 
 class DgdSink(DynamicSink[Any]):
     """Applies :class:`schemas.ScalingDecision` items to a DGD (``(key, decision)`` pairs too).
+
+    A :class:`schemas.TickRecord` contributes its ``decision`` (if any) and a
+    :class:`schemas.DeadLetter` is passed over, so the sink can sit on the planner's combined
+    output; anything else is dead-lettered (counted, logged).
 
     Within one batch only the newest decision of a deployment is applied (older ones are
     reported ``superseded``). With ``deployment`` set, decisions of other deployments are

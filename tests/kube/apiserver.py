@@ -47,17 +47,35 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from .api_resources import (
+    CRD_GROUP,
+    CRD_PLURAL,
+    ResourceType,
+    crd_resource_type,
+    crd_status,
+    discovery_document,
+    now_rfc3339,
+    resource_type_of_crd,
+)
+from .api_selectors import field_selector_matches, label_selector_matches
+from .api_status import (
+    REASONS,
+    STALE,
+    ApiError,
+    Response,
+    conflict,
+    invalid,
+    not_found_page,
+    status_body,
+)
 from .openapi_schema import Cause, prune, validate
 from .patching import PatchError, json_equal, json_patch, merge_patch
 
-CRD_GROUP = "apiextensions.k8s.io"
-CRD_PLURAL = "customresourcedefinitions"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -65,17 +83,7 @@ APPLY_PATCH = "application/apply-patch+yaml"
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
-
-
-@dataclass(frozen=True)
-class Response:
-    """An HTTP response of the server: status code, JSON body, extra headers."""
-
-    status: int
-    body: Any
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,199 +103,9 @@ class RecordedRequest:
     injected: bool = False
 
 
-@dataclass
-class VersionInfo:
-    """One version of a resource type: its schema and whether it has a status subresource."""
-
-    schema: dict[str, Any] | None
-    status_subresource: bool
-
-
-@dataclass
-class ResourceType:
-    """A resource the server serves (a CRD's names, scope and versions)."""
-
-    group: str
-    plural: str
-    singular: str
-    kind: str
-    list_kind: str
-    namespaced: bool
-    versions: dict[str, VersionInfo]
-    short_names: list[str] = field(default_factory=list)
-    categories: list[str] = field(default_factory=list)
-
-    @property
-    def group_resource(self) -> str:
-        """``<plural>.<group>``, as it appears in error messages."""
-        return f"{self.plural}.{self.group}"
-
-
-class ApiError(Exception):
-    """A request that fails with a ``metav1.Status`` body."""
-
-    def __init__(
-        self,
-        code: int,
-        reason: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-        self.headers = headers
-
-    def response(self) -> Response:
-        """The error as a Status response."""
-        return Response(
-            self.code, status_body(self.code, self.reason, self.message, self.details), self.headers
-        )
-
-
-def status_body(
-    code: int, reason: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A ``metav1.Status`` failure body.
-
-    >>> status_body(404, "NotFound", "x not found")["kind"]
-    'Status'
-    """
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details is not None:
-        body["details"] = details
-    return body
-
-
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _version_priority(version: str) -> tuple[int, int, int, str]:
-    """Kubernetes version ordering: GA > beta > alpha, higher numbers first."""
-    m = _VERSION.match(version)
-    if not m:
-        return (3, 0, 0, version)
-    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
-    return (stage, -int(m.group(1)), -int(m.group(3) or 0), version)
-
-
-def _not_found_page() -> ApiError:
-    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
-
-
-def _crd_builtin_type() -> ResourceType:
-    return ResourceType(
-        group=CRD_GROUP,
-        plural=CRD_PLURAL,
-        singular="customresourcedefinition",
-        kind="CustomResourceDefinition",
-        list_kind="CustomResourceDefinitionList",
-        namespaced=False,
-        versions={"v1": VersionInfo(schema=None, status_subresource=True)},
-        short_names=["crd", "crds"],
-    )
-
-
-def _invalid(rt: ResourceType, name: str, causes: list[Cause]) -> ApiError:
-    text = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(str(c) for c in causes) + "]"
-    kind_group = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
-    return ApiError(
-        422,
-        "Invalid",
-        f'{kind_group} "{name}" is invalid: {text}',
-        {
-            "name": name,
-            "group": rt.group,
-            "kind": rt.kind,
-            "causes": [c.as_status_cause() for c in causes],
-        },
-    )
-
-
-def _conflict(rt: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {why}',
-        {"name": name, "group": rt.group, "kind": rt.plural},
-    )
-
-
-_STALE = (
-    "the object has been modified; please apply your changes to the latest version and try again"
-)
-
-
 def _content_type(headers: dict[str, str]) -> str | None:
     value = headers.get("content-type")
     return value.split(";")[0].strip().lower() if value else None
-
-
-def _label_selector_matches(selector: str, labels: dict[str, str]) -> bool:
-    if re.search(r"\s(in|notin)\s*\(", selector):
-        raise ApiError(
-            400, "BadRequest", "set-based label selectors are not supported by the test server"
-        )
-    for term in (t.strip() for t in selector.split(",")):
-        if not term:
-            continue
-        if "!=" in term:
-            key, value = (s.strip() for s in term.split("!=", 1))
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = (s.strip() for s in re.split("==?", term, maxsplit=1))
-            if labels.get(key) != value:
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-def _field_selector_matches(selector: str, obj: dict[str, Any]) -> bool:
-    meta = obj.get("metadata", {})
-    fields = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace")}
-    for term in (t.strip() for t in selector.split(",")):
-        if not term:
-            continue
-        negate = "!=" in term
-        key, value = (s.strip() for s in re.split("!=|==?", term, maxsplit=1))
-        if key not in fields:
-            raise ApiError(400, "BadRequest", f"field label not supported: {key}")
-        if (fields[key] == value) == negate:
-            return False
-    return True
 
 
 class ApiServer:
@@ -305,7 +123,7 @@ class ApiServer:
         self._address = (host, port)
         self._lock = threading.RLock()
         self._types: dict[tuple[str, str], ResourceType] = {
-            (CRD_GROUP, CRD_PLURAL): _crd_builtin_type()
+            (CRD_GROUP, CRD_PLURAL): crd_resource_type()
         }
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {
             (CRD_GROUP, CRD_PLURAL): {}
@@ -385,8 +203,9 @@ class ApiServer:
             self._hooks.append(hook)
 
     def before_request(self, hook: Callable[[str, str], None]) -> None:
-        """Call ``hook(method, path)`` before each recorded request is served (under the store
-        lock, so what the hook writes lands strictly before the request: a race made exact)."""
+        """Call ``hook(method, path)`` before each client request is served (under the store
+        lock, so what the hook writes with ``handle(..., client=False)`` lands strictly before
+        the request: a race made exact)."""
         with self._lock:
             self._before.append(hook)
 
@@ -401,15 +220,15 @@ class ApiServer:
     def write_status(self, path: str, status: dict[str, Any]) -> dict[str, Any]:
         """Replace an object's status as a controller would (a write: bumps resourceVersion).
 
-        Sent as a JSON patch to ``<path>/status`` through :meth:`handle` (not recorded), so it
-        goes through the same rules and write hooks as a client's request.
+        Sent as a JSON patch to ``<path>/status`` through :meth:`handle` (``client=False``), so
+        it goes through the same rules and write hooks as a client's request.
         """
         response = self.handle(
             "PATCH",
             path.rstrip("/") + "/status",
             {"content-type": JSON_PATCH},
             json.dumps([{"op": "add", "path": "/status", "value": status}]).encode(),
-            record=False,
+            client=False,
         )
         if response.status != 200:
             raise ApiError(response.status, response.body["reason"], response.body["message"])
@@ -423,9 +242,14 @@ class ApiServer:
         headers: dict[str, str],
         raw: bytes,
         *,
-        record: bool = True,
+        client: bool = True,
     ) -> Response:
-        """Serve one request (``target`` = path and query); records it unless told not to."""
+        """Serve one request (``target`` = path and query).
+
+        A client request (the default; every HTTP request is one) is authenticated, may be
+        answered by an injected fault, runs the :meth:`before_request` hooks and is recorded.
+        ``client=False`` is the test's own write (a controller, a racing writer): none of that.
+        """
         method = method.upper()
         headers = {k.lower(): v for k, v in headers.items()}
         parts = urlsplit(target)
@@ -438,20 +262,21 @@ class ApiServer:
         injected = False
         events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
         with self._lock:
-            if record:
+            if client:
                 for before in list(self._before):
                     before(method, path)
-            code = self._take_injection(method, path)
+            code = self._take_injection(method, path) if client else None
             if code is not None:
                 injected = True
                 response = self._injected_response(code, path)
             else:
                 try:
-                    self._authenticate(headers)
+                    if client:
+                        self._authenticate(headers)
                     response = self._dispatch(method, path, query, headers, raw, events)
                 except ApiError as err:
                     response = err.response()
-            if record:
+            if client:
                 self._requests.append(
                     RecordedRequest(
                         method,
@@ -478,9 +303,9 @@ class ApiServer:
 
     @staticmethod
     def _injected_response(code: int, path: str) -> Response:
-        reason = _REASONS.get(code, "InternalError")
+        reason = REASONS.get(code, "InternalError")
         if code == 409:
-            message = f'Operation cannot be fulfilled on "{path}": {_STALE}'
+            message = f'Operation cannot be fulfilled on "{path}": {STALE}'
         else:
             message = f"injected {code} {reason} for {path}"
         headers = (("Retry-After", "1"),) if code in (429, 503) else ()
@@ -522,11 +347,11 @@ class ApiServer:
                     200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
                 )
         if segments[:1] != ["apis"]:
-            raise _not_found_page()
+            raise not_found_page()
         if len(segments) <= 3:
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
-            return Response(200, self._discovery(segments[1:]))
+            return Response(200, discovery_document(self._types.values(), segments[1:]))
         rt, version, ns, name, sub = self._route_object(path)
         return self._object_request(method, rt, version, ns, name, sub, query, headers, raw, events)
 
@@ -535,89 +360,23 @@ class ApiServer:
     ) -> tuple[ResourceType, str, str | None, str | None, str | None]:
         segments = [s for s in path.split("/") if s]
         if len(segments) < 4 or segments[0] != "apis":
-            raise _not_found_page()
+            raise not_found_page()
         group, version, rest = segments[1], segments[2], segments[3:]
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
         if len(rest) > 3:
-            raise _not_found_page()
+            raise not_found_page()
         rt = self._types.get((group, rest[0]))
         if rt is None or version not in rt.versions:
-            raise _not_found_page()
+            raise not_found_page()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name):
-            raise _not_found_page()
+            raise not_found_page()
         if sub is not None and (sub != "status" or not rt.versions[version].status_subresource):
-            raise _not_found_page()
+            raise not_found_page()
         return rt, version, ns, name, sub
-
-    def _discovery(self, segments: list[str]) -> dict[str, Any]:
-        groups: dict[str, set[str]] = {}
-        for rt in self._types.values():
-            groups.setdefault(rt.group, set()).update(rt.versions)
-
-        def group_body(name: str) -> dict[str, Any]:
-            versions = sorted(groups[name], key=_version_priority)
-            entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-            return {"name": name, "versions": entries, "preferredVersion": entries[0]}
-
-        if not segments:
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [group_body(g) for g in sorted(groups)],
-            }
-        group = segments[0]
-        if group not in groups:
-            raise _not_found_page()
-        if len(segments) == 1:
-            return {"kind": "APIGroup", "apiVersion": "v1", **group_body(group)}
-        version = segments[1]
-        if version not in groups[group]:
-            raise _not_found_page()
-        resources: list[dict[str, Any]] = []
-        for rt in sorted(self._types.values(), key=lambda r: r.plural):
-            if rt.group != group or version not in rt.versions:
-                continue
-            entry: dict[str, Any] = {
-                "name": rt.plural,
-                "singularName": rt.singular,
-                "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": [
-                    "delete",
-                    "deletecollection",
-                    "get",
-                    "list",
-                    "patch",
-                    "create",
-                    "update",
-                    "watch",
-                ],
-            }
-            if rt.short_names:
-                entry["shortNames"] = rt.short_names
-            if rt.categories:
-                entry["categories"] = rt.categories
-            resources.append(entry)
-            if rt.versions[version].status_subresource:
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/status",
-                        "singularName": "",
-                        "namespaced": rt.namespaced,
-                        "kind": rt.kind,
-                        "verbs": ["get", "patch", "update"],
-                    }
-                )
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}",
-            "resources": resources,
-        }
 
     # ------------------------------------------------------------------ object verbs
     def _object_request(
@@ -642,7 +401,7 @@ class ApiServer:
                 return Response(200, self._list(rt, version, ns, query))
             if method == "POST":
                 if rt.namespaced and ns is None:
-                    raise _not_found_page()
+                    raise not_found_page()
                 body = self._json_body(raw)
                 return self._create(rt, version, ns, body, dry_run, strict, events)
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
@@ -694,9 +453,9 @@ class ApiServer:
         for (obj_ns, _name), obj in sorted(self._objects[(rt.group, rt.plural)].items()):
             if ns is not None and obj_ns != ns:
                 continue
-            if labels and not _label_selector_matches(labels, obj["metadata"].get("labels", {})):
+            if labels and not label_selector_matches(labels, obj["metadata"].get("labels", {})):
                 continue
-            if fields and not _field_selector_matches(fields, obj):
+            if fields and not field_selector_matches(fields, obj):
                 continue
             items.append(self._present(rt, version, obj))
         return {
@@ -724,7 +483,7 @@ class ApiServer:
             raise ApiError(400, "BadRequest", f"strict decoding error: {unknown}")
         causes = validate(pruned, schema)
         if causes:
-            raise _invalid(rt, name, causes)
+            raise invalid(rt, name, causes)
         return {**fixed, **pruned}, dropped
 
     @staticmethod
@@ -772,14 +531,14 @@ class ApiServer:
                 "metadata.name",
                 "Required value: name or generateName is required",
             )
-            raise _invalid(rt, "", [cause])
+            raise invalid(rt, "", [cause])
         if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
             message = (
                 f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
                 "lower case alphanumeric characters, '-' or '.', and must start and end "
                 "with an alphanumeric character"
             )
-            raise _invalid(rt, name, [Cause("FieldValueInvalid", "metadata.name", message)])
+            raise invalid(rt, name, [Cause("FieldValueInvalid", "metadata.name", message)])
         if ns is not None and meta.get("namespace") not in (None, "", ns):
             raise ApiError(
                 400,
@@ -807,17 +566,17 @@ class ApiServer:
         new_meta["name"] = name
         if ns is not None:
             new_meta["namespace"] = ns
-        new_meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
+        new_meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=now_rfc3339())
         obj["metadata"] = new_meta
         obj["apiVersion"], obj["kind"] = expected_api, rt.kind
         if rt.plural == CRD_PLURAL and rt.group == CRD_GROUP:
-            new_type = self._check_crd(obj)
+            new_type = resource_type_of_crd(obj)
         if dry_run:
             new_meta["resourceVersion"] = str(self._revision)
             return Response(201, obj, self._warnings(dropped))
         new_meta["resourceVersion"] = self._next_revision()
         if rt.plural == CRD_PLURAL and rt.group == CRD_GROUP:
-            obj["status"] = self._crd_status(obj)
+            obj["status"] = crd_status(obj)
             self._types[(new_type.group, new_type.plural)] = new_type
             self._objects[(new_type.group, new_type.plural)] = {}
         store[(ns or "", name)] = obj
@@ -888,11 +647,11 @@ class ApiServer:
         wanted = meta.get("resourceVersion")
         if require_version and not wanted:
             message = "Invalid value: 0x0: must be specified for an update"
-            raise _invalid(
+            raise invalid(
                 rt, name, [Cause("FieldValueInvalid", "metadata.resourceVersion", message)]
             )
         if wanted and wanted != old["metadata"]["resourceVersion"]:
-            raise _conflict(rt, name, _STALE)
+            raise conflict(rt, name, STALE)
         has_status = rt.versions[version].status_subresource
         if sub == "status":
             new = copy.deepcopy(old)
@@ -950,7 +709,7 @@ class ApiServer:
         pre = options.get("preconditions") or {}
         meta = old["metadata"]
         if pre.get("resourceVersion") not in (None, meta["resourceVersion"]):
-            raise _conflict(
+            raise conflict(
                 rt,
                 name,
                 f"Precondition failed: ResourceVersion in precondition: "
@@ -958,7 +717,7 @@ class ApiServer:
                 f"{meta['resourceVersion']}",
             )
         if pre.get("uid") not in (None, meta["uid"]):
-            raise _conflict(
+            raise conflict(
                 rt,
                 name,
                 f"Precondition failed: UID in precondition: {pre['uid']}, "
@@ -975,125 +734,6 @@ class ApiServer:
             self._objects.pop(key, None)
         events.append((self._object_path(rt, version, ns, name), copy.deepcopy(old), None))
         return Response(200, self._present(rt, version, old))
-
-    # ------------------------------------------------------------------ CRDs
-    def _check_crd(self, crd: dict[str, Any]) -> ResourceType:
-        rt = self._types[(CRD_GROUP, CRD_PLURAL)]
-        name = crd["metadata"]["name"]
-        causes: list[Cause] = []
-        spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
-        group = spec.get("group") or ""
-        names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
-        plural, kind = names.get("plural") or "", names.get("kind") or ""
-        if not group:
-            causes.append(Cause("FieldValueRequired", "spec.group", "Required value"))
-        elif "." not in group:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    "spec.group",
-                    f'Invalid value: "{group}": should be a domain with at least one dot',
-                )
-            )
-        if not plural:
-            causes.append(Cause("FieldValueRequired", "spec.names.plural", "Required value"))
-        if not kind:
-            causes.append(Cause("FieldValueRequired", "spec.names.kind", "Required value"))
-        if group and plural and name != f"{plural}.{group}":
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    "metadata.name",
-                    f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
-                )
-            )
-        scope = spec.get("scope")
-        if scope not in ("Namespaced", "Cluster"):
-            causes.append(
-                Cause(
-                    "FieldValueNotSupported",
-                    "spec.scope",
-                    f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"',
-                )
-            )
-        versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
-        if not versions:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    "spec.versions",
-                    "Invalid value: null: must have exactly one version marked as storage version",
-                )
-            )
-        elif sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    "spec.versions",
-                    "Invalid value: must have exactly one version marked as storage version",
-                )
-            )
-        served: dict[str, VersionInfo] = {}
-        for i, v in enumerate(versions):
-            if not isinstance(v, dict) or not v.get("name"):
-                causes.append(
-                    Cause("FieldValueRequired", f"spec.versions[{i}].name", "Required value")
-                )
-                continue
-            schema = (v.get("schema") or {}).get("openAPIV3Schema")
-            if not isinstance(schema, dict):
-                causes.append(
-                    Cause(
-                        "FieldValueRequired",
-                        f"spec.versions[{i}].schema.openAPIV3Schema",
-                        "Required value: schemas are required",
-                    )
-                )
-                continue
-            if v.get("served"):
-                status = "status" in (v.get("subresources") or {})
-                served[v["name"]] = VersionInfo(schema=schema, status_subresource=status)
-        if causes:
-            raise _invalid(rt, name, causes)
-        return ResourceType(
-            group=group,
-            plural=plural,
-            singular=names.get("singular") or kind.lower(),
-            kind=kind,
-            list_kind=names.get("listKind") or f"{kind}List",
-            namespaced=scope == "Namespaced",
-            versions=served,
-            short_names=list(names.get("shortNames") or []),
-            categories=list(names.get("categories") or []),
-        )
-
-    @staticmethod
-    def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
-        names = dict(crd["spec"]["names"])
-        names.setdefault("singular", names["kind"].lower())
-        names.setdefault("listKind", f"{names['kind']}List")
-        now = _now()
-        storage = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
-        return {
-            "acceptedNames": names,
-            "storedVersions": [storage],
-            "conditions": [
-                {
-                    "type": "NamesAccepted",
-                    "status": "True",
-                    "reason": "NoConflicts",
-                    "message": "no conflicts found",
-                    "lastTransitionTime": now,
-                },
-                {
-                    "type": "Established",
-                    "status": "True",
-                    "reason": "InitialNamesAccepted",
-                    "message": "the initial names have been accepted",
-                    "lastTransitionTime": now,
-                },
-            ],
-        }
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -149,9 +149,10 @@ def probe_crd(cluster: Cluster) -> Iterator[dict[str, Any]]:
         conditions = (crd.status.conditions or []) if crd.status else []
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 
+    assert created.metadata.name == f"{PLURAL}.{GROUP}" and created.metadata.uid
     wait_for(established, "the probe CRD to be Established")
     wait_for(lambda: raw(cluster, "GET", f"/apis/{GROUP}/{VERSION}")[0] == 200, "discovery")
-    yield created.to_dict()
+    yield ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}").to_dict()
     ext.delete_custom_resource_definition(f"{PLURAL}.{GROUP}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -312,7 +313,7 @@ def test_real_conflict_makes_the_actuator_recheck_before_writing(dgd, make_actua
         if method == "PATCH" and path == dgd.path and not raced:
             raced.append(True)
             body = json.dumps({"spec": {"services": {"VllmPrefillWorker": {"replicas": 3}}}})
-            server.handle("PATCH", path, {"content-type": MERGE_PATCH}, body.encode(), record=False)
+            server.handle("PATCH", path, {"content-type": MERGE_PATCH}, body.encode(), client=False)
 
     server.before_request(other_writer)
     result = make_actuator().apply(decision(decode=2))
@@ -413,3 +414,41 @@ def test_server_without_status_yet_reports_unknown_ready(apiserver: ApiServer, k
     counts = actuator.read_inventory()
     assert counts.ready_num_decode is None and counts.expected_num_decode == 1
     assert counts.decode_scaling_in_progress
+
+
+def test_operator_that_converges_at_once_lets_decisions_follow(dgd, make_actuator):
+    services = {"p": {"subComponentType": "prefill"}, "d": {"subComponentType": "decode"}}
+    create_dgd(dgd.server, dgd.client, manifest_with(services, name="quick"), delay_s=0)
+    actuator = make_actuator(name="quick")
+    outcomes = [actuator.apply(decision(i, decode=i + 1)).outcome for i in (1, 2, 3)]
+    assert outcomes == ["applied"] * 3
+    assert actuator.read_inventory().ready_num_decode == 4
+
+
+def test_operator_with_a_delay_completes_the_rollout_by_itself(dgd, make_actuator):
+    services = {"p": {"subComponentType": "prefill"}, "d": {"subComponentType": "decode"}}
+    fixture = create_dgd(dgd.server, dgd.client, manifest_with(services, name="slow"), delay_s=0.01)
+    actuator = make_actuator(name="slow")
+    assert actuator.apply(decision(1, decode=3)).outcome == "applied"
+    deadline = time.monotonic() + 10.0
+    while actuator.read_inventory().decode_scaling_in_progress:
+        assert time.monotonic() < deadline, "the delayed rollout never completed"
+        time.sleep(0.01)
+    assert actuator.read_inventory().ready_num_decode == 3
+    assert fixture.operator.rollouts == 2  # the creation and the scale-up
+
+
+def test_apply_fails_clearly_when_a_service_disappears(dgd, make_actuator):
+    actuator = make_actuator()
+    actuator.validate()
+    dgd.server.handle(
+        "PATCH",
+        dgd.path,
+        {"content-type": "application/json-patch+json"},
+        json.dumps([{"op": "remove", "path": "/spec/services/VllmDecodeWorker"}]).encode(),
+        client=False,
+    )
+    result = actuator.apply(decision(decode=2))
+    assert result.outcome == "failed"
+    assert result.reason == "service(s) VllmDecodeWorker no longer in the DGD"
+    assert dgd.patches() == []

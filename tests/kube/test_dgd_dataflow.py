@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
-from schemas import InventoryEvent, ScalingDecision, WorkerCounts
+from schemas import DeadLetter, InventoryEvent, ScalingDecision, TickRecord, WorkerCounts
 
 from .conftest import DgdFixture
 
@@ -63,7 +63,8 @@ def counter(name: str, **labels: str) -> float:
 def test_sink_applies_decisions_in_a_dataflow(dgd: DgdFixture, workers: int):
     results: list[ApplyResult] = []
     flow = Dataflow("dgd_sink")
-    decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+    ticks = [TickRecord(deployment="llama", time=1.0, decision=decision(1, decode=2))]
+    decisions = op.input("ticks", flow, TestingSource(ticks))
     op.output("dgd", decisions, DgdSink(factory(dgd), on_result=results.append))
     before = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
     run(flow, workers)
@@ -82,6 +83,8 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
     dead_before = counter("flowplanner_dead_letters_total", kind="dgd_sink")
     partition.write_batch(
         [
+            TickRecord(deployment="llama", time=1.0),  # no decision: passed over
+            DeadLetter(source="x", reason="bad"),  # not for this sink: passed over
             decision(3, decode=3),
             ("llama", decision(4, decode=4)),  # keyed items are accepted too
             decision(2, decode=2),
@@ -129,7 +132,7 @@ def test_inventory_source_polls_the_dgd(dgd: DgdFixture, workers: int):
                 path,
                 {"content-type": "application/merge-patch+json"},
                 body.encode(),
-                record=False,
+                client=False,
             )
 
     dgd.server.before_request(scale_up_before_second_poll)
