@@ -10,7 +10,7 @@ from schemas import ScalingDecision
 def _step(current: int | None, target: int | None) -> str:
     if target is None:
         return "-"
-    return f"{'?' if current is None else current}→{target}"
+    return f"{'?' if current is None else current}->{target}"
 
 
 def decision_line(decision: ScalingDecision) -> str:
@@ -20,7 +20,7 @@ def decision_line(decision: ScalingDecision) -> str:
     ...     current_prefill=1, num_decode=None, source="load", reason="scale_up",
     ...     prefill_reason="scale_up")
     >>> decision_line(d)
-    't=105.0s llama #3 prefill 1→2 decode - load:scale_up (prefill scale_up)'
+    't=105.0s llama #3 prefill 1->2 decode - load:scale_up (prefill scale_up)'
     """
     roles = []
     if decision.prefill_reason:
