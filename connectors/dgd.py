@@ -153,7 +153,11 @@ class ApplyResult:
 
 
 class DgdUnavailableError(RuntimeError):
-    """The DGD could not be read (after retries); carries the last HTTP status if any."""
+    """The DGD could not be read (after retries); carries the last HTTP status if any.
+
+    >>> DgdUnavailableError("cannot read DGD ns/x: HTTP 503: busy", 503).status_code
+    503
+    """
 
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)

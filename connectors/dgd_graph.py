@@ -55,6 +55,9 @@ class DgdValidationError(ValueError):
     """The DGD cannot be driven: not found, not readable, or its services don't fit the mode.
 
     The message lists every problem found, and what was looked for.
+
+    >>> isinstance(DgdValidationError("decode: no service"), ValueError)
+    True
     """
 
 

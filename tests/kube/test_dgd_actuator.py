@@ -235,6 +235,17 @@ def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
     assert dgd.get()["metadata"]["generation"] == 2
 
 
+def test_apply_changes_both_pools_in_one_atomic_patch(dgd, make_actuator):
+    """A rebalance (spec §17 item 6) is one write: no state with one pool changed alone."""
+    result = make_actuator().apply(decision(prefill=2, decode=3))
+    assert result.patch == {"VllmPrefillWorker": 2, "VllmDecodeWorker": 3}
+    [patch] = dgd.patches()
+    assert patch.body["spec"] == {
+        "services": {"VllmPrefillWorker": {"replicas": 2}, "VllmDecodeWorker": {"replicas": 3}}
+    }
+    assert dgd.get()["metadata"]["generation"] == 2  # one spec change
+
+
 def test_apply_without_precondition_sends_only_the_replicas(dgd, make_actuator):
     make_actuator(resource_version_precondition=False).apply(decision(decode=2))
     [patch] = dgd.patches()
