@@ -16,6 +16,7 @@ survivors after N → N−1 and refuse when they would break the SLA margin).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -188,6 +189,35 @@ def decode_kv_load(fpm: ForwardPassMetrics, include_queued_prefill: bool) -> int
     return kv
 
 
+def queue_wait_factor(fpm: ForwardPassMetrics) -> float:
+    """How much a request queued behind a full batch stretches its mean inter-token latency.
+
+    Ours (``queue_aware_estimates``): the reference estimates the next iteration's time only,
+    so requests waiting for a batch slot are invisible to it (a known failure under bursts).
+    A new request behind ``Q`` queued ones waits for ``Q + 1`` of the ``B`` running requests to
+    finish; with completions spread evenly over a request's ``osl`` iterations that is about
+    ``(Q + 1) · osl / B`` iterations, which spread over its own ``osl`` tokens multiply its
+    ITL by ``1 + (Q + 1) / B``. Without a queue the factor is 1.
+
+    >>> from schemas import ForwardPassMetrics, QueuedRequestMetrics, ScheduledRequestMetrics
+    >>> full = ForwardPassMetrics(wall_time=0.03,
+    ...     scheduled_requests=ScheduledRequestMetrics(num_decode_requests=256),
+    ...     queued_requests=QueuedRequestMetrics(num_decode_requests=127))
+    >>> queue_wait_factor(full)
+    1.5
+    """
+    queued = fpm.queued_requests.num_decode_requests
+    running = fpm.scheduled_requests.num_decode_requests
+    if queued <= 0 or running <= 0:
+        return 1.0
+    return 1.0 + (queued + 1) / running
+
+
+def decode_requests(fpm: ForwardPassMetrics) -> int:
+    """Decode requests an engine holds, running or queued."""
+    return fpm.scheduled_requests.num_decode_requests + fpm.queued_requests.num_decode_requests
+
+
 def easy_decode_proposal(
     fpms: Fpms,
     n: int,
@@ -278,10 +308,16 @@ def _itl_check(
     itl_sla_ms: float,
     sensitivity: float,
     max_kv_tokens: int | None,
+    post_seqs: int = 0,
+    max_num_seqs: int | None = None,
 ) -> ScaleDownCheck:
     # (1) the survivor's KV must fit the cache (the perf model cannot model eviction),
+    # (1b) ours, queue-aware mode: its requests must fit its batch slots (``max_num_seqs``) —
+    #      past that they queue, which the iteration-time model cannot see,
     # (2) its predicted ITL must stay within SLA × sensitivity.
     if max_kv_tokens and post_kv >= max_kv_tokens:
+        return ScaleDownCheck(False, True)
+    if max_num_seqs and post_seqs > max_num_seqs:
         return ScaleDownCheck(False, True)
     if post_itl_ms is None:
         return ScaleDownCheck(False, False)
@@ -353,17 +389,25 @@ def sla_decode_proposal(
     max_kv_tokens: int | None,
     accept_length: float,
     min_endpoint: int,
+    max_num_seqs: int | None = None,
+    queue_aware: bool = False,
 ) -> LoadProposal:
-    """Decode ITL rule; an iteration emits ``accept_length`` tokens (§5.5)."""
+    """Decode ITL rule; an iteration emits ``accept_length`` tokens (§5.5).
+
+    With ``queue_aware`` (ours) the estimate includes the wait for a batch slot
+    (:func:`queue_wait_factor`) and a scale-down must leave every survivor within its
+    ``max_num_seqs`` slots.
+    """
     if not model.has_sufficient_data() or n == 0:
         return LoadProposal(None, "insufficient_data")
+    engines = list(fpms.values())
     loads = [
         (f.scheduled_requests.sum_decode_kv_tokens, f.queued_requests.sum_decode_kv_tokens)
-        for f in fpms.values()
+        for f in engines
     ]
     estimates = [
-        e
-        for sched, queued in loads
+        e * (queue_wait_factor(f) if queue_aware else 1.0)
+        for f, (sched, queued) in zip(engines, loads, strict=True)
         if (e := _ms(model.estimate_next_itl(sched, queued), accept_length)) is not None
     ]
     check = ScaleDownCheck(False, False)
@@ -372,11 +416,17 @@ def sla_decode_proposal(
             check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
         else:
             c = n / (n - 1)
+            seq_cap = max_num_seqs if queue_aware else None
             checks = []
-            for sched, queued in loads:
+            for f, (sched, queued) in zip(engines, loads, strict=True):
                 post_kv = int((sched + queued) * c)
                 post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
-                checks.append(_itl_check(post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens))
+                post_seqs = math.ceil(decode_requests(f) * c)
+                checks.append(
+                    _itl_check(
+                        post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, seq_cap
+                    )
+                )
             check = _combine_checks(checks)
     return sla_step(estimates, itl_sla_ms, n, min_endpoint, check)
 
@@ -395,6 +445,8 @@ def sla_agg_proposals(
     kv_hit_rate: float | None,
     accept_length: float,
     min_endpoint: int,
+    max_num_seqs: int | None = None,
+    queue_aware: bool = False,
 ) -> tuple[LoadProposal | None, LoadProposal]:
     """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
     ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
@@ -444,17 +496,23 @@ def sla_agg_proposals(
             accept_length,
         )
         if e is not None:
-            estimates.append(e)
+            estimates.append(e * (queue_wait_factor(f) if queue_aware else 1.0))
     check = ScaleDownCheck(False, False)
     if n > 1 and estimates:
         if rule == "flat":
             check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
         else:
+            seq_cap = max_num_seqs if queue_aware else None
             checks = []
             for f in engines:
                 post_kv = int(decode_kv_load(f, include_queued_prefill=True) * c)
                 post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
-                checks.append(_itl_check(post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens))
+                post_seqs = math.ceil(decode_requests(f) * c)
+                checks.append(
+                    _itl_check(
+                        post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, seq_cap
+                    )
+                )
             check = _combine_checks(checks)
     decode = _veto_as_hold(sla_step(estimates, itl_sla_ms, n, min_endpoint, check), n)
     return prefill, decode

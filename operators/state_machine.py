@@ -394,6 +394,8 @@ class PlannerStateMachine:
                 max_kv_tokens=caps.max_kv_tokens,
                 accept_length=self.accept_length,
                 min_endpoint=min_ep,
+                max_num_seqs=caps.max_num_seqs,
+                queue_aware=cfg.queue_aware_estimates,
             )
             diag.estimated_itl_ms = proposal.estimate_ms
             return proposal
@@ -410,6 +412,8 @@ class PlannerStateMachine:
             kv_hit_rate=self.metadata.kv_hit_rate,
             accept_length=self.accept_length,
             min_endpoint=min_ep,
+            max_num_seqs=caps.max_num_seqs,
+            queue_aware=cfg.queue_aware_estimates,
         )
         diag.estimated_ttft_ms = prefill.estimate_ms if prefill is not None else None
         diag.estimated_itl_ms = decode.estimate_ms

@@ -101,6 +101,9 @@ class PlannerConfig(BaseModel):
     speculative_nextn: Annotated[int, Field(ge=0)] = 0
     scale_down_rule: Literal["consolidation", "flat"] = "consolidation"
     """*ours* (as a switch): ``consolidation`` = spec §4.6 (default), ``flat`` = spec §4.5."""
+    queue_aware_estimates: bool = True
+    """*ours*: decode/agg ITL estimates include the wait for a batch slot, and a scale-down
+    must leave every survivor within its ``max_num_seqs`` (the reference sees neither)."""
     fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
     """*ours*: how many of an engine's forward passes in a tick window train the perf model
     (evenly spaced; the reference trains on the latest one only)."""
