@@ -385,7 +385,19 @@ class Engine:
             self.finished += 1
 
     def _preempt_to_fit(self) -> None:
-        cap = self._cap - self.held
+        """Make room for the next decode step: first release the KV of the partially
+        prefilled request (the newest scheduled one), then preempt running requests LIFO."""
+        cap = self._cap
+        if self._sb + self.B * (self.S + 1) + self.held <= cap:
+            return
+        if self.held:
+            head = self.waiting[0]  # at most one request is partially prefilled: the head
+            self._count_out(head)
+            head.done = head.hit if head.gen == 0 else 0
+            head.started = False
+            self._count_in(head)
+            self.held = 0
+            self.preemptions += 1
         while self.B and self._sb + self.B * (self.S + 1) > cap:
             victim = self.running[next(reversed(self.running))]
             gen_now = victim.base + self.S - victim.isl + 1
@@ -393,6 +405,7 @@ class Engine:
             victim.gen = gen_now
             victim.need = victim.isl + gen_now - 1
             victim.done = 0
+            victim.hit = 0
             victim.started = False
             self.preemptions += 1
             self._enqueue(victim, front=True)

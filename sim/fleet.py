@@ -542,9 +542,18 @@ class FleetSim:
 
     def _emit_inventory(self, t: float) -> None:
         counts = self._counts()
-        if counts != self._last_counts:
-            self._last_counts = counts
-            self._events.append(InventoryEvent(deployment=self.deployment, time=t, payload=counts))
+        if counts == self._last_counts:
+            return
+        self._last_counts = counts
+        event = InventoryEvent(deployment=self.deployment, time=t, payload=counts)
+        events = self._events
+        for i in range(len(events) - 1, -1, -1):  # one inventory event per instant
+            if events[i].time != t:
+                break
+            if isinstance(events[i], InventoryEvent):
+                events[i] = event
+                return
+        events.append(event)
 
     def _sample(self, t: float) -> None:
         s: dict[str, float] = {"time": t, "arrived": float(self._next)}
