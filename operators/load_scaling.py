@@ -75,6 +75,11 @@ class DecodeEstimator(Protocol):
         self, scheduled_decode_kv: int, queued_decode_kv: int
     ) -> float | None: ...
 
+    @property
+    def coefficients(self) -> dict[str, float] | None: ...
+
+    def predict_one(self, x: dict[str, float]) -> float: ...
+
 
 class AggEstimator(Protocol):
     """The part of ``AggPerfModel`` load scaling uses (spec §3.5)."""
@@ -211,6 +216,57 @@ def queue_wait_factor(fpm: ForwardPassMetrics) -> float:
     if queued <= 0 or running <= 0:
         return 1.0
     return 1.0 + (queued + 1) / running
+
+
+def steady_state_itl_after_consolidation(itl_now_s: float, intercept_s: float, c: float) -> float:
+    """Iteration time after one of ``N`` engines goes, with ``c = N / (N − 1)``.
+
+    Ours (``queue_aware_estimates``): the reference inflates only the KV tokens by ``c`` and
+    keeps the batch size, but a decode batch is in equilibrium with its arrival rate: by
+    Little's law ``B = λ · osl · itl``, so more load per engine means longer iterations, which
+    means more requests in flight, which means longer iterations. With ``itl = a + s·B`` (``a``
+    the intercept, ``s`` the cost per request in flight) the fixed point after the rate grows
+    by ``c`` is ``a · itl / (c·a − (c−1)·itl)``; ``inf`` when the denominator is not positive
+    (the survivors could not keep up at any batch size).
+
+    >>> round(steady_state_itl_after_consolidation(0.020, 0.005, 2.0), 6)  # 2 → 1 engines
+    inf
+    >>> round(steady_state_itl_after_consolidation(0.008, 0.005, 1.5), 6)   # 3 → 2 engines
+    0.011429
+    """
+    denominator = c * intercept_s - (c - 1.0) * itl_now_s
+    if denominator <= 0:
+        return math.inf
+    return intercept_s * itl_now_s / denominator
+
+
+def _steady_state_check(
+    model: DecodeEstimator,
+    fpm: ForwardPassMetrics,
+    c: float,
+    itl_sla_ms: float,
+    sensitivity: float,
+    accept_length: float,
+    max_kv_tokens: int | None,
+    max_num_seqs: int | None,
+) -> ScaleDownCheck | None:
+    """Consolidation check at the post-scale-down equilibrium; ``None`` when it cannot tell."""
+    coefficients = model.coefficients
+    running = fpm.scheduled_requests.num_decode_requests
+    kv = fpm.scheduled_requests.sum_decode_kv_tokens
+    if coefficients is None or coefficients["intercept"] <= 0 or running <= 0:
+        return None
+    itl_now = model.predict_one({"num_decode_requests": running, "sum_decode_kv_tokens": kv})
+    itl_post = steady_state_itl_after_consolidation(itl_now, coefficients["intercept"], c)
+    if not math.isfinite(itl_post):
+        return ScaleDownCheck(False, True)
+    growth = c * itl_post / itl_now  # requests (and their KV) in flight on a survivor
+    post_kv = int((kv + fpm.queued_requests.sum_decode_kv_tokens) * growth)
+    post_seqs = math.ceil(decode_requests(fpm) * growth)
+    post_ms = itl_post * 1000.0 / accept_length
+    return _itl_check(
+        post_kv, post_ms, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, max_num_seqs
+    )
 
 
 def decode_requests(fpm: ForwardPassMetrics) -> int:
@@ -395,8 +451,9 @@ def sla_decode_proposal(
     """Decode ITL rule; an iteration emits ``accept_length`` tokens (§5.5).
 
     With ``queue_aware`` (ours) the estimate includes the wait for a batch slot
-    (:func:`queue_wait_factor`) and a scale-down must leave every survivor within its
-    ``max_num_seqs`` slots.
+    (:func:`queue_wait_factor`), and the consolidation check predicts each survivor at its new
+    equilibrium (:func:`steady_state_itl_after_consolidation`), within its ``max_num_seqs``
+    slots and its KV cache.
     """
     if not model.has_sufficient_data() or n == 0:
         return LoadProposal(None, "insufficient_data")
@@ -419,6 +476,21 @@ def sla_decode_proposal(
             seq_cap = max_num_seqs if queue_aware else None
             checks = []
             for f, (sched, queued) in zip(engines, loads, strict=True):
+                steady = None
+                if queue_aware:
+                    steady = _steady_state_check(
+                        model,
+                        f,
+                        c,
+                        itl_sla_ms,
+                        sensitivity,
+                        accept_length,
+                        max_kv_tokens,
+                        max_num_seqs,
+                    )
+                if steady is not None:
+                    checks.append(steady)
+                    continue
                 post_kv = int((sched + queued) * c)
                 post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
                 post_seqs = math.ceil(decode_requests(f) * c)

@@ -48,7 +48,10 @@ def fpm(
 
 
 def sla_config(**overrides: Any) -> PlannerConfig:
-    """The §16.3 base config: disagg, SLA target, both loops, constant predictor."""
+    """The §16.3 base config: disagg, SLA target, both loops, constant predictor.
+
+    The reference's estimates (``queue_aware_estimates=False``): these are its acceptance cases.
+    """
     values: dict[str, Any] = {
         "mode": "disagg",
         "optimization_target": "sla",
@@ -65,6 +68,7 @@ def sla_config(**overrides: Any) -> PlannerConfig:
         "enable_load_scaling": True,
         "enable_throughput_scaling": True,
         "load_predictor": "constant",
+        "queue_aware_estimates": False,
     }
     values.update(overrides)
     return PlannerConfig(**values)
