@@ -589,11 +589,27 @@ class Engine:
         c = self.counter
         self.rows.extend(
             [
-                (t0 + j * (w1 + h * (j - 1)), c + j, w1 + slope * (j - 1), 0, 0, 0.0, 0, B,
-                 kb + B * j, var, qn, qs, qv, dn, ds, dv)
+                (
+                    t0 + j * (w1 + h * (j - 1)),
+                    c + j,
+                    w1 + slope * (j - 1),
+                    0,
+                    0,
+                    0.0,
+                    0,
+                    B,
+                    kb + B * j,
+                    var,
+                    qn,
+                    qs,
+                    qv,
+                    dn,
+                    ds,
+                    dv,
+                )
                 for j in range(1, m + 1)
             ]
-        )  # fmt: skip
+        )
         self.counter = c + m
         self.last_row_t = self.rows[-1][0]
 

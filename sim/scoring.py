@@ -125,32 +125,52 @@ class RunResult:
         lines = [
             ("deployment", self.deployment),
             ("simulated", f"{self.duration_s:,.1f} s"),
-            ("requests", f"{self.num_arrived} arrived / {self.num_requests} in trace, "
-                         f"{self.num_finished} finished, {self.num_unfinished} unfinished, "
-                         f"{self.num_rejected} rejected"),
-            ("SLA targets", f"TTFT <= {self.ttft_target_ms:g} ms, "
-                            f"ITL <= {self.itl_target_ms:g} ms"),
+            (
+                "requests",
+                f"{self.num_arrived} arrived / {self.num_requests} in trace, "
+                f"{self.num_finished} finished, {self.num_unfinished} unfinished, "
+                f"{self.num_rejected} rejected",
+            ),
+            (
+                "SLA targets",
+                f"TTFT <= {self.ttft_target_ms:g} ms, ITL <= {self.itl_target_ms:g} ms",
+            ),
             ("SLA attainment", f(pct, " %", 2)),
-            ("goodput", f"{f(self.goodput_tok_s, ' tok/s')} "
-                        f"({f(self.goodput_tok_s_per_gpu, ' tok/s/GPU')})"),
+            (
+                "goodput",
+                f"{f(self.goodput_tok_s, ' tok/s')} "
+                f"({f(self.goodput_tok_s_per_gpu, ' tok/s/GPU')})",
+            ),
             ("output throughput", f(self.output_tok_s, " tok/s")),
-            ("GPU-hours", f"{self.gpu_hours:.3f} ("
-             + ", ".join(f"{k} {v:.3f}" for k, v in sorted(self.gpu_hours_by_role.items()))
-             + f"), mean GPUs {f(self.mean_gpus, '', 2)}"),
+            (
+                "GPU-hours",
+                f"{self.gpu_hours:.3f} ("
+                + ", ".join(f"{k} {v:.3f}" for k, v in sorted(self.gpu_hours_by_role.items()))
+                + f"), mean GPUs {f(self.mean_gpus, '', 2)}",
+            ),
             ("max replicas", ", ".join(f"{k} {v}" for k, v in sorted(self.max_replicas.items()))),
-            ("scaling actions", f"{self.scaling_actions} ("
-             + ", ".join(f"{k} {v}" for k, v in sorted(self.scaling_actions_by_role.items()))
-             + f"), reversals within 5 min {self.reversals_5min}"),
+            (
+                "scaling actions",
+                f"{self.scaling_actions} ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.scaling_actions_by_role.items()))
+                + f"), reversals within 5 min {self.reversals_5min}",
+            ),
             ("preemptions", str(self.preemptions)),
-            ("TTFT ms p50/p90/p99", " / ".join(f(v) for v in (self.ttft_ms_p50, self.ttft_ms_p90,
-                                                                self.ttft_ms_p99))),
-            ("ITL ms p50/p90/p99", " / ".join(f(v, "", 2) for v in (self.itl_ms_p50,
-                                                                    self.itl_ms_p90,
-                                                                    self.itl_ms_p99))),
-            ("E2E s p50/p90/p99", " / ".join(f(v, "", 2) for v in (self.e2e_s_p50,
-                                                                   self.e2e_s_p90,
-                                                                   self.e2e_s_p99))),
-        ]  # fmt: skip
+            (
+                "TTFT ms p50/p90/p99",
+                " / ".join(f(v) for v in (self.ttft_ms_p50, self.ttft_ms_p90, self.ttft_ms_p99)),
+            ),
+            (
+                "ITL ms p50/p90/p99",
+                " / ".join(
+                    f(v, "", 2) for v in (self.itl_ms_p50, self.itl_ms_p90, self.itl_ms_p99)
+                ),
+            ),
+            (
+                "E2E s p50/p90/p99",
+                " / ".join(f(v, "", 2) for v in (self.e2e_s_p50, self.e2e_s_p90, self.e2e_s_p99)),
+            ),
+        ]
         width = max(len(k) for k, _ in lines)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
 

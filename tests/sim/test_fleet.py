@@ -35,8 +35,12 @@ def _check_rows(events: list[Event], spec: FleetSpec, sim: FleetSim) -> dict[str
             batch.fpm(0)
             batch.fpm(len(batch.rows) - 1)
             rows_by_worker.setdefault(worker, []).extend(batch.rows)
-    ready = {rep.engine.name: rep.ready_s for reps in sim._replicas.values() for rep in reps
-             if rep.engine}  # fmt: skip
+    ready = {
+        rep.engine.name: rep.ready_s
+        for reps in sim._replicas.values()
+        for rep in reps
+        if rep.engine
+    }
     for worker, rows in rows_by_worker.items():
         prev_t, prev_c = ready[worker], 0
         for r in rows:
@@ -81,8 +85,9 @@ def _check_requests(sim: FleetSim, events: list[Event], n: int) -> None:
     for r in reqs:
         assert r.first_token is not None and r.finish is not None
         assert r.arrival <= r.first_token <= r.finish
-    finished = sum(rep.engine.finished for reps in sim._replicas.values() for rep in reps
-                   if rep.engine)  # fmt: skip
+    finished = sum(
+        rep.engine.finished for reps in sim._replicas.values() for rep in reps if rep.engine
+    )
     assert finished == n, "each request finishes exactly once"
     arrivals = [e for e in events if isinstance(e, RequestEvent)]
     assert len(arrivals) == n
@@ -118,8 +123,11 @@ def test_invariants_under_pressure(h200: PerformanceProfile, mode: str) -> None:
     # prefill computes every prompt once, plus recomputation after preemptions
     prefill_rows = [r for w, rs in rows.items() if w.startswith(("prefill", "agg")) for r in rs]
     computed = sum(r[4] for rs in rows.values() for r in rs)
-    assert sum(r[4] for r in prefill_rows) >= sum(r.isl for r in reqs) if mode == "disagg" \
-        else computed > sum(r.isl for r in reqs)  # fmt: skip
+    assert (
+        sum(r[4] for r in prefill_rows) >= sum(r.isl for r in reqs)
+        if mode == "disagg"
+        else computed > sum(r.isl for r in reqs)
+    )
 
 
 def test_invariants_no_pressure_token_counts(
@@ -139,8 +147,11 @@ def test_invariants_no_pressure_token_counts(
     assert all(r[7] == 0 for r in prefill) and all(r[4] == 0 for r in decode)
     # least-loaded routing uses both decode engines
     assert sum(1 for w in rows if w.startswith("decode")) == 2
-    assert all(sum(r[7] for r in rows[w]) > 0.3 * sum(r[7] for r in decode)
-               for w in rows if w.startswith("decode"))  # fmt: skip
+    assert all(
+        sum(r[7] for r in rows[w]) > 0.3 * sum(r[7] for r in decode)
+        for w in rows
+        if w.startswith("decode")
+    )
 
 
 def test_startup_delay_drain_and_gpu_hours(h200: PerformanceProfile) -> None:
@@ -152,8 +163,11 @@ def test_startup_delay_drain_and_gpu_hours(h200: PerformanceProfile) -> None:
         400.0: decision(400.0, num_decode=1, decision_id=2),
     }
     events = run(sim, tick_s=5.0, decide=lambda t, _: plan.get(t))
-    inv = [(e.time, e.payload.ready_num_decode, e.payload.expected_num_decode)
-           for e in events if isinstance(e, InventoryEvent)]  # fmt: skip
+    inv = [
+        (e.time, e.payload.ready_num_decode, e.payload.expected_num_decode)
+        for e in events
+        if isinstance(e, InventoryEvent)
+    ]
     assert inv == [(0.0, 1, 1), (100.0, 1, 3), (160.0, 3, 3), (400.0, 1, 1)]
     reps = sim._replicas["decode"]
     assert [(r.start_s, r.ready_s) for r in reps] == [(0.0, 0.0), (100.0, 160.0), (100.0, 160.0)]
@@ -197,18 +211,20 @@ def test_requests_wait_for_a_replica(h200: PerformanceProfile) -> None:
     sim = FleetSim(
         FleetSpec(profile=h200, mode="agg", decode_replicas=0, startup_delay_s=30.0), reqs
     )
-    events = run(sim, tick_s=5.0, decide=lambda t, _: decision(t, num_decode=1) if t == 5.0
-                 else None)  # fmt: skip
+    events = run(
+        sim, tick_s=5.0, decide=lambda t, _: decision(t, num_decode=1) if t == 5.0 else None
+    )
     assert sim.done
     ttfts = sorted(r.first_token - r.arrival for r in sim.requests)
     assert ttfts[0] >= 35.0 - 5.0 - 1e-9  # waited for the replica started at 5 s, ready at 35 s
-    assert all(isinstance(e, RequestEvent) for e in events if e.time < 5.0 and
-               e.type == "request")  # fmt: skip
+    assert all(isinstance(e, RequestEvent) for e in events if e.time < 5.0 and e.type == "request")
 
 
 def test_rejected_requests_are_counted_not_lost(h200: PerformanceProfile) -> None:
-    reqs = [TraceRequest(arrival_s=0.0, isl=500, osl=5),
-            TraceRequest(arrival_s=0.1, isl=200_000, osl=5)]  # fmt: skip
+    reqs = [
+        TraceRequest(arrival_s=0.0, isl=500, osl=5),
+        TraceRequest(arrival_s=0.1, isl=200_000, osl=5),
+    ]
     sim = FleetSim(FleetSpec(profile=h200, mode="agg", context_length=32_768), reqs)
     run(sim)
     res = sim.result()
@@ -225,8 +241,13 @@ def test_prefix_cache_hits_reduce_prefill(
     events = run(sim)
     hits = [e.payload.kv_hit_rate for e in events if isinstance(e, RequestEvent)]
     assert all(h is not None and 0 <= h < 1 for h in hits)
-    rows = [r for w, bs in fpm_batches(events).items() if w.startswith("prefill")
-            for b in bs for r in b.rows]  # fmt: skip
+    rows = [
+        r
+        for w, bs in fpm_batches(events).items()
+        if w.startswith("prefill")
+        for b in bs
+        for r in b.rows
+    ]
     cached = sum(round(h * r.isl) for h, r in zip(hits, reqs, strict=True))
     assert cached > 0.3 * sum(r.isl for r in reqs)  # Mooncake prompts share prefixes
     assert sum(r[4] for r in rows) == sum(r.isl for r in reqs) - cached
@@ -241,12 +262,20 @@ def test_prefix_aware_routing_keeps_prefixes_together(h200: PerformanceProfile) 
     for i in range(600):
         g = rng.randrange(30)
         hashes = (*range(g * 100, g * 100 + 8), 10_000 + i)
-        reqs.append(TraceRequest(arrival_s=i * 0.5, isl=8 * 512 + 300, osl=50,
-                                 hash_ids=hashes, block_size=512))  # fmt: skip
+        reqs.append(
+            TraceRequest(
+                arrival_s=i * 0.5, isl=8 * 512 + 300, osl=50, hash_ids=hashes, block_size=512
+            )
+        )
     out = {}
     for routing in ("least_loaded", "prefix_aware"):
-        spec = FleetSpec(profile=h200, prefill_replicas=3, decode_replicas=2, routing=routing,
-                         max_kv_tokens=45_000)  # fmt: skip
+        spec = FleetSpec(
+            profile=h200,
+            prefill_replicas=3,
+            decode_replicas=2,
+            routing=routing,
+            max_kv_tokens=45_000,
+        )
         sim = FleetSim(spec, reqs)
         events = run(sim)
         hits = [e.payload.kv_hit_rate for e in events if isinstance(e, RequestEvent)]
@@ -319,6 +348,8 @@ def test_advance_validates_time(h200: PerformanceProfile) -> None:
         )
     events = sim.advance(7.0)
     assert [e.type for e in events] == ["fpm_batch", "fpm_batch", "clock"]  # heartbeats
-    assert list(itertools.chain.from_iterable(
-        [r[0] for r in e.payload.rows] for e in events if isinstance(e, FpmBatchEvent)
-    )) == [5.0, 6.0, 5.0, 6.0]  # fmt: skip
+    assert list(
+        itertools.chain.from_iterable(
+            [r[0] for r in e.payload.rows] for e in events if isinstance(e, FpmBatchEvent)
+        )
+    ) == [5.0, 6.0, 5.0, 6.0]

@@ -35,8 +35,14 @@ def _ticks(n: int) -> list[TickRecord]:
         t = 5.0 * (i + 1)
         dec = None
         if i == 3:
-            dec = ScalingDecision(deployment="sim", decision_id=1, time=t, num_decode=2,
-                                  source="load", reason="scale_up")  # fmt: skip
+            dec = ScalingDecision(
+                deployment="sim",
+                decision_id=1,
+                time=t,
+                num_decode=2,
+                source="load",
+                reason="scale_up",
+            )
         ticks.append(
             TickRecord(
                 deployment="sim",
@@ -57,11 +63,11 @@ def _ticks(n: int) -> list[TickRecord]:
                         worker_id="decode-1",
                         queued_decode_kv_tokens=i,
                         inflight_decode_kv_tokens=1000 + i,
-                    ),  # fmt: skip
+                    ),
                 ],
                 observed_traffic=TrafficObservation(
                     duration_s=5.0, num_req=40 + i, isl=3000, osl=150
-                ),  # fmt: skip
+                ),
             )
         )
     return ticks
@@ -75,8 +81,9 @@ def test_closed_loop_report_is_self_contained(tmp_path: Path, h200: PerformanceP
     reqs = [TraceRequest(arrival_s=0.2 * i, isl=2000, osl=100) for i in range(300)]
     sim = FleetSim(FleetSpec(profile=h200, prefill_replicas=1, decode_replicas=1), reqs)
     run(sim, tick_s=5.0, decide=lambda t, _: decision(t, num_decode=2) if t == 20.0 else None)
-    panels = closed_loop_panels(sim.timeline(5.0), _ticks(12), ttft_ms=500, itl_ms=50,
-                                max_kv_tokens=945_029)  # fmt: skip
+    panels = closed_loop_panels(
+        sim.timeline(5.0), _ticks(12), ttft_ms=500, itl_ms=50, max_kv_tokens=945_029
+    )
     titles = [p.title for p in panels]
     assert titles[:5] == [
         "Request rate",
