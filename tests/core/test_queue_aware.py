@@ -76,7 +76,9 @@ def test_a_full_batch_with_a_queue_scales_up_only_when_the_wait_is_seen():
     ours = decide(saturated, queue_aware=True)
     assert reference.desired is None and reference.estimate_ms < 25.0
     assert ours.reason == "scale_up" and ours.desired == 3
-    expected = 1000 * wall(257, 256 * 1200 + 200 * 1000 + 1200) * (1 + 201 / 256)
+    # the reference's next-iteration estimate (no FPM moving averages were fed: +1 request,
+    # scheduled + queued KV) stretched by the slot wait
+    expected = 1000 * wall(1, 256 * 1200 + 200 * 1000) * (1 + 201 / 256)
     assert ours.estimate_ms == pytest.approx(expected, rel=0.02)
 
 
