@@ -39,6 +39,14 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message names every offending field."""
 
 
+REFERENCE_BEHAVIOUR: dict[str, Any] = {
+    "scale_down_rule": "flat",
+    "queue_aware_estimates": False,
+}
+"""The reference planner's value of every behavioural field marked *ours* (flat sensitivity
+scale-down of spec §4.5 — what the reference documents — and its estimates)."""
+
+
 class PlannerConfig(BaseModel):
     """Planner settings of one deployment.
 
@@ -163,6 +171,14 @@ class PlannerConfig(BaseModel):
             if getattr(self, field) is not None and (self.mode == "agg" or role not in roles):
                 raise ValueError(f"{field} is set but mode {self.mode!r} has no {role} role")
         return self
+
+    def reference_variant(self) -> PlannerConfig:
+        """This config with every behaviour of ours set back to the reference planner's.
+
+        >>> PlannerConfig(optimization_target="sla").reference_variant().scale_down_rule
+        'flat'
+        """
+        return self.model_copy(update=REFERENCE_BEHAVIOUR)
 
     @property
     def roles(self) -> tuple[Role, ...]:
