@@ -9,8 +9,11 @@ import sys
 # Modules that each define ``add_to(subparsers)``; the parser they add sets ``func``.
 COMMAND_MODULES = [
     "flows.commands.ack",
+    "flows.commands.bench",
     "flows.commands.decisions",
+    "flows.commands.demo",
     "flows.commands.forecast_bench",
+    "flows.commands.replay",
     "flows.commands.run",
     "flows.commands.schema",
 ]

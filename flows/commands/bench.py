@@ -1,0 +1,48 @@
+"""``flowplanner bench``: the same workload under baselines and our planner, one table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.closed_loop import bench_table, run_bench
+from flows.commands.replay import add_scenario_args, scenario_from_args
+from schemas import ConfigError
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        scenario, config = scenario_from_args(args)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"flowplanner bench: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"bench on {scenario.label}: {len(scenario.requests):,} requests over "
+        f"{scenario.end_s:,.0f} s, seed {scenario.seed}",
+        file=sys.stderr,
+    )
+    outcomes = run_bench(
+        scenario,
+        config,
+        on_row=lambda o: print(
+            f"  {o.name}: done in {o.wall_s:.1f} s ({o.speed:,.0f}x)", file=sys.stderr
+        ),
+    )
+    print(bench_table(outcomes))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({o.name: o.result.to_json() for o in outcomes}, out, indent=2)
+    return 0
+
+
+def add_to(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="compare the planner with baselines on one replayed workload",
+        description="Replay one workload under static peak/mean fleets, the reference "
+        "algorithm, our planner (load; throughput+load; p90 sizing) and a hindsight bound.",
+    )
+    add_scenario_args(parser)
+    parser.add_argument("--json", help="write every row's scores as JSON here")
+    parser.set_defaults(func=run)

@@ -1,0 +1,133 @@
+"""``flowplanner replay``: a trace through the simulated fleet under the real planner flow."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from connectors.profiles import load_profile
+from connectors.report import closed_loop_panels, render_report, write_report
+from flows.progress import ProgressBar
+from flows.scenario import (
+    DEFAULT_CONFIG,
+    DEFAULT_PROFILE,
+    DEFAULT_TRACE,
+    SYNTHETIC,
+    Outcome,
+    Scenario,
+    fleet_spec,
+    load_requests,
+    run_planner,
+)
+from schemas import ConfigError, PlannerConfig, load_config
+
+
+def add_scenario_args(parser: argparse.ArgumentParser) -> None:
+    """Options that define a replay scenario (shared by replay, bench and demo)."""
+    parser.add_argument("--trace", help=f"trace file (default: {DEFAULT_TRACE.name})")
+    parser.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
+    parser.add_argument("--rate", type=float, default=5.0, help="synthetic mean rate (req/s)")
+    parser.add_argument("--duration", type=float, default=3600.0, help="synthetic length (s)")
+    parser.add_argument("--config", help="planner config (default: examples/planner.yaml)")
+    parser.add_argument("--deployment", help="which deployment of the config (default: the only)")
+    parser.add_argument("--profile", help="engine profile directory (default: shipped H200)")
+    parser.add_argument(
+        "--load-scale",
+        type=int,
+        default=1,
+        metavar="K",
+        help="superimpose K time-shifted copies of the trace",
+    )
+    parser.add_argument("--speedup", type=float, default=1.0, help="compress time by this factor")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefill", type=int, default=1, help="initial prefill replicas")
+    parser.add_argument("--decode", type=int, default=1, help="initial decode (or agg) replicas")
+    parser.add_argument("--startup-delay", type=float, default=60.0, help="replica start-up (s)")
+
+
+def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfig]:
+    """Build the scenario and pick the planner config; raises ConfigError/ValueError."""
+    configs = load_config(args.config or DEFAULT_CONFIG)
+    name = args.deployment or (next(iter(configs)) if len(configs) == 1 else None)
+    if name not in configs:
+        raise ConfigError(
+            f"choose one deployment with --deployment (config has {', '.join(configs)})"
+        )
+    config = configs[name]
+    requests = load_requests(
+        args.trace,
+        synthetic=args.synthetic,
+        rate_rps=args.rate,
+        duration_s=args.duration,
+        load_scale=args.load_scale,
+        speedup=args.speedup,
+        seed=args.seed,
+    )
+    profile = load_profile(args.profile or DEFAULT_PROFILE)
+    spec = fleet_spec(
+        config,
+        profile,
+        prefill_replicas=args.prefill,
+        decode_replicas=args.decode,
+        startup_delay_s=args.startup_delay,
+    )
+    source = args.synthetic or Path(args.trace or DEFAULT_TRACE).name
+    label = f"{source} ×{args.load_scale}" if args.load_scale > 1 else source
+    return Scenario(requests, spec, deployment=name, seed=args.seed, label=label), config
+
+
+def write_html(path: str, outcome: Outcome, scenario: Scenario, config: PlannerConfig) -> Path:
+    """The offline HTML report of one closed-loop replay."""
+    panels = closed_loop_panels(
+        outcome.fleet.timeline(),
+        outcome.records,
+        ttft_ms=config.ttft_ms,
+        itl_ms=config.itl_ms,
+        max_kv_tokens=scenario.spec.kv_capacity,
+    )
+    page = render_report(
+        panels,
+        title=f"flowplanner replay — {scenario.label}",
+        notes=outcome.result.table(),
+    )
+    return write_report(path, page)
+
+
+def replay_once(args: argparse.Namespace, default_report: str | None = None) -> int:
+    """Run one closed-loop replay and print/write its results (also used by ``demo``)."""
+    try:
+        scenario, config = scenario_from_args(args)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"flowplanner: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"replaying {scenario.label}: {len(scenario.requests):,} requests over "
+        f"{scenario.end_s:,.0f} s, deployment {scenario.deployment!r} ({config.mode})",
+        file=sys.stderr,
+    )
+    bar = ProgressBar(scenario.end_s, enabled=not args.quiet)
+    outcome = run_planner(scenario, config, on_step=bar.update)
+    bar.close(f"{outcome.speed:,.0f}x real time")
+    print(outcome.result.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(outcome.result.to_json(), indent=2, sort_keys=True))
+    report = args.report or default_report
+    if report:
+        print(f"report: {write_html(report, outcome, scenario, config)}", file=sys.stderr)
+    return 0
+
+
+def add_to(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a trace through the simulated fleet under the planner (closed loop)",
+        description="Replay a request trace through the simulated engine fleet, driven by the "
+        "real planner dataflow on virtual time (no sleeping, bit-for-bit repeatable).",
+    )
+    add_scenario_args(parser)
+    parser.add_argument("--report", help="write an offline HTML report here")
+    parser.add_argument("--json", help="write the run's scores as JSON here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=replay_once)

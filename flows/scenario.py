@@ -1,0 +1,182 @@
+"""Replay scenarios: a workload, a simulated fleet, and the planner that drives it.
+
+Shared by ``flowplanner replay``, ``bench`` and ``demo``. A scenario runs either under the
+real planner flow (closed loop, :func:`flows.replay.replay`) or under a fixed policy: a static
+fleet, or a replica schedule known in hindsight.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connectors.profiles import load_profile
+from connectors.traces import read_trace
+from flows.replay import replay
+from operators.bootstrap import profile_to_fpms
+from schemas import PlannerConfig, ScalingDecision, TickRecord
+from schemas.profile import PerformanceProfile
+from schemas.trace import TraceRequest
+from sim.fleet import FleetSim, FleetSpec
+from sim.scoring import RunResult
+from sim.workload import burst_load, poisson_load, scale_load, sinusoidal_load, speed_up, trace_span
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = REPO / "tests/data/traces/azure_2023_conv.csv"
+DEFAULT_PROFILE = REPO / "tests/data/profiles/h200_llama3.1-8b-fp8_tp1"
+DEFAULT_CONFIG = REPO / "examples/planner.yaml"
+
+SYNTHETIC = ("poisson", "sine", "burst")
+"""Synthetic workloads: steady Poisson, a sinusoid (one period per hour), bursts of 3× load."""
+
+
+def load_requests(
+    trace: str | Path | None = None,
+    *,
+    synthetic: str | None = None,
+    rate_rps: float = 5.0,
+    duration_s: float = 3600.0,
+    load_scale: int = 1,
+    speedup: float = 1.0,
+    seed: int = 0,
+) -> list[TraceRequest]:
+    """A trace file (Mooncake, Azure, dynamo.request.trace.v1) or a synthetic workload,
+    compressed by ``speedup`` and superimposed ``load_scale`` times with seeded offsets."""
+    if synthetic is not None:
+        if synthetic == "poisson":
+            requests = poisson_load(rate_rps, duration_s, seed=seed)
+        elif synthetic == "sine":
+            requests = sinusoidal_load(rate_rps, 0.8 * rate_rps, 3600.0, duration_s, seed=seed)
+        elif synthetic == "burst":
+            bursts = [(duration_s * f, duration_s / 12, 3.0) for f in (0.25, 0.6)]
+            requests = burst_load(rate_rps, bursts, duration_s, seed=seed)
+        else:
+            raise ValueError(f"unknown synthetic workload {synthetic!r} (one of {SYNTHETIC})")
+    else:
+        requests = read_trace(trace or DEFAULT_TRACE)
+    if speedup != 1.0:
+        requests = speed_up(requests, speedup)
+    if load_scale > 1:
+        requests = scale_load(requests, load_scale, seed=seed)
+    return requests
+
+
+@dataclass
+class Scenario:
+    """Everything a replay needs except the policy.
+
+    ``spec`` carries the fleet's initial size; ``end_s`` is when the replay stops (the trace's
+    span plus a drain margin).
+    """
+
+    requests: Sequence[TraceRequest]
+    spec: FleetSpec
+    deployment: str = "sim"
+    seed: int = 0
+    end_s: float = 0.0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.end_s:
+            self.end_s = math.ceil(trace_span(self.requests) / 60.0) * 60.0 + 60.0
+
+    def fleet(self, **changes: object) -> FleetSim:
+        spec = self.spec.model_copy(update=changes) if changes else self.spec
+        return FleetSim(spec, self.requests, deployment=self.deployment, seed=self.seed)
+
+
+def fleet_spec(
+    config: PlannerConfig,
+    profile: PerformanceProfile | None = None,
+    *,
+    prefill_replicas: int = 1,
+    decode_replicas: int = 1,
+    **options: object,
+) -> FleetSpec:
+    """A fleet matching a planner config (mode, SLA targets, GPUs per replica)."""
+    if config.mode not in ("disagg", "agg"):
+        raise ValueError(f"the simulator runs disagg or agg fleets, not mode {config.mode!r}")
+    return FleetSpec(
+        profile=profile or load_profile(DEFAULT_PROFILE),
+        mode=config.mode,
+        prefill_replicas=prefill_replicas if config.mode == "disagg" else 0,
+        decode_replicas=decode_replicas,
+        ttft_ms=config.ttft_ms,
+        itl_ms=config.itl_ms,
+        gpus_per_replica=config.decode_engine_num_gpu or 1,
+        **options,
+    )
+
+
+@dataclass
+class Outcome:
+    """One replay: its score, the planner's ticks (none for fixed policies), and its speed."""
+
+    name: str
+    result: RunResult
+    fleet: FleetSim
+    records: list[TickRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per wall-clock second."""
+        return self.result.duration_s / self.wall_s if self.wall_s > 0 else math.inf
+
+
+def run_planner(
+    scenario: Scenario,
+    config: PlannerConfig,
+    *,
+    name: str = "planner",
+    bootstrap: bool = True,
+    on_step: Callable[[float], None] | None = None,
+) -> Outcome:
+    """The scenario under the real planner flow (closed loop)."""
+    fleet = scenario.fleet()
+    fpms = profile_to_fpms(scenario.spec.profile) if bootstrap else None
+    started = time.perf_counter()
+    records = replay(fleet, config, scenario.end_s, bootstrap=fpms, on_step=on_step)
+    wall = time.perf_counter() - started
+    return Outcome(name, fleet.result(), fleet, records, wall)
+
+
+def run_schedule(
+    scenario: Scenario,
+    schedule: Sequence[tuple[float, int, int]],
+    *,
+    name: str,
+    step_s: float = 5.0,
+) -> Outcome:
+    """The scenario under a fixed replica schedule ``[(time, prefill, decode), ...]``.
+
+    A one-entry schedule at time 0 is a static fleet (it starts at that size, ready).
+    """
+    first = schedule[0]
+    fleet = scenario.fleet(prefill_replicas=first[1], decode_replicas=first[2])
+    started = time.perf_counter()
+    pending = list(schedule[1:])
+    decision_id = 0
+    t = 0.0
+    while t < scenario.end_s:
+        t = min(t + step_s, scenario.end_s)
+        fleet.advance(t)
+        while pending and pending[0][0] <= t:
+            at, prefill, decode = pending.pop(0)
+            decision_id += 1
+            fleet.apply(
+                ScalingDecision(
+                    deployment=scenario.deployment,
+                    decision_id=decision_id,
+                    time=at,
+                    num_prefill=prefill if scenario.spec.mode == "disagg" else None,
+                    num_decode=decode,
+                    source="throughput",
+                    reason="scale",
+                )
+            )
+    wall = time.perf_counter() - started
+    return Outcome(name, fleet.result(), fleet, [], wall)
