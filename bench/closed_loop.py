@@ -10,9 +10,10 @@ Every row replays the same requests on the same simulated fleet (same seed):
 * **ours: throughput+load** — our default with the predictive loop setting floors;
 * **ours: throughput+load p90** — the same, sizing capacity for the p90 ISL/OSL instead of the
   mean (the distribution-aware option, off by default);
-* **hindsight** — the fewest replicas per minute that the perf model (bootstrapped from the
-  profile) says meet the SLA for that minute's actual load, switched on one start-up delay
-  ahead: a lower bound of what prediction could achieve, not a real policy.
+* **hindsight** — the fewest replicas per minute that the engines' perf model (the
+  simulator's profile-calibrated timing) says sustain that minute's actual load within the
+  targets, switched on one start-up delay ahead: close to a lower bound of what prediction
+  could achieve (it ignores bursts inside a minute), not a real policy.
 
 GPU-hours are reported relative to the static-peak fleet; replay speed is simulated seconds per
 wall-clock second, measured in this run.
@@ -24,10 +25,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from flows.scenario import Outcome, Scenario, run_planner, run_schedule
-from operators.bootstrap import profile_to_fpms
-from operators.perf import DecodePerfModel, PrefillPerfModel
-from operators.throughput_scaling import decode_capacity, prefill_capacity
 from schemas import PlannerConfig
+from sim.fleet import FleetSpec
+from sim.timing import EngineTiming
 
 MINUTE = 60.0
 
@@ -49,41 +49,50 @@ def minute_loads(scenario: Scenario) -> list[tuple[float, float, float]]:
     ]
 
 
+def engine_rates(spec: FleetSpec, isl: float, osl: float, itl_ms: float) -> tuple[float, float]:
+    """Requests per second one prefill and one decode engine sustain, from the simulator's
+    own (profile-calibrated) timing: prefill packs as many prompts as fit one batch; decode
+    runs the largest batch whose iteration time meets the ITL target and whose KV fits."""
+    timing = EngineTiming.from_profile(spec.profile)
+    prompt = max(1, round(isl))
+    if prompt <= spec.max_num_batched_tokens:
+        per_batch = min(spec.max_num_batched_tokens // prompt, spec.max_num_seqs)
+        prefill_rps = per_batch / timing.prefill.iteration_s([(0, prompt)] * per_batch)
+    else:
+        chunks, done = [], 0
+        while done < prompt:
+            size = min(spec.max_num_batched_tokens, prompt - done)
+            chunks.append(timing.prefill.iteration_s([(done, size)]))
+            done += size
+        prefill_rps = 1.0 / sum(chunks)
+    context = isl + osl / 2
+    best = 0.0
+    for batch in range(1, spec.max_num_seqs + 1):
+        if batch * context > spec.kv_capacity:
+            break
+        itl = timing.decode.itl_s(batch, batch * context)
+        if itl * 1000.0 > itl_ms:
+            break
+        best = max(best, batch / (max(osl, 1.0) * itl))
+    return prefill_rps, best
+
+
 def hindsight_replicas(scenario: Scenario, config: PlannerConfig) -> list[tuple[int, int]]:
-    """Per minute, the (prefill, decode) replicas the profile-bootstrapped perf model says
-    meet the SLA for that minute's actual load (agg fleets: decode only)."""
+    """Per minute, the fewest (prefill, decode) replicas whose engines, at the simulator's own
+    timing, sustain that minute's actual request rate and lengths within the targets (agg
+    fleets: the larger of the two needs, as decode replicas)."""
     spec = scenario.spec
-    fpms = profile_to_fpms(spec.profile)
-    prefill = PrefillPerfModel(max_num_fpm_samples=1024, min_observations=2)
-    prefill.load_benchmark_fpms(fpms["prefill"])
-    decode = DecodePerfModel(max_num_fpm_samples=1024, min_observations=2)
-    decode.load_benchmark_fpms(fpms["decode"])
     plan = []
     for rps, isl, osl in minute_loads(scenario):
+        floor_p = config.min_endpoint_for("prefill")
+        floor_d = config.min_endpoint_for("decode")
         if rps == 0:
-            plan.append((config.min_endpoint_for("prefill"), config.min_endpoint_for("decode")))
+            plan.append((floor_p, floor_d))
             continue
-        p = prefill_capacity(
-            prefill,
-            rps,
-            isl,
-            kv_hit_rate=None,
-            ttft_sla_ms=config.ttft_ms,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-            min_endpoint=config.min_endpoint_for("prefill"),
-        )
-        d = decode_capacity(
-            decode,
-            rps,
-            isl,
-            osl,
-            itl_sla_ms=config.itl_ms,
-            max_kv_tokens=spec.kv_capacity,
-            max_num_seqs=spec.max_num_seqs,
-            accept_length=1.0,
-            min_endpoint=config.min_endpoint_for("decode"),
-        )
-        plan.append((p.replicas or 1, d.replicas or 1))
+        prefill_rps, decode_rps = engine_rates(spec, isl, osl, config.itl_ms)
+        p = max(floor_p, math.ceil(rps / prefill_rps)) if prefill_rps > 0 else floor_p
+        d = max(floor_d, math.ceil(rps / decode_rps)) if decode_rps > 0 else floor_d
+        plan.append((p, d) if spec.mode == "disagg" else (0, max(p, d)))
     return plan
 
 
@@ -113,28 +122,28 @@ def run_bench(
     peak = tuple(max(row[i] for row in plan) for i in (0, 1))
     mean = tuple(math.ceil(sum(row[i] for row in plan) / len(plan)) for i in (0, 1))
     both = {"enable_load_scaling": True, "enable_throughput_scaling": True}
+    start = plan[0]  # planners start where a sensible operator would: the first minute's need
+
+    def planner(name: str, variant: PlannerConfig) -> Callable[[], Outcome]:
+        return lambda: run_planner(scenario, variant, name=name, initial=start)
+
     rows: list[tuple[str, Callable[[], Outcome]]] = [
         ("static peak", lambda: run_schedule(scenario, [(0.0, *peak)], name="static peak")),
         ("static mean", lambda: run_schedule(scenario, [(0.0, *mean)], name="static mean")),
-        ("reference", lambda: run_planner(scenario, config.reference_variant(), name="reference")),
+        ("reference", planner("reference", config.reference_variant())),
         (
             "ours: load",
-            lambda: run_planner(
-                scenario,
+            planner(
+                "ours: load",
                 ours(config, enable_load_scaling=True, enable_throughput_scaling=False),
-                name="ours: load",
             ),
         ),
-        (
-            "ours: throughput+load",
-            lambda: run_planner(scenario, ours(config, **both), name="ours: throughput+load"),
-        ),
+        ("ours: throughput+load", planner("ours: throughput+load", ours(config, **both))),
         (
             "ours: throughput+load p90",
-            lambda: run_planner(
-                scenario,
+            planner(
+                "ours: throughput+load p90",
                 ours(config, **both, capacity_isl_quantile=0.9, capacity_osl_quantile=0.9),
-                name="ours: throughput+load p90",
             ),
         ),
         (

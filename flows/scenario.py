@@ -134,9 +134,14 @@ def run_planner(
     name: str = "planner",
     bootstrap: bool = True,
     on_step: Callable[[float], None] | None = None,
+    initial: tuple[int, int] | None = None,
 ) -> Outcome:
-    """The scenario under the real planner flow (closed loop)."""
-    fleet = scenario.fleet()
+    """The scenario under the real planner flow (closed loop); ``initial`` overrides the
+    fleet's starting (prefill, decode) replicas."""
+    changes = {}
+    if initial is not None:
+        changes = {"prefill_replicas": initial[0], "decode_replicas": initial[1]}
+    fleet = scenario.fleet(**changes)
     fpms = profile_to_fpms(scenario.spec.profile) if bootstrap else None
     started = time.perf_counter()
     records = replay(fleet, config, scenario.end_s, bootstrap=fpms, on_step=on_step)
