@@ -51,7 +51,7 @@ def load_requests(
         elif synthetic == "sine":
             requests = sinusoidal_load(rate_rps, 0.8 * rate_rps, 3600.0, duration_s, seed=seed)
         elif synthetic == "burst":
-            bursts = [(duration_s * f, duration_s / 12, 3.0) for f in (0.25, 0.6)]
+            bursts = [(duration_s * f, duration_s / 12, 3.0 * rate_rps) for f in (0.25, 0.6)]
             requests = burst_load(rate_rps, bursts, duration_s, seed=seed)
         else:
             raise ValueError(f"unknown synthetic workload {synthetic!r} (one of {SYNTHETIC})")

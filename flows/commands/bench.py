@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     print(bench_table(outcomes))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({o.name: o.result.to_json() for o in outcomes}, out, indent=2)
+            json.dump({o.name: json.loads(o.result.to_json()) for o in outcomes}, out, indent=2)
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def replay_once(args: argparse.Namespace, default_report: str | None = None) -> 
     bar.close(f"{outcome.speed:,.0f}x real time")
     print(outcome.result.table())
     if args.json:
-        Path(args.json).write_text(json.dumps(outcome.result.to_json(), indent=2, sort_keys=True))
+        Path(args.json).write_text(outcome.result.to_json())
     report = args.report or default_report
     if report:
         print(f"report: {write_html(report, outcome, scenario, config)}", file=sys.stderr)
