@@ -176,8 +176,8 @@ class Engine:
         self.running: dict[int, SimRequest] = {}
         self._heap: list[tuple[int, int, int, SimRequest]] = []
         self.B = 0
-        self._sb = 0  # sum of bases
-        self._sq = 0  # sum of squared bases
+        self.sum_base = 0  # sum of per-request KV offsets: batch KV at step s = sum_base + B*s
+        self.sum_base_sq = 0  # sum of squared bases
         self.S = 0  # completed iterations
         # activity
         self._act = _IDLE
@@ -216,12 +216,12 @@ class Engine:
         the KV the queue will need."""
         if self.role == "prefill":
             return self.pending_tokens
-        return self._sb + self.B * self.S + self.waiting_need
+        return self.sum_base + self.B * self.S + self.waiting_need
 
     @property
     def kv_in_use(self) -> int:
         """KV tokens of the running batch (at the last completed iteration) plus held prefill."""
-        return (self._sb + self.B * self.S if self.B else 0) + self.held
+        return (self.sum_base + self.B * self.S if self.B else 0) + self.held
 
     @property
     def queued_prefill_tokens(self) -> int:
@@ -361,15 +361,15 @@ class Engine:
         req.base = base
         self.running[req.idx] = req
         self.B += 1
-        self._sb += base
-        self._sq += base * base
+        self.sum_base += base
+        self.sum_base_sq += base * base
         heapq.heappush(self._heap, (first_step - 1 + req.osl - req.gen, req.idx, req.epoch, req))
 
     def _leave(self, req: SimRequest) -> None:
         del self.running[req.idx]
         self.B -= 1
-        self._sb -= req.base
-        self._sq -= req.base * req.base
+        self.sum_base -= req.base
+        self.sum_base_sq -= req.base * req.base
         req.epoch += 1
 
     def _finish_due(self, t: float) -> None:
@@ -388,7 +388,7 @@ class Engine:
         """Make room for the next decode step: first release the KV of the partially
         prefilled request (the newest scheduled one), then preempt running requests LIFO."""
         cap = self._cap
-        if self._sb + self.B * (self.S + 1) + self.held <= cap:
+        if self.sum_base + self.B * (self.S + 1) + self.held <= cap:
             return
         if self.held:
             head = self.waiting[0]  # at most one request is partially prefilled: the head
@@ -398,7 +398,7 @@ class Engine:
             self._count_in(head)
             self.held = 0
             self.preemptions += 1
-        while self.B and self._sb + self.B * (self.S + 1) > cap:
+        while self.B and self.sum_base + self.B * (self.S + 1) > cap:
             victim = self.running[next(reversed(self.running))]
             gen_now = victim.base + self.S - victim.isl + 1
             self._leave(victim)
@@ -417,7 +417,10 @@ class Engine:
         self.clock = t0
         if self.B:
             self._preempt_to_fit()
-        if self.waiting and self._try_step(t0):
+        waiting = self.waiting
+        if waiting and self.role != "prefill" and waiting[0].done >= waiting[0].need:
+            self._admit_ready()
+        if waiting and waiting[0].done < waiting[0].need and self._try_step(t0):
             return
         if self.B:
             self._plan_segment(t0)
@@ -425,13 +428,35 @@ class Engine:
         self._act = _IDLE
         self.act_end = math.inf
 
+    def _admit_ready(self) -> None:
+        """Admit queued requests whose KV is ready (transferred) into the next decode step, in
+        FCFS order while sequence slots, token budget and KV allow. A pure-decode iteration
+        follows, so no separate scheduling step is needed."""
+        waiting = self.waiting
+        S1 = self.S + 1
+        B = self.B
+        slots = min(self._mseq, self._mbt) - B
+        room = self._cap - (self.sum_base + B * S1) - self.held
+        while waiting and slots > 0:
+            req = waiting[0]
+            if req.done < req.need:
+                break
+            kv = req.need + 1
+            if kv > room:
+                break
+            waiting.popleft()
+            self._count_out(req)
+            self._join(req, S1)
+            room -= kv
+            slots -= 1
+
     def _try_step(self, t0: float) -> bool:
         """Schedule waiting work into one iteration; False if none can be scheduled."""
         B = self.B
         S1 = self.S + 1
         budget = self._mbt - B
         seqs = self._mseq - B
-        room = self._cap - (self._sb + B * S1) - self.held
+        room = self._cap - (self.sum_base + B * S1) - self.held
         waiting = self.waiting
         decoding = self.role != "prefill"
         chunks: list[tuple[SimRequest, int, int]] = []
@@ -492,7 +517,7 @@ class Engine:
         if partial is not None:
             self._enqueue(partial, front=True)
         B = self.B
-        K = self._sb + B * S1 if B else 0
+        K = self.sum_base + B * S1 if B else 0
         if not decoding:
             wall = pt.overhead_s + work
         elif n_pf:
@@ -511,7 +536,7 @@ class Engine:
             kv_read,
             B,
             K,
-            _var(B, self._sb, self._sq),
+            _var(B, self.sum_base, self.sum_base_sq),
             *queued,
         )
         self._completing = completing
@@ -526,10 +551,10 @@ class Engine:
             heapq.heappop(heap)
         S, B = self.S, self.B
         n = heap[0][0] - S
-        n_full = (self._cap - self.held - self._sb) // B - S
+        n_full = (self._cap - self.held - self.sum_base) // B - S
         if n_full < n:
             n = n_full
-        kb = self._sb + B * (S + 1)
+        kb = self.sum_base + B * (S + 1)
         itl = self._dt.itl_s
         w1 = itl(B, kb)
         slope = (itl(B, kb + B * (n - 1)) - w1) / (n - 1) if n > 1 else 0.0
@@ -539,7 +564,7 @@ class Engine:
         seg[2] = slope
         self._seg_n = n
         self._seg_kb = kb
-        self._seg_var = _var(B, self._sb, self._sq)
+        self._seg_var = _var(B, self.sum_base, self.sum_base_sq)
         self._seg_q = self._queued()
         self._act = _SEG
         self.act_end = t0 + n * (w1 + 0.5 * slope * (n - 1))

@@ -28,6 +28,7 @@ same events and results, bit for bit.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import random
@@ -239,6 +240,18 @@ class FleetSim:
         """
         if not until_s >= self.now_s or not math.isfinite(until_s):
             raise ValueError(f"until_s must be finite and >= now_s ({self.now_s}), got {until_s}")
+        # Millions of short-lived row tuples would trigger the cyclic GC over and over; the
+        # simulator makes no reference cycles, so collection is paused during the call.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._advance(until_s)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _advance(self, until_s: float) -> list[Event]:
         if not self._emitted_caps:
             self._emitted_caps = True
             self._events.insert(
@@ -460,10 +473,14 @@ class FleetSim:
         prefix = self.spec.routing == "prefix_aware" and role != "decode" and req.hash_ids
         best: list[Engine] = []
         best_cost = math.inf
+        prefill = role == "prefill"
         for eng in engines:
-            if eng.act_end < t and role != "prefill":
-                eng.sync(t)
-            cost = eng.load
+            if prefill:
+                cost = eng.pending_tokens
+            else:
+                if eng.act_end < t:
+                    eng.sync(t)
+                cost = eng.sum_base + eng.B * eng.S + eng.waiting_need
             if prefix:
                 cost += req.isl - eng.prefix_hit(req.hash_ids, req.block_size)
             if cost < best_cost:
