@@ -22,8 +22,15 @@ Requests whose prompt plus output cannot fit an engine's context or KV are rejec
 (counted, never lost). Disaggregated requests move prefill → decode after
 ``kv_transfer_delay_s``.
 
+Events returned by :meth:`FleetSim.advance` (sorted by event time): a CapabilitiesEvent at 0
+(first call only), an InventoryEvent whenever ready/expected counts change (at most one per
+instant), one RequestEvent per arrival (ISL, OSL, prefix hit rate at the routed engine; ``None``
+while no engine of the entry role is ready), one FpmBatchEvent per engine that produced rows in
+the span (one row per iteration, heartbeat rows every ``heartbeat_s`` of idleness), and a
+ClockEvent at ``until_s`` last.
+
 Determinism: the same spec, requests, seed and sequence of ``advance``/``apply`` calls give the
-same events and results, bit for bit.
+same events and results, bit for bit, in any process (no hash-order dependence).
 """
 
 from __future__ import annotations
@@ -528,7 +535,8 @@ class FleetSim:
                 if eng is None or (eng.stopped and not eng.rows):
                     continue
                 if rep.state == "draining":
-                    eng.sync(until)
+                    if rep.role != "prefill":  # prefill engines advance by their own events
+                        eng.sync(until)
                     self._stop_if_drained(rep, until)
                 rows = eng.flush(until)
                 if rows:
