@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: a thin registry. Each fixture lives beside its service in tests/services/."""
+"""Shared pytest fixtures, a thin registry: each fixture lives beside its service."""
 
 from tests.services.kafka import kafka_bootstrap, kafka_topic
 

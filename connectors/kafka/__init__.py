@@ -22,11 +22,13 @@ See ``client.py`` for how the end of a partition is found (a Tansu quirk).
 from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
+    Bounds,
     KafkaConnectorError,
     consumer_config,
     end_offsets,
     ensure_topic,
     list_partitions,
+    partition_bounds,
     produce_json,
     producer_config,
     validation_summary,
@@ -34,19 +36,23 @@ from connectors.kafka.client import (
 from connectors.kafka.decisions import DecisionMessage, read_decision_messages, read_decisions
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTopicSource
+from connectors.kafka.url import KafkaUrl
 
 __all__ = [
     "BATCH_SIZE",
     "DEFAULT_TIMEOUT_S",
+    "Bounds",
     "DecisionMessage",
     "KafkaConnectorError",
     "KafkaDecisionSink",
     "KafkaEventSource",
     "KafkaTopicSource",
+    "KafkaUrl",
     "consumer_config",
     "end_offsets",
     "ensure_topic",
     "list_partitions",
+    "partition_bounds",
     "produce_json",
     "producer_config",
     "read_decision_messages",

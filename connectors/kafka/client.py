@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from time import monotonic
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -27,7 +27,11 @@ DEFAULT_TIMEOUT_S = 10.0
 
 
 class KafkaConnectorError(RuntimeError):
-    """The broker could not be reached, refused a request, or lost a message."""
+    """The broker could not be reached, refused a request, or lost a message.
+
+    >>> str(KafkaConnectorError("cannot reach Kafka at 127.0.0.1:9"))
+    'cannot reach Kafka at 127.0.0.1:9'
+    """
 
 
 def _base_config(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -41,8 +45,12 @@ def consumer_config(
 ) -> dict[str, Any]:
     """Configuration of our consumers: explicit assignment, no commits, optional EOF events.
 
-    >>> consumer_config("127.0.0.1:9092")["enable.auto.commit"]
-    False
+    Bounded reads (``partition_eof``) want the end-of-partition answer at once, so the broker
+    may hold an empty fetch only briefly; following reads wait up to 100 ms for new data.
+
+    >>> cfg = consumer_config("127.0.0.1:9092", partition_eof=True)
+    >>> cfg["enable.auto.commit"], cfg["fetch.wait.max.ms"]
+    (False, 10)
     """
     config = _base_config(bootstrap, None)
     config.update(
@@ -52,6 +60,10 @@ def consumer_config(
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": partition_eof,
+            "fetch.wait.max.ms": 10 if partition_eof else 100,
+            # A position that fell off the start of the log (retention) resumes at the oldest
+            # message kept rather than silently skipping to the newest.
+            "auto.offset.reset": "earliest",
         }
     )
     config.update(extra or {})
@@ -133,22 +145,46 @@ def ensure_topic(
     return True
 
 
-def end_offsets(
+def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Wait up to ``timeout_s`` for a first message, then take what else is ready (no wait).
+
+    (``Consumer.consume(n, timeout)`` waits the whole timeout unless ``n`` messages arrive.)
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
+
+
+class Bounds(NamedTuple):
+    """Offsets of a partition: its first message and the offset after its last one.
+
+    >>> Bounds(first=0, end=12).end
+    12
+    """
+
+    first: int
+    end: int
+
+
+def partition_bounds(
     bootstrap: str,
     topic: str,
     partitions: Iterable[int],
     *,
     config: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> dict[int, int]:
-    """The offset after the last message of each partition, right now.
+) -> dict[int, Bounds]:
+    """First and end offsets of each partition, right now.
 
-    ListOffsets gives a first answer; partitions that are not empty are then confirmed by
-    fetching their last batch and taking the high watermark of that fetch (see module doc).
+    ListOffsets gives a first answer; the end of a partition that is not empty is then
+    confirmed by fetching its last batch and taking the high watermark of that fetch (see the
+    module doc). Starting consumers at a concrete first offset also avoids librdkafka's slow
+    resolution of the logical ``OFFSET_BEGINNING``.
     """
     consumer = Consumer(consumer_config(bootstrap, config, partition_eof=True))
     try:
-        ends: dict[int, int] = {}
+        bounds: dict[int, Bounds] = {}
         probes = []
         for partition in partitions:
             try:
@@ -159,9 +195,8 @@ def end_offsets(
                 raise KafkaConnectorError(
                     f"cannot read the offsets of {topic}/{partition} on {bootstrap}: {error}"
                 ) from error
-            if high <= low:
-                ends[partition] = high
-            else:
+            bounds[partition] = Bounds(low, high)
+            if high > low:
                 probes.append(TopicPartition(topic, partition, high - 1))
         if probes:
             consumer.assign(probes)
@@ -173,17 +208,31 @@ def end_offsets(
                         f"no end-of-partition answer for {topic} partitions {sorted(pending)} "
                         f"from {bootstrap} within {timeout_s:g} s"
                     )
-                for message in consumer.consume(BATCH_SIZE, 0.1):
+                for message in poll_batch(consumer, BATCH_SIZE, 0.1):
                     error = message.error()
                     if error is None:
                         continue
                     if error.code() != KafkaError._PARTITION_EOF:
                         raise KafkaConnectorError(f"reading {topic} on {bootstrap}: {error}")
-                    ends[message.partition()] = message.offset()
-                    pending.discard(message.partition())
-        return ends
+                    partition = message.partition()
+                    bounds[partition] = Bounds(bounds[partition].first, message.offset())
+                    pending.discard(partition)
+        return bounds
     finally:
         consumer.close()
+
+
+def end_offsets(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int],
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[int, int]:
+    """The offset after the last message of each partition, right now."""
+    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    return {partition: b.end for partition, b in bounds.items()}
 
 
 def produce(

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from time import monotonic
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import ValidationError
 
 from connectors.kafka.client import (
@@ -15,8 +15,9 @@ from connectors.kafka.client import (
     DEFAULT_TIMEOUT_S,
     KafkaConnectorError,
     consumer_config,
-    end_offsets,
     list_partitions,
+    partition_bounds,
+    poll_batch,
     validation_summary,
 )
 from schemas import ScalingDecision
@@ -62,62 +63,75 @@ def read_decision_messages(
 ) -> Iterator[DecisionMessage]:
     """Every message of a decisions topic, parsed; bad values come back with an ``error``.
 
-    Without ``follow``, reading stops at the end offsets seen when it starts (and raises if the
-    broker makes no progress for ``timeout_s``); with ``follow`` it waits for new decisions
-    forever. ``from_beginning=False`` skips what is already in the topic. Order is per
-    partition, hence per deployment (the key).
+    The reading position is fixed by this call (not by the first ``next``): without ``follow``
+    reading stops at the end offsets seen now (and raises if the broker makes no progress for
+    ``timeout_s``); with ``follow`` it waits for new decisions forever. ``from_beginning=False``
+    skips what the topic holds now. Order is per partition, hence per deployment (the key).
     """
     requests = {"config": config, "timeout_s": timeout_s}
     partitions = list_partitions(bootstrap, topic, **requests)
-    ends: dict[int, int] = {}
-    if not (follow and from_beginning):
-        ends = end_offsets(bootstrap, topic, partitions, **requests)
-    if not follow and not from_beginning:
-        return
-    starts = {p: OFFSET_BEGINNING if from_beginning else ends[p] for p in partitions}
-    pending = set() if follow else set(partitions)
+    bounds = partition_bounds(bootstrap, topic, partitions, **requests)
+    starts = {p: bounds[p].first if from_beginning else bounds[p].end for p in partitions}
+    ends = {p: b.end for p, b in bounds.items()}
+    if not follow:
+        partitions = [p for p in partitions if starts[p] < ends[p]]
+        if not partitions:
+            return iter(())
     errors: list[KafkaError] = []
-    warned: set[int] = set()
     consumer = Consumer(
         consumer_config(
-            bootstrap, {**(config or {}), "error_cb": errors.append}, partition_eof=True
+            bootstrap, {**(config or {}), "error_cb": errors.append}, partition_eof=not follow
         )
     )
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
+    where = f"{topic} at {bootstrap}"
+    return _consume(consumer, errors, where, None if follow else ends, set(partitions), timeout_s)
+
+
+def _consume(
+    consumer: Consumer,
+    errors: list[KafkaError],
+    where: str,
+    ends: dict[int, int] | None,
+    pending: set[int],
+    timeout_s: float,
+) -> Iterator[DecisionMessage]:
+    # ``ends`` None = follow forever; otherwise stop once every pending partition reached its end.
+    warned: set[int] = set()
     try:
-        consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
         last_progress = monotonic()
-        while follow or pending:
-            messages = consumer.consume(BATCH_SIZE, 0.2)
-            for error in list(errors):
+        while ends is None or pending:
+            messages = poll_batch(consumer, BATCH_SIZE, 0.2)
+            for error in errors:
                 if error.fatal():
-                    raise KafkaConnectorError(f"reading {topic} at {bootstrap}: {error}")
-                if error.code() not in warned:
+                    raise KafkaConnectorError(f"reading {where}: {error}")
+                if error.code() not in warned:  # librdkafka retries; say so once per kind
                     warned.add(error.code())
-                    log.warning("Kafka trouble reading %s at %s: %s", topic, bootstrap, error)
+                    log.warning("Kafka trouble reading %s (retrying): %s", where, error)
             errors.clear()
             if messages:
                 last_progress = monotonic()
-            elif not follow and monotonic() - last_progress > timeout_s:
+            elif ends is not None and monotonic() - last_progress > timeout_s:
                 raise KafkaConnectorError(
-                    f"reading {topic} at {bootstrap}: no progress for {timeout_s:g} s "
+                    f"reading {where}: no progress for {timeout_s:g} s "
                     f"(partitions {sorted(pending)} unfinished)"
                 )
             for message in messages:
                 error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaConnectorError(f"reading {where}: {error}")
                 partition = message.partition()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaConnectorError(f"reading {topic} at {bootstrap}: {error}")
-                    if not follow and message.offset() >= ends[partition]:
-                        pending.discard(partition)
+                if ends is None:
+                    if error is None:
+                        yield _decision_message(message)
                     continue
-                if partition not in pending and not follow:
+                if partition not in pending:
                     continue
-                if not follow and message.offset() >= ends[partition]:
-                    pending.discard(partition)
-                    continue
-                yield _decision_message(message)
-                if not follow and message.offset() + 1 >= ends[partition]:
+                # An EOF event carries the high watermark as its offset.
+                next_offset = message.offset() if error is not None else message.offset() + 1
+                if error is None and message.offset() < ends[partition]:
+                    yield _decision_message(message)
+                if next_offset >= ends[partition]:
                     pending.discard(partition)
     finally:
         consumer.close()
@@ -137,14 +151,19 @@ def read_decisions(
     A message that is not a valid ScalingDecision raises :class:`ValueError` naming its
     partition and offset; use :func:`read_decision_messages` to see such messages instead.
     """
-    for message in read_decision_messages(
+    messages = read_decision_messages(
         bootstrap,
         topic,
         follow=follow,
         from_beginning=from_beginning,
         config=config,
         timeout_s=timeout_s,
-    ):
+    )
+    return _only_decisions(messages, topic)
+
+
+def _only_decisions(messages: Iterator[DecisionMessage], topic: str) -> Iterator[ScalingDecision]:
+    for message in messages:
         if message.decision is None:
             raise ValueError(
                 f"{topic}/{message.partition} offset {message.offset}: {message.error}"

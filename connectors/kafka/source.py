@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
     KafkaConnectorError,
     consumer_config,
-    end_offsets,
     list_partitions,
+    partition_bounds,
 )
 from connectors.pipeline_metrics import EVENTS_IN
 from schemas import RawEvent
@@ -30,7 +30,7 @@ IDLE_POLL = timedelta(milliseconds=20)
 
 
 class _PartitionReader(StatefulSourcePartition[X, int]):
-    """One assigned partition; state = the next offset to read (or a logical start offset)."""
+    """One assigned partition; its state is the next offset to read."""
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
         self._where = where
         self._warned: set[int] = set()
         self._awake: datetime | None = None
-        self._done = end is not None and 0 <= end <= start
+        self._done = end is not None and end <= start
         self._consumer.assign([TopicPartition(topic, partition, start)])
 
     def _check_errors(self) -> None:
@@ -110,6 +110,13 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
     Subclasses say how a message becomes an item (:meth:`convert`). ``until_end=True`` stops
     each partition at its end offset when the partition is built (bounded replay); otherwise
     the source follows the topic forever. ``start`` applies only without resume state.
+    Constructing one does no I/O; the broker is first asked in ``list_parts``.
+
+    >>> class Values(KafkaTopicSource[bytes]):
+    ...     def convert(self, message):
+    ...         return message.value()
+    >>> Values("127.0.0.1:9092", "raw", start="end").start
+    'end'
     """
 
     def __init__(
@@ -149,24 +156,22 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
         self, step_id: str, for_part: str, resume_state: int | None
     ) -> _PartitionReader[X]:
         partition = int(for_part)
-        end = None
-        if self.until_end or (resume_state is None and self.start == "end"):
-            end = end_offsets(self.bootstrap, self.topic, [partition], **self._requests())[
+        bounds = None
+        if self.until_end or resume_state is None:
+            bounds = partition_bounds(self.bootstrap, self.topic, [partition], **self._requests())[
                 partition
             ]
         if resume_state is not None:
             start = resume_state
-        elif self.start == "end":
-            assert end is not None
-            start = end
         else:
-            start = OFFSET_BEGINNING
+            assert bounds is not None
+            start = bounds.end if self.start == "end" else bounds.first
         return _PartitionReader(
             consumer_config(self.bootstrap, self.config, partition_eof=self.until_end),
             self.topic,
             partition,
             start,
-            end if self.until_end else None,
+            bounds.end if self.until_end and bounds is not None else None,
             self.batch_size,
             self.convert,
             f"{self.topic}/{partition} at {self.bootstrap}",

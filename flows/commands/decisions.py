@@ -116,7 +116,9 @@ def format_decisions_table(items: Iterable[ScalingDecision | DecisionMessage]) -
     105.0  llama        7  2->3     4 (keep)  load    scale_up
     """
     rows = [decision_cells(item) for item in items]
-    widths = [max(len(COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(COLUMNS) - 1)]
+    widths = [len(name) for name in COLUMNS[:-1]]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=False)]
     return "\n".join(format_row(cells, widths) for cells in [COLUMNS, *rows])
 
 

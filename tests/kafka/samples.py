@@ -1,0 +1,53 @@
+"""Sample decisions and raw writes shared by the Kafka tests (the broker is tests/services)."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from schemas import ScalingDecision
+
+
+def make_decision(
+    deployment: str = "llama",
+    decision_id: int = 1,
+    time: float = 100.0,
+    **fields: object,
+) -> ScalingDecision:
+    values: dict = {
+        "num_prefill": 3,
+        "num_decode": 4,
+        "current_prefill": 2,
+        "current_decode": 4,
+        "reason": "scale_up",
+        "source": "load",
+    }
+    values.update(fields)
+    return ScalingDecision(deployment=deployment, decision_id=decision_id, time=time, **values)
+
+
+def topic_partitions(bootstrap: str, topic: str) -> int | None:
+    """Partition count of ``topic``, or None when it does not exist (never creates it)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    found = metadata.topics.get(topic)
+    return None if found is None else len(found.partitions)
+
+
+def write_raw(
+    bootstrap: str, topic: str, values: list[bytes | None], partition: int | None = None
+) -> None:
+    """Write raw values with a plain producer (for input that our own writers never produce)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    errors: list = []
+    for value in values:
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(
+            topic, value=value, on_delivery=lambda e, _m: errors.append(e) if e else None, **kwargs
+        )
+    assert producer.flush(10) == 0 and not errors, errors
+
+
+def event_line(deployment: str, time: float) -> bytes:
+    return json.dumps({"type": "clock", "deployment": deployment, "time": time}).encode()

@@ -1,0 +1,164 @@
+"""KafkaDecisionSink and the decision reader against a real broker (Tansu)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import bytewax.operators as op
+import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSource, cluster_main, run_main
+
+from connectors.kafka import (
+    KafkaConnectorError,
+    KafkaDecisionSink,
+    read_decision_messages,
+    read_decisions,
+)
+from tests.kafka.samples import make_decision, topic_partitions, write_raw
+from tests.services.kafka import free_port, tansu_broker
+
+
+def run_flow(flow: Dataflow, workers: int) -> None:
+    if workers == 1:
+        run_main(flow)
+    else:
+        cluster_main(flow, [], 0, worker_count_per_proc=workers)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_flow_writes_decisions_that_read_back_in_order(
+    kafka_bootstrap: str, kafka_topic: str, workers: int
+) -> None:
+    decisions = [
+        make_decision(deployment, decision_id, time=10.0 * decision_id, num_decode=decision_id)
+        for decision_id in range(1, 6)
+        for deployment in ("llama", "qwen", "mistral")
+    ]
+    flow = Dataflow("decisions_out")
+    stream = op.input("decisions", flow, TestingSource(decisions))
+    stream = op.redistribute("spread", stream)  # both workers' sink partitions write
+    op.output("kafka", stream, KafkaDecisionSink(kafka_bootstrap, kafka_topic, partitions=3))
+    run_flow(flow, workers)
+
+    messages = list(read_decision_messages(kafka_bootstrap, kafka_topic))
+    assert all(m.error is None for m in messages)
+    assert sorted(m.decision.model_dump_json() for m in messages) == sorted(
+        d.model_dump_json() for d in decisions
+    )
+    for deployment in ("llama", "qwen", "mistral"):
+        mine = [m for m in messages if m.decision.deployment == deployment]
+        assert {m.key for m in mine} == {deployment}, "key = deployment"
+        assert len({m.partition for m in mine}) == 1, "one deployment stays on one partition"
+        if workers == 1:  # one producer: the topic keeps the flow's order
+            assert [m.decision.decision_id for m in mine] == [1, 2, 3, 4, 5]
+
+
+def test_sink_creates_the_topic_with_the_requested_partitions(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    assert topic_partitions(kafka_bootstrap, kafka_topic) is None
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic, partitions=4)
+    first = sink.build("out", 0, 2)
+    second = sink.build("out", 1, 2)  # the topic exists now: no error, still 4 partitions
+    assert topic_partitions(kafka_bootstrap, kafka_topic) == 4
+    first.write_batch([make_decision("a", 1)])
+    second.write_batch([make_decision("b", 1)])
+    first.close()
+    second.close()
+    assert sorted(d.deployment for d in read_decisions(kafka_bootstrap, kafka_topic)) == ["a", "b"]
+
+
+def test_sink_producer_is_idempotent(kafka_bootstrap: str, kafka_topic: str) -> None:
+    # librdkafka reports the idempotence state in its statistics: an idempotent producer gets
+    # a producer id from the broker (InitProducerId) before it sends anything.
+    stats: list[dict] = []
+    sink = KafkaDecisionSink(
+        kafka_bootstrap,
+        kafka_topic,
+        config={"statistics.interval.ms": 100, "stats_cb": lambda s: stats.append(json.loads(s))},
+    )
+    part = sink.build("out", 0, 1)
+    part.write_batch([make_decision()])
+    deadline = time.monotonic() + 10
+    while not any(s["eos"]["idemp_state"] == "Assigned" for s in stats):
+        assert time.monotonic() < deadline, stats[-1:]
+        part._producer.poll(0.1)
+    assigned = next(s["eos"] for s in stats if s["eos"]["idemp_state"] == "Assigned")
+    assert assigned["producer_id"] >= 0
+    part.close()
+
+
+def test_delivery_failure_raises_instead_of_dropping(kafka_topic: str) -> None:
+    sink = KafkaDecisionSink(
+        "unused", kafka_topic, config={"message.timeout.ms": 1500}, timeout_s=10
+    )
+    with tansu_broker() as bootstrap:
+        sink.bootstrap = bootstrap
+        part = sink.build("out", 0, 1)
+        part.write_batch([make_decision(decision_id=1)])
+    # The broker is gone: the next decision cannot be delivered, and the sink must say so.
+    with pytest.raises(KafkaConnectorError, match=r"1 decisions could not be written"):
+        part.write_batch([make_decision(decision_id=2)])
+
+
+def test_sink_rejects_items_that_are_not_decisions(kafka_bootstrap: str, kafka_topic: str) -> None:
+    part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    with pytest.raises(TypeError, match="takes ScalingDecision items, got dict"):
+        part.write_batch([{"deployment": "llama"}])  # type: ignore[list-item]
+
+
+def test_reader_reports_bad_messages_with_their_position(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    part.write_batch([make_decision(decision_id=1)])
+    write_raw(kafka_bootstrap, kafka_topic, [b"{not json", None, b'{"deployment": "x"}'])
+    part.write_batch([make_decision(decision_id=2)])
+
+    messages = list(read_decision_messages(kafka_bootstrap, kafka_topic))
+    assert [m.offset for m in messages] == [0, 1, 2, 3, 4]
+    assert [m.decision.decision_id for m in messages if m.decision] == [1, 2]
+    errors = [m.error for m in messages if m.decision is None]
+    assert errors[0].startswith("not a ScalingDecision: value: Invalid JSON")
+    assert errors[1] == "empty message"
+    assert errors[2].startswith("not a ScalingDecision: decision_id: Field required")
+
+    with pytest.raises(ValueError, match=rf"{kafka_topic}/0 offset 1: not a ScalingDecision"):
+        list(read_decisions(kafka_bootstrap, kafka_topic))
+
+
+def test_reader_stops_at_the_end_seen_at_start(kafka_bootstrap: str, kafka_topic: str) -> None:
+    part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    part.write_batch([make_decision(decision_id=i) for i in (1, 2, 3)])
+    reader = read_decisions(kafka_bootstrap, kafka_topic)
+    assert next(reader).decision_id == 1  # the end (offset 3) is fixed now
+    part.write_batch([make_decision(decision_id=4)])
+    assert [d.decision_id for d in reader] == [2, 3]
+    assert [d.decision_id for d in read_decisions(kafka_bootstrap, kafka_topic)] == [1, 2, 3, 4]
+    new_only = read_decisions(kafka_bootstrap, kafka_topic, from_beginning=False)
+    assert list(new_only) == []
+
+
+def test_reader_follows_new_decisions(kafka_bootstrap: str, kafka_topic: str) -> None:
+    part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    part.write_batch([make_decision(decision_id=1)])
+    follower = read_decisions(kafka_bootstrap, kafka_topic, follow=True, from_beginning=False)
+    part.write_batch([make_decision(decision_id=2), make_decision(decision_id=3)])
+    assert [next(follower).decision_id, next(follower).decision_id] == [2, 3]
+    follower.close()
+
+
+def test_missing_topic_is_a_clear_error_and_is_not_created(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    with pytest.raises(KafkaConnectorError, match=rf"topic '{kafka_topic}' does not exist"):
+        list(read_decisions(kafka_bootstrap, kafka_topic))
+    assert topic_partitions(kafka_bootstrap, kafka_topic) is None
+
+
+def test_unreachable_broker_is_a_clear_error() -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    with pytest.raises(KafkaConnectorError, match=rf"cannot reach Kafka at {bootstrap}"):
+        list(read_decisions(bootstrap, "decisions", timeout_s=1.0))

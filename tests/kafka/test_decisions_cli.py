@@ -1,0 +1,107 @@
+"""``flowplanner decisions`` run as a real process against a real broker."""
+
+from __future__ import annotations
+
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from connectors.kafka import KafkaDecisionSink
+from tests.kafka.samples import make_decision, write_raw
+
+FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
+HEADER = ["TIME", "DEPLOYMENT", "ID", "PREFILL", "DECODE", "SOURCE", "REASON"]
+
+
+def flowplanner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [FLOWPLANNER, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: str) -> None:
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    sink.write_batch(
+        [
+            make_decision("qwen-72b", 2, time=1_780_000_060.0, num_prefill=None, num_decode=6),
+            make_decision("llama", 1, time=1_780_000_000.0, reason="scale_up"),
+            make_decision(
+                "llama",
+                2,
+                time=1_780_001_800.0,
+                num_prefill=2,
+                current_prefill=3,
+                reason="scale_down",
+                source="throughput",
+                note="proceeded without acknowledgement of decision 1 after waiting 1800 s",
+            ),
+        ]
+    )
+    write_raw(kafka_bootstrap, kafka_topic, [b"garbage"])
+
+    result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == HEADER
+    rows = [line.split(maxsplit=7) for line in lines[1:]]
+    # Sorted by time; date and time in UTC; current->target per role.
+    assert rows[0] == ["2026-05-28", "20:26:40Z", "llama", "1", "2->3", "4->4", "load", "scale_up"]
+    assert rows[1][:7] == ["2026-05-28", "20:27:40Z", "qwen-72b", "2", "2", "(keep)", "4->6"]
+    assert rows[2][:7] == ["2026-05-28", "20:56:40Z", "llama", "2", "3->2", "4->4", "throughput"]
+    assert rows[2][7] == (
+        "scale_down | note: proceeded without acknowledgement of decision 1 after waiting 1800 s"
+    )
+    assert lines[4].startswith("ERROR")
+    assert "partition 0 offset 3: not a ScalingDecision: value: Invalid JSON" in lines[4]
+    # Columns line up: every row's ID column ends where the header's does.
+    id_end = lines[0].index("ID") + 2
+    assert all(line[id_end - 1] != " " for line in lines[1:4])
+
+
+def test_follow_prints_new_decisions_as_they_arrive(kafka_bootstrap: str, kafka_topic: str) -> None:
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    sink.write_batch([make_decision("llama", 1, time=60.0)])
+    command = ["decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--follow"]
+    process = subprocess.Popen(
+        [FLOWPLANNER, *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert read_line(process).startswith("TIME")
+        assert read_line(process).split()[:3] == ["60.0", "llama", "1"]
+        sink.write_batch([make_decision("llama", 2, time=120.0, num_decode=5)])
+        assert read_line(process).split()[:5] == ["120.0", "llama", "2", "2->3", "4->5"]
+        assert process.poll() is None, "still following"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def read_line(process: subprocess.Popen, timeout_s: float = 20.0) -> str:
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if selector.select(timeout=0.2):
+                return process.stdout.readline()
+            assert process.poll() is None, process.stderr.read()
+    raise AssertionError("no line from `flowplanner decisions --follow`")
+
+
+def test_missing_topic_is_reported_not_a_traceback(kafka_bootstrap: str, kafka_topic: str) -> None:
+    result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert f"Kafka topic '{kafka_topic}' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_empty_topic_prints_only_the_header(kafka_bootstrap: str, kafka_topic: str) -> None:
+    KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)  # creates the topic
+    result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == HEADER

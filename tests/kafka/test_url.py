@@ -1,0 +1,48 @@
+"""kafka:// addresses of the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka import KafkaDecisionSink, KafkaEventSource, KafkaUrl
+
+
+def test_source_address_builds_a_bounded_source() -> None:
+    source = KafkaUrl.parse("kafka://127.0.0.1:9092/fpm?until=end&start=end").event_source()
+    assert isinstance(source, KafkaEventSource)
+    assert (source.bootstrap, source.topic, source.until_end, source.start) == (
+        "127.0.0.1:9092",
+        "fpm",
+        True,
+        "end",
+    )
+
+
+def test_sink_address_builds_a_decision_sink() -> None:
+    sink = KafkaUrl.parse("kafka://b1:9092,b2:9093/decisions?partitions=6").decision_sink()
+    assert isinstance(sink, KafkaDecisionSink)
+    assert (sink.bootstrap, sink.topic, sink.partitions) == ("b1:9092,b2:9093", "decisions", 6)
+
+
+def test_defaults_follow_from_the_beginning() -> None:
+    url = KafkaUrl.parse("kafka://127.0.0.1:9092/fpm")
+    assert (url.until_end, url.start, url.partitions) == (False, "beginning", 1)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:9092/fpm", "expected kafka://HOST:PORT/TOPIC"),
+        ("kafka:///fpm", "expected kafka://HOST:PORT/TOPIC"),
+        ("kafka://h:1/a/b", "expected kafka://HOST:PORT/TOPIC"),
+        ("kafka://h:1/fpm?until=later", "until must be one of end"),
+        ("kafka://h:1/fpm?start=middle", "start must be one of beginning, end"),
+        ("kafka://h:1/fpm?partitions=0", "partitions must be a positive integer"),
+        ("kafka://h:1/fpm?follow=yes", "unknown option 'follow'"),
+        ("kafka://h:1/fpm?until=end&until=end", "option 'until' given 2 times"),
+        ("kafka://h:1/fpm?until", "bad options"),
+    ],
+)
+def test_bad_addresses_say_what_is_wrong(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KafkaUrl.parse(url)

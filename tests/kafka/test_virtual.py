@@ -1,0 +1,157 @@
+"""Virtual connector over a real broker: decisions out, acknowledgements back, the AckGate hold."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, TestingSource, run_main
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka import KafkaDecisionSink, ensure_topic, read_decisions
+from connectors.virtual import AckSource, send_ack
+from operators.ack_gate import AckGate
+from schemas import DeadLetter, ScalingDecision
+from schemas.decision import DecisionAck
+from tests.kafka.samples import make_decision, write_raw
+from tests.services.kafka import free_port
+
+FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
+
+
+def flowplanner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [FLOWPLANNER, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def ack_cli(bootstrap: str, topic: str, deployment: str, decision_id: int, at: float) -> None:
+    result = flowplanner(
+        "ack",
+        *("--bootstrap", bootstrap, "--topic", topic, "--deployment", deployment),
+        *("--decision-id", str(decision_id), "--time", str(at)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"acknowledged decision {decision_id} of {deployment} on {topic}"
+    )
+
+
+def read_acks(bootstrap: str, topic: str) -> list[DecisionAck | DeadLetter]:
+    out: list = []
+    flow = Dataflow("acks_in")
+    acks = op.input("acks", flow, AckSource(bootstrap, topic, until_end=True))
+    op.output("out", acks, TestingSink(out))
+    run_main(flow)
+    return out
+
+
+def test_ack_command_reaches_the_ack_source(kafka_bootstrap: str, kafka_topic: str) -> None:
+    ack_cli(kafka_bootstrap, kafka_topic, "llama", 1, at=1000.5)
+    ack_cli(kafka_bootstrap, kafka_topic, "qwen", 3, at=1001.0)
+    write_raw(kafka_bootstrap, kafka_topic, [b'{"deployment": "llama", "acked_decision_id": -1}'])
+    send_ack(kafka_bootstrap, kafka_topic, "llama", 2, time=1002.0)
+
+    assert read_acks(kafka_bootstrap, kafka_topic) == [
+        DecisionAck(deployment="llama", acked_decision_id=1, time=1000.5),
+        DecisionAck(deployment="qwen", acked_decision_id=3, time=1001.0),
+        DeadLetter(
+            source=f"kafka:{kafka_topic}/0",
+            position=2,
+            reason="invalid acknowledgement: acked_decision_id: Input should be greater than or "
+            "equal to 0",
+            raw='{"deployment": "llama", "acked_decision_id": -1}',
+        ),
+        DecisionAck(deployment="llama", acked_decision_id=2, time=1002.0),
+    ]
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    consumer.assign([TopicPartition(kafka_topic, 0, 0)])
+    keys = [consumer.poll(10).key() for _ in range(4)]
+    consumer.close()
+    assert keys == [b"llama", b"qwen", None, b"llama"], "acks are keyed by deployment"
+
+
+def test_ack_command_rejects_bad_arguments_and_unreachable_brokers(kafka_topic: str) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    base = ("ack", "--bootstrap", bootstrap, "--topic", kafka_topic, "--deployment", "llama")
+    bad = flowplanner(*base, "--decision-id", "-3")
+    assert bad.returncode == 2
+    assert "acked_decision_id: Input should be greater than or equal to 0" in bad.stderr
+    down = flowplanner(*base, "--decision-id", "3", "--timeout", "1")
+    assert down.returncode == 1
+    assert f"cannot reach Kafka at {bootstrap}" in down.stderr
+    assert "Traceback" not in bad.stderr + down.stderr
+
+
+def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    decisions_topic, acks_topic = f"{kafka_topic}.decisions", f"{kafka_topic}.acks"
+    ensure_topic(kafka_bootstrap, acks_topic)
+    sink = KafkaDecisionSink(kafka_bootstrap, decisions_topic).build("out", 0, 1)
+    gate = AckGate(max_wait_seconds=1800)
+
+    # Planner: the first decision goes out, the next one is held (1 not acknowledged yet).
+    sink.write_batch([gate.offer(make_decision("llama", 1, time=0.0, num_decode=5))])
+    assert gate.offer(make_decision("llama", 2, time=60.0, num_decode=6)) is None
+    assert read_acks(kafka_bootstrap, acks_topic) == []
+
+    # Orchestrator: reads the decision, applies it, acknowledges it.
+    (applied,) = read_decisions(kafka_bootstrap, decisions_topic)
+    ack_cli(kafka_bootstrap, acks_topic, applied.deployment, applied.decision_id, at=90.0)
+
+    # Planner: the acknowledgement arrives through the AckSource and releases the held decision.
+    for ack in read_acks(kafka_bootstrap, acks_topic):
+        assert isinstance(ack, DecisionAck) and ack.time is not None
+        released = gate.acknowledge(ack.acked_decision_id, now=ack.time)
+        assert released is not None
+        sink.write_batch([released])
+
+    sent = list(read_decisions(kafka_bootstrap, decisions_topic))
+    assert [(d.decision_id, d.num_decode) for d in sent] == [(1, 5), (2, 6)]
+    assert sent[0].note is None
+    assert sent[1].note == "held 30 s until decision 1 was acknowledged"
+
+
+def gate_step(gate: AckGate | None, item: ScalingDecision | float):
+    gate = gate or AckGate(max_wait_seconds=1800)
+    if isinstance(item, ScalingDecision):
+        return gate, gate.offer(item)
+    return gate, gate.advance(item)  # a float is event time passing (a tick)
+
+
+def test_without_acknowledgement_the_flow_proceeds_after_the_timeout(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    # No orchestrator answers. In a real bytewax run the gate holds decision 2, replaces it with
+    # 3, and sends 3 once 1800 s of event time have passed since the hold began.
+    inputs = [
+        make_decision("llama", 1, time=0.0, num_decode=5),
+        make_decision("llama", 2, time=100.0, num_decode=6),
+        1000.0,
+        make_decision("llama", 3, time=200.0, num_decode=7),
+        1899.0,
+        1900.0,
+        1960.0,
+    ]
+    flow = Dataflow("virtual_timeout")
+    items = op.input("in", flow, TestingSource(inputs))
+    keyed = op.key_on("by_deployment", items, lambda _: "llama")
+    sent = op.filter_map("gate", op.stateful_map("hold", keyed, gate_step), lambda kv: kv[1])
+    op.output("kafka", sent, KafkaDecisionSink(kafka_bootstrap, kafka_topic))
+    run_main(flow)
+
+    out = list(read_decisions(kafka_bootstrap, kafka_topic))
+    assert [(d.decision_id, d.num_decode, d.time) for d in out] == [(1, 5, 0.0), (2, 7, 200.0)]
+    assert out[1].note == (
+        "proceeded without acknowledgement of decision 1 after waiting 1800 s "
+        "(replaced 1 older held decision(s))"
+    )
+    table = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    assert table.returncode == 0, table.stderr
+    last = table.stdout.splitlines()[-1]
+    assert last.split()[:3] == ["200.0", "llama", "2"]
+    assert "note: proceeded without acknowledgement of decision 1" in last
