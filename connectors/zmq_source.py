@@ -70,6 +70,7 @@ MAX_RAW_CHARS = 500
 """Dead letters keep at most this much of the offending message."""
 
 _ROLES = ("prefill", "decode")
+RCVMORE = zmq.RCVMORE
 
 
 class EndpointSpec(NamedTuple):
@@ -330,6 +331,8 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
             raise StopIteration
         options = self.options
         now = options.clock()
+        if not (now >= 0 and math.isfinite(now)):
+            raise ValueError(f"clock gave {now!r}; event time must be finite and >= 0")
         items: list[ZmqItem] = []
         for socket, _event in self._poller.poll(0):
             self._drain(self._subscriptions[socket], now, items)
@@ -348,7 +351,10 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         limit = options.batch_size
         if options.stop_after is not None:
             limit = min(limit, options.stop_after - sub.received)
+        # Plain recv + RCVMORE checks: the cheapest exact framing check pyzmq offers (measured
+        # faster than zero-copy Frames and than recv_multipart).
         recv = sub.socket.recv
+        more = sub.socket.get
         decode = self._decoder.decode
         groups: dict[tuple[str, int], list[FpmRow]] = {}
         last_seq = sub.last_seq
@@ -356,57 +362,37 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         count = 0
         while count < limit:
             try:
-                topic = recv(zmq.NOBLOCK, copy=False)
+                topic = recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
             count += 1
-            frames = [topic]
-            while frames[-1].more and len(frames) < 3:
-                frames.append(recv(copy=False))
-            if len(frames) < 3 or frames[2].more:
-                while frames[-1].more:
-                    frames.append(recv(copy=False))
-                items.append(
-                    self._dead(
-                        sub,
-                        None,
-                        f"malformed ZMQ message: expected 3 frames "
-                        f"[topic, seq, payload], got {len(frames)}",
-                        frames,
-                    )
-                )
-                continue
-            seq_frame = frames[1].bytes
-            if len(seq_frame) != 8:
-                items.append(
-                    self._dead(
-                        sub,
-                        None,
-                        f"malformed ZMQ message: sequence frame must be 8 "
-                        f"bytes (big-endian), got {len(seq_frame)}",
-                        frames,
-                    )
-                )
-                continue
-            seq = int.from_bytes(seq_frame, "big")
-            if last_seq is not None:
-                if seq > last_seq + 1:
-                    gaps += seq - last_seq - 1
-                elif seq <= last_seq:
-                    log.info(
-                        "FPM publisher %s restarted (seq %d after %d)", sub.spec.url, seq, last_seq
-                    )
-            last_seq = seq
-            try:
-                worker_id, dp_rank, row = decode(frames[2].buffer, now)
-            except FpmDecodeError as exc:
-                items.append(self._dead(sub, seq, str(exc), frames))
-                continue
-            rows = groups.get((worker_id, dp_rank))
-            if rows is None:
-                groups[(worker_id, dp_rank)] = [row]
+            if more(RCVMORE):
+                seq_frame = recv()
+                if more(RCVMORE):
+                    payload = recv()
+                    if not more(RCVMORE) and len(seq_frame) == 8:
+                        seq = int.from_bytes(seq_frame, "big")
+                        if last_seq is not None and seq != last_seq + 1:
+                            gaps += self._sequence_jump(sub, last_seq, seq)
+                        last_seq = seq
+                        try:
+                            worker_id, dp_rank, row = decode(payload, now)
+                        except FpmDecodeError as exc:
+                            frames = [topic, seq_frame, payload]
+                            items.append(self._dead(sub, seq, str(exc), frames))
+                            continue
+                        rows = groups.get((worker_id, dp_rank))
+                        if rows is None:
+                            groups[(worker_id, dp_rank)] = [row]
+                        else:
+                            rows.append(row)
+                        continue
+                    frames = [topic, seq_frame, payload]
+                else:
+                    frames = [topic, seq_frame]
             else:
-                rows.append(row)
+                frames = [topic]
+            items.append(self._malformed(sub, frames))
         sub.last_seq = last_seq
         sub.received += count
         if count:
@@ -418,6 +404,25 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         self._emit(sub.spec, now, groups, items)
         if options.stop_after is not None and sub.received >= options.stop_after:
             self._unsubscribe(sub)
+
+    @staticmethod
+    def _sequence_jump(sub: _Subscription, last_seq: int, seq: int) -> int:
+        """Messages lost between two sequence numbers (0 when the publisher restarted)."""
+        if seq > last_seq:
+            return seq - last_seq - 1
+        log.info("FPM publisher %s restarted (seq %d after %d)", sub.spec.url, seq, last_seq)
+        return 0
+
+    def _malformed(self, sub: _Subscription, frames: list[bytes]) -> DeadLetter:
+        """Dead letter for a message with the wrong framing (reads its remaining frames)."""
+        socket = sub.socket
+        while socket.get(RCVMORE):
+            frames.append(socket.recv())
+        if len(frames) != 3:
+            reason = f"expected 3 frames [topic, seq, payload], got {len(frames)}"
+        else:
+            reason = f"sequence frame must be 8 bytes (big-endian), got {len(frames[1])}"
+        return self._dead(sub, None, f"malformed ZMQ message: {reason}", frames)
 
     def _emit(
         self,
@@ -445,7 +450,11 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                 batch = FpmBatch.model_construct(
                     role=role, worker_id=worker_id, dp_rank=dp_rank, rows=rows
                 )
-                items.append(FpmBatchEvent(deployment=deployment, time=now, payload=batch))
+                # Rows come from the strict decoder and ``now`` was checked: no re-validation
+                # (FpmBatch's row check would cost more than receiving and decoding them).
+                items.append(
+                    FpmBatchEvent.model_construct(deployment=deployment, time=now, payload=batch)
+                )
             else:
                 items.extend(
                     FpmEvent(
@@ -457,13 +466,13 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                 )
 
     def _dead(
-        self, sub: _Subscription, seq: int | None, reason: str, frames: Sequence[zmq.Frame]
+        self, sub: _Subscription, seq: int | None, reason: str, frames: Sequence[bytes]
     ) -> DeadLetter:
         return DeadLetter(
             source=sub.spec.url,
             position=seq,
             reason=reason,
-            raw=_preview([frame.bytes for frame in frames]),
+            raw=_preview(frames),
             deployment=sub.spec.deployment,
         )
 
