@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# Small-matrix BLAS calls (statsmodels fits in the load predictors) run ~10x slower with
+# OpenBLAS worker threads on a busy machine; set before any command module imports numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Modules that each define ``add_to(subparsers)``; the parser they add sets ``func``.
 COMMAND_MODULES = [

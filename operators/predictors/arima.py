@@ -16,8 +16,11 @@ new order search on the last ``window`` points) happens when
 1. the number of points doubled since the last fit while the buffer is still filling (early
    fits on 5 points are rough), or ``refit_every`` points arrived since the last fit; or
 2. the forecast error grew: the mean squared standardised one-step error of the points since the
-   last fit (at least 3 of them) exceeds ``4`` — the noise variance quadrupled, e.g. after a
-   regime change.
+   last fit (at least ``ERROR_REFIT_MIN_POINTS`` = 6 of them) exceeds ``4`` — the noise variance
+   quadrupled, e.g. after a regime change.
+
+A refit re-runs the KPSS test; when ``d`` is unchanged the stepwise search starts from the
+order in use (its neighbourhood) rather than from scratch, which keeps a refit to a few fits.
 
 Model space: raw values, or ``log1p`` values when ``log1p=True`` or when a raw fit collapses to
 ``(0, d, 0)`` (then the predictor refits on ``log1p`` and stays there, as the reference does).
@@ -34,6 +37,9 @@ from operators.predictors.base import Predictor
 
 MIN_POINTS = 5
 """Fewer stored points than this: forecast the last value (spec §7.3)."""
+
+ERROR_REFIT_MIN_POINTS = 6
+"""An error-triggered refit needs at least this many points since the last fit."""
 
 
 def _sarimax_class() -> Any:
@@ -143,8 +149,14 @@ class ArimaPredictor(Predictor):
             warnings.simplefilter("ignore")
             return model.fit(disp=False)
 
-    def _search(self, series: list[float]) -> tuple[tuple[int, int, int], Any]:
-        """Stepwise AIC search; returns the best order and its results (raises if none fit)."""
+    def _search(
+        self, series: list[float], start: tuple[int, int, int] | None = None
+    ) -> tuple[tuple[int, int, int], Any]:
+        """Stepwise AIC search; returns the best order and its results (raises if none fit).
+
+        With ``start`` (the current order) and the same ``d``, the search starts from it instead
+        of the four initial orders: a refit re-checks the neighbourhood of the order in use.
+        """
         d = kpss_differences(series, self.max_d)
         usable = len(series) - d
         k_trend = 1 if d == 0 else 0
@@ -177,8 +189,14 @@ class ArimaPredictor(Predictor):
                 return True
             return False
 
-        for p, q in ((2, 2), (0, 0), (1, 0), (0, 1)):
+        initial = ((2, 2), (0, 0), (1, 0), (0, 1))
+        if start is not None and start[1] == d and allowed(start[0], start[2]):
+            initial = ((start[0], start[2]),)
+        for p, q in initial:
             attempt(p, q)
+        if best is None and len(initial) == 1:
+            for p, q in ((2, 2), (0, 0), (1, 0), (0, 1)):
+                attempt(p, q)
         improved = best is not None
         while improved and len(tried) < 40:
             assert best is not None
@@ -199,7 +217,7 @@ class ArimaPredictor(Predictor):
         self._refit_due = False
         log1p = self.mode_log1p
         series = [math.log1p(v) if log1p else v for v in raw]
-        order, results = self._search(series)
+        order, results = self._search(series, self.order)
         if not log1p and order[0] == 0 and order[2] == 0:
             # collapsed to a random walk / constant: refit on log1p and stay there (spec §7.3)
             log1p = True
@@ -234,7 +252,7 @@ class ArimaPredictor(Predictor):
                 self._results = self._results.append(new, refit=False)
             self._series.extend(new)
         since_fit = self._count - self._count_at_fit
-        if since_fit >= 3:
+        if since_fit >= ERROR_REFIT_MIN_POINTS:
             errors = self._results.filter_results.standardized_forecasts_error[0, -since_fit:]
             finite = [float(e) for e in errors if math.isfinite(float(e))]
             if finite and sum(e * e for e in finite) / len(finite) > 4.0:

@@ -19,7 +19,8 @@ season), and with fewer than ``MIN_POINTS`` points it forecasts the last value.
 
 Refits happen every ``refit_every`` points, when the season becomes available, and when the
 forecast error grew (mean squared standardised error of the points since the last fit, at least
-3 of them, above 4).
+3 of them, above 4; the residual scale of a fit is floored at 1 % of the mean level, so a
+near-perfect fit does not refit on rounding noise).
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ class HoltWintersPredictor(Predictor):
         self._trend = float(results.trend[-1])
         self._season = [float(v) for v in results.season[-m:]] if kind else []
         residuals = [float(v) for v in results.resid]
-        self._sigma = math.sqrt(sum(r * r for r in residuals) / max(1, len(residuals)))
+        rms = math.sqrt(sum(r * r for r in residuals) / max(1, len(residuals)))
+        level = sum(abs(v) for v in data) / len(data)
+        self._sigma = max(rms, 0.01 * level)  # a near-perfect fit must not refit on rounding
         self._fitted = True
 
     def _due(self) -> bool:

@@ -1,0 +1,300 @@
+"""Predictor behaviour: the reference cases of spec §16.8 and cases of our own."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from operators.predictors import (
+    ArimaPredictor,
+    ConstantPredictor,
+    HoltWintersPredictor,
+    KalmanPredictor,
+    SelectorPredictor,
+    build_predictor,
+    season_length,
+)
+from operators.predictors.arima import ERROR_REFIT_MIN_POINTS
+from schemas import PlannerConfig
+
+# --- constant (§16.8) ---------------------------------------------------------------------------
+
+
+def test_constant_reference_cases() -> None:
+    assert ConstantPredictor().forecast() == 0.0
+    p = ConstantPredictor()
+    for y in (10, 20, 30):
+        p.learn_one(y)
+    assert p.forecast() == 30.0
+    p = ConstantPredictor()
+    for y in (0, 0):
+        p.learn_one(y)
+    assert p.values == [] and p.forecast() == 0.0
+    p = ConstantPredictor()
+    for y in (5, 0):
+        p.learn_one(y)
+    assert p.values == [5.0, 0.0] and p.forecast() == 0.0
+    p = ConstantPredictor()
+    for y in (10, float("nan")):
+        p.learn_one(y)
+    assert p.forecast() == 0.0
+
+
+# --- Kalman (§16.8: q_level 1e-4, q_trend 1e-5, r 0.1, min points 3) ---------------------------
+
+
+def kalman(log1p: bool = False) -> KalmanPredictor:
+    return KalmanPredictor(q_level=1e-4, q_trend=1e-5, r=0.1, min_points=3, log1p=log1p)
+
+
+def test_kalman_empty_is_zero() -> None:
+    assert kalman().forecast() == 0.0
+
+
+@pytest.mark.parametrize("log1p", [False, True])
+def test_kalman_never_negative_on_declining_series(log1p: bool) -> None:
+    fresh, cached = kalman(log1p), kalman(log1p)
+    for y in (10, 15, 20, 15, 10, 5, 2, 1, 0):
+        fresh.learn_one(y)
+        cached.forecast()  # the cached path: predict, then update that prediction
+        cached.learn_one(y)
+        assert fresh.forecast() >= 0.0
+        assert cached.forecast() >= 0.0
+    assert fresh.forecast() == cached.forecast()
+
+
+def test_kalman_min_points_and_cache() -> None:
+    p = kalman()
+    p.learn_one(10)
+    assert p.forecast() == 10.0 and p._predicted is None
+    p.learn_one(20)
+    assert p.forecast() == 20.0 and p._predicted is None  # below min points: no cache
+    p.learn_one(30)
+    first = p.forecast()
+    assert p._predicted is not None  # now the forecast is a cached predict step
+    assert first == pytest.approx(40.0, abs=0.01)  # level 30 + trend 10
+    assert p.forecast() == first  # two calls without new data: same value, filter not advanced
+
+
+def test_kalman_predicts_once_per_interval() -> None:
+    """Forecasting between observations must not change what the filter learns."""
+    with_forecasts, without = kalman(), kalman()
+    for y in (3, 8, 12, 20, 26, 31, 30, 42):
+        with_forecasts.forecast()
+        with_forecasts.forecast()
+        with_forecasts.learn_one(y)
+        without.learn_one(y)
+    assert with_forecasts.forecast() == without.forecast()
+
+
+def test_kalman_reference_defaults_from_config() -> None:
+    p = build_predictor(PlannerConfig(load_predictor="kalman"))
+    assert isinstance(p, KalmanPredictor)
+    assert (p.q_level, p.q_trend, p.r, p.min_points) == (1.0, 0.1, 10.0, 5)
+
+
+# --- ARIMA (§7.3) -------------------------------------------------------------------------------
+
+
+def test_arima_below_five_points_is_last_value() -> None:
+    p = ArimaPredictor()
+    for y in (3, 9, 4, 7):
+        p.learn_one(y)
+    assert p.forecast() == 7.0
+    assert p.fits == 0 and p.fallback_reason == "fewer than 5 points"
+
+
+def test_arima_constant_series_shortcut() -> None:
+    p = ArimaPredictor()
+    for _ in range(8):
+        p.learn_one(42)
+    assert p.forecast() == 42.0 and p.fits == 0
+
+
+def test_arima_collapsed_order_falls_back_to_log1p() -> None:
+    rng = random.Random(2)
+    noise = [100 + rng.gauss(0, 5) for _ in range(12)]
+    raw_order, _ = ArimaPredictor()._search(noise)
+    assert raw_order[0] == 0 and raw_order[2] == 0  # white noise: auto-ARIMA collapses
+    p = ArimaPredictor()
+    for y in noise:
+        p.learn_one(y)
+    p.forecast()
+    assert p.mode_log1p is True  # refitted on log1p and stays there
+    rng = random.Random(0)
+    level, walk = 500.0, []
+    for _ in range(20):
+        level += rng.gauss(0, 20)
+        walk.append(level)
+    q = ArimaPredictor()
+    for y in walk:
+        q.learn_one(y)
+    q.forecast()
+    assert q.order is not None and (q.order[0], q.order[2]) != (0, 0)
+    assert q.mode_log1p is False
+    assert ArimaPredictor(log1p=True).mode_log1p is True
+
+
+def test_arima_learns_an_ar_process_and_updates_without_refitting() -> None:
+    rng = random.Random(3)
+    p = ArimaPredictor(refit_every=1000)
+    x = 0.0
+    series = []
+    for _ in range(80):
+        x = 0.8 * x + rng.gauss(0, 1)
+        series.append(100 + 10 * x)
+    for y in series[:60]:
+        p.learn_one(y)
+    p.forecast()
+    fits = p.fits
+    assert p.order is not None and p.order[0] >= 1  # an AR term was found
+    errors_model, errors_last = [], []
+    for y in series[60:]:
+        f = p.forecast()
+        errors_model.append(abs(y - f))
+        errors_last.append(abs(y - p.last_value()))
+        p.learn_one(y)
+    assert p.fits == fits  # later points were appended, not refitted
+    assert len(p._series) <= p.window + p.refit_every
+    assert sum(errors_model) < sum(errors_last)  # mean reversion beats "last value"
+
+
+def test_arima_refits_when_the_error_grows() -> None:
+    p = ArimaPredictor(refit_every=1000)
+    rng = random.Random(5)
+    assert ERROR_REFIT_MIN_POINTS < 12
+    for _ in range(40):
+        p.learn_one(100 + rng.gauss(0, 2))
+    p.forecast()
+    fits = p.fits
+    for _ in range(12):  # a regime change: ten times the noise around a new level
+        p.forecast()
+        p.learn_one(300 + rng.gauss(0, 20))
+    p.forecast()
+    assert p.fits > fits
+
+
+# --- Holt-Winters (ours) ------------------------------------------------------------------------
+
+
+def sine(t: int, period: int = 24) -> float:
+    return 100 + 50 * math.sin(2 * math.pi * t / period)
+
+
+def test_holt_winters_sine_within_5_percent_after_two_periods() -> None:
+    p = HoltWintersPredictor(season_length=24)
+    for t in range(48):
+        p.learn_one(sine(t))
+    for t in range(48, 72):
+        assert p.forecast() == pytest.approx(sine(t), rel=0.05)
+        p.learn_one(sine(t))
+    assert p.seasonal in ("add", "mul") and p.fits <= 3  # no refit on every point
+
+
+def test_holt_winters_without_two_seasons_is_holt() -> None:
+    p = HoltWintersPredictor(season_length=24)
+    for t in range(20):
+        p.learn_one(50 + 2 * t)
+    assert p.forecast() == pytest.approx(90, rel=0.05)  # the trend is followed
+    assert p.seasonal is None
+
+
+def test_holt_winters_season_length_from_config() -> None:
+    cfg = PlannerConfig(
+        load_predictor="holt_winters",
+        throughput_adjustment_interval_seconds=600,
+        seasonal_period_seconds=86400,
+    )
+    assert season_length(cfg) == 144
+    assert build_predictor(cfg).season_length == 144
+
+
+# --- selector (ours) ----------------------------------------------------------------------------
+
+
+def selector(season: int = 24) -> SelectorPredictor:
+    return SelectorPredictor(
+        candidates=(
+            ConstantPredictor(),
+            ArimaPredictor(),
+            KalmanPredictor(),
+            HoltWintersPredictor(season_length=season),
+        )
+    )
+
+
+def test_selector_sine_within_5_percent_after_two_periods() -> None:
+    p = selector()
+    for t in range(48):
+        p.learn_one(sine(t))
+    for t in range(48, 60):
+        assert p.forecast() == pytest.approx(sine(t), rel=0.05), p.chosen
+        p.learn_one(sine(t))
+
+
+def test_selector_follows_a_step_within_three_intervals() -> None:
+    rng = random.Random(11)
+    p = selector()
+    for _ in range(40):
+        p.learn_one(100 + rng.uniform(-3, 3))
+    forecasts = []
+    for _ in range(4):
+        forecasts.append(p.forecast())
+        p.learn_one(200 + rng.uniform(-3, 3))
+    assert forecasts[0] < 120  # the step itself cannot be foreseen
+    assert forecasts[3] == pytest.approx(200, rel=0.1), p.chosen
+
+
+def test_selector_picks_the_lowest_recent_loss() -> None:
+    """Alternating load: the 'last value' is always wrong, the mean is right."""
+    p = SelectorPredictor(candidates=(ConstantPredictor(), KalmanPredictor(r=1e6, min_points=2)))
+    for t in range(40):
+        p.learn_one(100 if t % 2 else 200)
+    p.forecast()
+    assert p.chosen is not None and p.chosen.startswith("kalman")
+
+
+def test_selector_lifts_forecasts_under_asymmetric_loss() -> None:
+    """With noisy load the selector forecasts above the middle (under-forecasts cost 3x)."""
+    rng = random.Random(2)
+    p = SelectorPredictor(candidates=(ConstantPredictor(), KalmanPredictor(r=100.0)))
+    under = 0
+    for t in range(120):
+        y = 100 + rng.gauss(0, 10)
+        if t >= 60:
+            under += p.forecast() < y
+        p.learn_one(y)
+    assert under / 60 < 0.4  # an unbiased forecast is under about half the time
+
+
+def test_selector_records_candidate_fallbacks() -> None:
+    p = selector()
+    for y in (5, 6):
+        p.learn_one(y)
+    assert p.forecast() == 6.0
+    assert p.candidate_forecasts == [6.0, 6.0, 6.0, 6.0]  # all still at the last value
+    q = SelectorPredictor(candidates=(ArimaPredictor(),))
+    for y in (5, 6):
+        q.learn_one(y)
+    assert q.forecast() == 6.0
+    assert q.fallback_reason == "arima+quantile: fewer than 5 points"
+
+
+def test_selector_rejects_unknown_margin_kind() -> None:
+    with pytest.raises(ValueError, match="margin_kinds"):
+        SelectorPredictor(margin_kinds=("median",))
+
+
+def test_build_predictor_kinds() -> None:
+    for kind, cls in (
+        ("constant", ConstantPredictor),
+        ("arima", ArimaPredictor),
+        ("kalman", KalmanPredictor),
+        ("holt_winters", HoltWintersPredictor),
+        ("selector", SelectorPredictor),
+    ):
+        assert isinstance(build_predictor(PlannerConfig(load_predictor=kind)), cls)
+    sel = build_predictor(PlannerConfig(load_predictor="selector", load_predictor_log1p=True))
+    assert sel.candidates[1].log1p and sel.candidates[2].log1p
