@@ -133,9 +133,15 @@ class DecodeTiming:
                 for i in range(len(us) - 1)
             ]
             tail = max(slopes[-1], 0.0) if slopes else 0.0
-            self._rows.append((us, vs, slopes, tail))
+            # segment k = bisect_right(us, u): below the first point constant, between points
+            # linear, beyond the last point the last non-negative slope
+            n = len(us)
+            bx = [us[0]] + us[: n - 1] + [us[n - 1]]
+            bv = [vs[0]] + vs[: n - 1] + [vs[n - 1]]
+            sl = [0.0, *slopes, tail]
+            self._rows.append((us, bx, bv, sl))
         self.inv_max_kv = 1.0 / max_kv_tokens
-        self.floor_s = self._rows[0][1][0]
+        self.floor_s = self._rows[0][2][0]
 
     @classmethod
     def from_profile(cls, profile: DecodeProfile) -> DecodeTiming:
@@ -144,16 +150,6 @@ class DecodeTiming:
             profile.x_kv_usage, profile.y_context_length, profile.z_itl, profile.max_kv_tokens
         )
 
-    def _row(self, j: int, u: float) -> float:
-        us, vs, slopes, tail = self._rows[j]
-        if u <= us[0]:
-            return vs[0]
-        last = len(us) - 1
-        if u >= us[last]:
-            return vs[last] + tail * (u - us[last])
-        i = bisect_right(us, u) - 1
-        return vs[i] + slopes[i] * (u - us[i])
-
     def itl_s(self, batch: int, kv_tokens: float) -> float:
         """Iteration time of a decode batch (the profile's ITL at its points)."""
         if batch <= 0:
@@ -161,14 +157,19 @@ class DecodeTiming:
         c = kv_tokens / batch
         u = kv_tokens * self.inv_max_kv
         cs = self._cs
-        if c <= cs[0]:
-            return self._row(0, u)
-        last = len(cs) - 1
-        if c >= cs[last]:
-            return self._row(last, u)
         j = bisect_right(cs, c) - 1
+        if j < 0 or j >= len(cs) - 1:
+            us, bx, bv, sl = self._rows[0 if j < 0 else -1]
+            k = bisect_right(us, u)
+            return bv[k] + sl[k] * (u - bx[k])
+        us, bx, bv, sl = self._rows[j]
+        k = bisect_right(us, u)
+        lo = bv[k] + sl[k] * (u - bx[k])
+        us, bx, bv, sl = self._rows[j + 1]
+        k = bisect_right(us, u)
+        hi = bv[k] + sl[k] * (u - bx[k])
         w = (c - cs[j]) / (cs[j + 1] - cs[j])
-        return self._row(j, u) * (1.0 - w) + self._row(j + 1, u) * w
+        return lo * (1.0 - w) + hi * w
 
 
 class EngineTiming:
