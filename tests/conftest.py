@@ -1,4 +1,4 @@
-"""Shared pytest fixtures, a thin registry: each fixture lives beside its service."""
+"""Shared pytest fixtures: a thin registry; each fixture lives beside its service."""
 
 import os
 
