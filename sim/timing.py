@@ -136,8 +136,8 @@ class DecodeTiming:
             # segment k = bisect_right(us, u): below the first point constant, between points
             # linear, beyond the last point the last non-negative slope
             n = len(us)
-            bx = [us[0]] + us[: n - 1] + [us[n - 1]]
-            bv = [vs[0]] + vs[: n - 1] + [vs[n - 1]]
+            bx = [us[0], *us[: n - 1], us[n - 1]]
+            bv = [vs[0], *vs[: n - 1], vs[n - 1]]
             sl = [0.0, *slopes, tail]
             self._rows.append((us, bx, bv, sl))
         self.inv_max_kv = 1.0 / max_kv_tokens
