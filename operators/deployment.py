@@ -7,7 +7,9 @@ inventory, capabilities, request statistics of recent windows — and runs the p
 closed window yields exactly one :class:`schemas.TickRecord` (``ran_load``/``ran_throughput`` say
 whether a tick ran), so downstream consumers can follow the planner's progress in event time.
 
-Decisions get consecutive ids per deployment, starting at 1.
+Decisions get consecutive ids per deployment, starting at 1. With an :class:`AckGate` (the
+virtual connector), a decision is only sent once the previous one is acknowledged — or after
+``scaling_max_wait_seconds`` of event time without acknowledgement — and the gate numbers them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from river import stats
 
+from operators.ack_gate import AckGate
 from operators.state_machine import PlannerStateMachine
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
@@ -79,8 +82,11 @@ class DeploymentPlanner:
         config: PlannerConfig,
         window_s: float,
         bootstrap: dict[Role, list[ForwardPassMetrics]] | None = None,
+        gate: AckGate | None = None,
     ) -> None:
         self.deployment = deployment
+        self.gate = gate
+        self._released: ScalingDecision | None = None
         self.config = config
         self.window_s = window_s
         self.machine = PlannerStateMachine(config)
@@ -107,11 +113,19 @@ class DeploymentPlanner:
         record = TickRecord(deployment=self.deployment, time=end_s)
         while self.next_tick.at_s <= end_s + MERGE_TOLERANCE_S:
             record = self._tick(self.next_tick, end_s)
+        if self.gate is not None:
+            released = self._released or self.gate.advance(end_s)
+            self._released = None
+            if released is not None and record.decision is None:
+                record = record.model_copy(update={"decision": released})
         return record
 
     def _absorb(self, end_s: float, window: TickWindow) -> None:
         if window.inventory is not None:
             self.inventory = window.inventory
+        if self.gate is not None:
+            for acked in window.acks:
+                self._released = self.gate.acknowledge(acked, now=end_s) or self._released
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
@@ -180,6 +194,8 @@ class DeploymentPlanner:
                 decode_reason=target.decode_reason,
                 diagnostics=effects.diagnostics,
             )
+            if self.gate is not None:
+                decision = self.gate.offer(decision)
         return TickRecord(
             deployment=self.deployment,
             time=now_s,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas import (
+    AckEvent,
     CapabilitiesEvent,
     ClockEvent,
     Event,
@@ -56,6 +57,7 @@ class TickWindow:
     capabilities: WorkerCapabilities | None = None
     traffic: list[tuple[float, TrafficObservation]] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    acks: list[int] = field(default_factory=list)
     events: int = 0
 
 
@@ -79,6 +81,8 @@ def fold_event(window: TickWindow, event: Event) -> TickWindow:
         window.capabilities = merge_capabilities(window.capabilities, event.payload)
     elif isinstance(event, TrafficEvent):
         window.traffic.append((event.time, event.payload))
+    elif isinstance(event, AckEvent):
+        window.acks.append(event.payload.acked_decision_id)
     else:
         assert isinstance(event, ClockEvent)
     return window
@@ -94,6 +98,7 @@ def merge_windows(a: TickWindow, b: TickWindow) -> TickWindow:
     a.capabilities = merge_capabilities(a.capabilities, b.capabilities)
     a.traffic.extend(b.traffic)
     a.requests.extend(b.requests)
+    a.acks.extend(b.acks)
     a.events += b.events
     return a
 

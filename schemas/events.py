@@ -250,6 +250,18 @@ def fpm_to_row(time: float, fpm: ForwardPassMetrics) -> FpmRow:
     )
 
 
+class Acknowledgement(BaseModel):
+    """The environment applied this deployment's decisions up to ``acked_decision_id``.
+
+    >>> Acknowledgement(acked_decision_id=3).acked_decision_id
+    3
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    acked_decision_id: Count
+
+
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -299,6 +311,13 @@ class RequestEvent(_Envelope):
     payload: RequestRecord
 
 
+class AckEvent(_Envelope):
+    """An acknowledgement from the virtual connector's orchestrator (releases held decisions)."""
+
+    type: Literal["ack"] = "ack"
+    payload: Acknowledgement
+
+
 class ClockEvent(_Envelope):
     """Nothing happened except that event time reached ``time`` (advances the planner's clock)."""
 
@@ -313,6 +332,7 @@ Event = Annotated[
     | CapabilitiesEvent
     | TrafficEvent
     | RequestEvent
+    | AckEvent
     | ClockEvent,
     Field(discriminator="type"),
 ]

@@ -1,8 +1,9 @@
 """Recorded streams for flow tests, built from a synthetic decode fleet with a known cost.
 
-Each engine's forward pass costs ``wall = 0.001 + 1e-5 * kv + 2e-4 * n`` seconds (n decode
-requests holding kv tokens); the load ramps linearly, so a decode deployment with a tight ITL
-target must scale up partway through, and the expected decisions follow from the formulas.
+Each engine's forward pass costs ``wall = 8 ms + 20 µs * n + 0.1 µs * kv`` (n decode requests
+holding kv tokens — the shape of a real decode engine); the load ramps linearly, so a decode
+deployment with an ITL target must scale up partway through, and the expected decisions follow
+from the formulas.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ FPM_PERIOD_S = 0.25
 """Each engine reports a forward pass every 0.25 s (a sampled stream, as a recorder keeps)."""
 
 
+def decode_wall_s(kv: int, n: int) -> float:
+    """The synthetic engine's iteration time."""
+    return 0.008 + 2e-5 * n + 1e-7 * kv
+
+
 def decode_fpm(worker: str, kv: int, n: int, counter: int) -> dict:
-    wall = 0.001 + 1e-5 * kv + 2e-4 * n
+    wall = decode_wall_s(kv, n)
     return {
         "worker_id": worker,
         "counter_id": counter,
@@ -29,9 +35,9 @@ def decode_ramp(
     deployment: str,
     engines: int,
     seconds: float,
-    kv_start: int = 500,
-    kv_end: int = 8000,
-    max_kv_tokens: int = 100_000,
+    kv_start: int = 5_000,
+    kv_end: int = 600_000,
+    max_kv_tokens: int = 2_000_000,
 ) -> list[dict]:
     """Events of a decode deployment whose per-engine KV load ramps from start to end."""
     events: list[dict] = [
@@ -54,8 +60,8 @@ def decode_ramp(
         kv = int(kv_start + (kv_end - kv_start) * step / steps)
         for e in range(engines):
             # engines differ slightly so the regression sees spread in both features
-            kv_e = kv + 37 * e + (step % 7) * 11
-            n = max(1, kv_e // 1000 + (step % 3))
+            kv_e = kv + 3700 * e + (step % 7) * 1100
+            n = max(1, kv_e // 2000 + (step % 3))
             events.append(
                 {
                     "type": "fpm",

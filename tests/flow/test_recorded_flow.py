@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 
 from tests.flow.runner import flowplanner, read_jsonl, write_config
-from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams, write_stream
+from tests.flow.streams import (
+    DECODE_CONFIG,
+    decode_ramp,
+    decode_wall_s,
+    merge_streams,
+    write_stream,
+)
 
 ITL_SLA_MS = DECODE_CONFIG["itl_ms"]
 
 
 def true_itl_ms(kv: int, n: int) -> float:
-    return 1000 * (0.001 + 1e-5 * kv + 2e-4 * n)
+    return 1000 * decode_wall_s(kv, n)
 
 
 @pytest.fixture(scope="module")
