@@ -7,6 +7,12 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any
 
+PLAUSIBLE_FACTOR = 3.0
+"""A model forecast above this many times the largest of the last ``PLAUSIBLE_WINDOW`` values is
+treated as a model failure (an exploding fit must not scale a fleet to its maximum)."""
+
+PLAUSIBLE_WINDOW = 48
+
 
 class Predictor(ABC):
     """A one-step-ahead forecaster of one series (one point per throughput interval).
@@ -17,8 +23,10 @@ class Predictor(ABC):
     to 0 (demand, ISL and OSL are never negative).
 
     :meth:`forecast` never raises and never returns a negative or non-finite number: when the
-    model behind a predictor cannot produce a forecast it falls back to the last stored value and
-    records why in :attr:`fallback_reason` (``None`` when the last forecast came from the model).
+    model behind a predictor cannot produce a forecast (an exception, a non-finite value, or a
+    value above ``PLAUSIBLE_FACTOR`` times the largest recent value) it falls back to the last
+    stored value and records why in :attr:`fallback_reason` (``None`` when the last forecast came
+    from the model).
 
     The constructor stores parameters only (same-named attributes, so :meth:`params` and
     :meth:`clone` work as in river); state is plain attributes that pickle.
@@ -87,6 +95,10 @@ class Predictor(ABC):
             return self.last_value()
         if not math.isfinite(value):
             self.fallback_reason = "non-finite model forecast"
+            return self.last_value()
+        ceiling = PLAUSIBLE_FACTOR * max(self.values[-PLAUSIBLE_WINDOW:])
+        if value > ceiling:
+            self.fallback_reason = f"implausible model forecast {value:.6g} > {ceiling:.6g}"
             return self.last_value()
         return max(0.0, value)
 

@@ -72,7 +72,7 @@ class SelectorPredictor(Predictor):
         under_weight: float = UNDER_WEIGHT,
         loss_half_life: float = 24.0,
         margin_window: int = 48,
-        min_margin_points: int = 8,
+        min_margin_points: int = 16,
         scale_half_life: float = 12.0,
         margin_kinds: tuple[str, ...] = ("quantile", "scaled"),
     ) -> None:

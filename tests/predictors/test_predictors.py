@@ -298,3 +298,26 @@ def test_build_predictor_kinds() -> None:
         assert isinstance(build_predictor(PlannerConfig(load_predictor=kind)), cls)
     sel = build_predictor(PlannerConfig(load_predictor="selector", load_predictor_log1p=True))
     assert sel.candidates[1].log1p and sel.candidates[2].log1p
+
+
+def test_exploding_model_forecast_falls_back_to_last_value() -> None:
+    class Exploding(ConstantPredictor):
+        def _forecast(self) -> float:
+            return 1e12
+
+    p = Exploding()
+    for y in (100, 120, 110):
+        p.learn_one(y)
+    assert p.forecast() == 110.0
+    assert p.fallback_reason is not None and p.fallback_reason.startswith("implausible")
+
+
+def test_failing_model_falls_back_to_last_value() -> None:
+    class Failing(ConstantPredictor):
+        def _forecast(self) -> float:
+            raise RuntimeError("singular matrix")
+
+    p = Failing()
+    p.learn_one(7)
+    assert p.forecast() == 7.0
+    assert p.fallback_reason == "RuntimeError: singular matrix"
