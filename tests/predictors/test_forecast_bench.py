@@ -1,0 +1,112 @@
+"""``flowplanner forecast-bench`` and bench/forecast.py on small inputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.forecast import Series, read_rates, run_series
+from flows.commands import forecast_bench
+from operators.predictors import build_single
+from schemas import PlannerConfig
+
+TRACES = Path(__file__).parents[1] / "data" / "traces"
+
+
+def main(argv: list[str]) -> int:
+    """The ``forecast-bench`` subcommand alone (independent of other commands' imports)."""
+    parser = argparse.ArgumentParser(prog="flowplanner")
+    forecast_bench.add_to(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def test_registered_in_the_cli() -> None:
+    from flows.cli import COMMAND_MODULES
+
+    assert "flows.commands.forecast_bench" in COMMAND_MODULES
+
+
+def rates_csv(path: Path, count: int = 40) -> Path:
+    lines = ["window_start_s,total_rate_rps"]
+    for i in range(count):
+        rate = 20 + 8 * math.sin(2 * math.pi * i / 12) + (3 if i % 5 == 0 else 0)
+        lines.append(f"{i * 600},{rate:.4f}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_candidates_inside_the_selector_forecast_like_standalone_predictors() -> None:
+    values = [float(20 + (i * 37) % 11 + i // 3) for i in range(30)]
+    series = Series("synthetic", values, 60.0)
+    result = run_series(series, seasonal_period_s=600)  # a season of 10 points
+    config = PlannerConfig(throughput_adjustment_interval_seconds=60, seasonal_period_seconds=600)
+    for kind, score in result.singles.items():
+        alone = build_single(kind, config)
+        standalone = type(score)()
+        for i, y in enumerate(values):
+            f = alone.forecast()
+            if i:
+                standalone.add(y, f)
+            alone.learn_one(y)
+        assert standalone == score, kind
+
+
+def test_read_rates_converts_rates_to_counts_per_interval(tmp_path: Path) -> None:
+    series = read_rates(rates_csv(tmp_path / "r.csv", 5))
+    assert series.interval_s == 600
+    assert series.values[0] == pytest.approx((20 + 3) * 600)
+
+
+def test_read_rates_names_missing_columns(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n3,4\n")
+    with pytest.raises(ValueError, match="time column"):
+        read_rates(bad)
+
+
+def test_cli_json_over_rates_and_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    status = main(
+        [
+            "forecast-bench",
+            "--rates",
+            str(rates_csv(tmp_path / "r.csv")),
+            "--trace",
+            str(TRACES / "dynamo_request_trace_v1_sample.jsonl.gz"),
+            "--interval",
+            "10",
+            "--series",
+            "num_req,isl",
+            "--json",
+        ]
+    )
+    assert status == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [r["series"] for r in results] == [
+        "r.csv",
+        "dynamo_request_trace_v1_sample.jsonl.gz num_req",
+        "dynamo_request_trace_v1_sample.jsonl.gz isl",
+    ]
+    first = results[0]
+    assert first["points"] == 40 and first["interval_s"] == 600
+    assert set(first["singles"]) == {"constant", "arima", "kalman", "holt_winters"}
+    best = min(s["loss"] for s in first["singles"].values())
+    assert first["ratio"] == pytest.approx(first["selector"]["loss"] / best)
+    assert all(0 <= s["under_rate"] <= 1 for s in first["singles"].values())
+
+
+def test_cli_table_names_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["forecast-bench", "--rates", str(rates_csv(tmp_path / "r.csv", 20))]) == 0
+    out = capsys.readouterr().out
+    assert "selector loss / best single" in out and "goal <= 0.85" in out
+
+
+def test_cli_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["forecast-bench"]) == 2
+    assert main(["forecast-bench", "--rates", str(tmp_path / "missing.csv")]) == 2
+    assert main(["forecast-bench", "--trace", str(TRACES / "README.md")]) == 2
+    assert "forecast-bench:" in capsys.readouterr().err

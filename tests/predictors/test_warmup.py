@@ -1,0 +1,85 @@
+"""Warm start from traces (spec §7.6): bucketing, and feeding the buckets to the predictors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connectors.traces import read_trace
+from operators.predictors import KalmanPredictor, SelectorPredictor
+from operators.predictors.warmup import bucket_requests, trace_observations
+from operators.traffic_intake import TrafficForecaster
+from schemas import PlannerConfig
+
+TRACES = Path(__file__).parents[1] / "data" / "traces"
+
+
+def test_buckets_fill_gaps_with_zeros_and_average_lengths() -> None:
+    rows = [(65_000, 10, 1), (1_000, 300, 30), (2_500, 100, 10), (245_000, 7, 3)]
+    obs = bucket_requests(rows, 60)
+    assert [(o.num_req, o.isl, o.osl) for o in obs] == [
+        (2.0, 200.0, 20.0),  # origin = the earliest arrival (1 000 ms), input order is irrelevant
+        (1.0, 10.0, 1.0),
+        (0.0, 0.0, 0.0),  # a gap
+        (0.0, 0.0, 0.0),
+        (1.0, 7.0, 3.0),
+    ]
+    assert all(o.duration_s == 60 for o in obs)
+
+
+def test_bucket_edges_follow_floor_of_elapsed_time() -> None:
+    obs = bucket_requests([(0, 1, 1), (59_999, 1, 1), (60_000, 1, 1)], 60)
+    assert [o.num_req for o in obs] == [2.0, 1.0]
+
+
+@pytest.mark.parametrize("rows", [[(float("nan"), 1, 1)], [(0, -1, 1)], [(0, 1, float("inf"))]])
+def test_bad_rows_are_rejected_with_the_row_index(rows: list) -> None:
+    with pytest.raises(ValueError, match="row 0"):
+        bucket_requests(rows, 60)
+
+
+@pytest.mark.parametrize("interval", [0, -5, float("nan")])
+def test_bad_interval_is_rejected(interval: float) -> None:
+    with pytest.raises(ValueError, match="interval_s"):
+        bucket_requests([(0, 1, 1)], interval)
+
+
+@pytest.mark.parametrize(
+    ("name", "requests"),
+    [("mooncake_arxiv_first1000.jsonl", 1000), ("dynamo_request_trace_v1_sample.jsonl.gz", 17)],
+)
+def test_trace_buckets_keep_every_request(name: str, requests: int) -> None:
+    trace = read_trace(TRACES / name)
+    obs = trace_observations(trace, 30)
+    assert sum(o.num_req for o in obs) == requests
+    assert len(obs) == int(max(r.arrival_s for r in trace) // 30) + 1
+    total_isl = sum(o.isl * o.num_req for o in obs)
+    assert total_isl == pytest.approx(sum(r.isl for r in trace))
+
+
+def test_warm_start_from_a_trace_then_skip_idle_again() -> None:
+    config = PlannerConfig(load_predictor="kalman", throughput_adjustment_interval_seconds=30)
+    forecaster = TrafficForecaster.from_config(config)
+    obs = trace_observations(read_trace(TRACES / "mooncake_arxiv_first1000.jsonl"), 30)
+    assert forecaster.warm_up(obs) == len(obs)
+    assert isinstance(forecaster.num_req, KalmanPredictor)
+    assert forecaster.num_req.values == [o.num_req for o in obs]
+    warm = forecaster.forecast()
+    assert warm.num_req > 0 and warm.isl > 0 and warm.osl > 0
+    # after the warm-up, the deployment's own idle start is skipped again (spec §7.1)
+    for _ in range(3):
+        forecaster.num_req.learn_one(0.0)
+    assert forecaster.num_req.values == [o.num_req for o in obs]
+
+
+def test_selector_warm_start_propagates_idle_skip_to_candidates() -> None:
+    config = PlannerConfig(load_predictor="selector", throughput_adjustment_interval_seconds=30)
+    forecaster = TrafficForecaster.from_config(config)
+    obs = trace_observations(read_trace(TRACES / "dynamo_request_trace_v1_sample.jsonl.gz"), 30)
+    forecaster.warm_up(obs)
+    selector = forecaster.num_req
+    assert isinstance(selector, SelectorPredictor)
+    stored = [list(c.values) for c in selector.candidates]
+    selector.learn_one(0.0)
+    assert [list(c.values) for c in selector.candidates] == stored
