@@ -193,6 +193,19 @@ def test_holt_winters_sine_within_5_percent_after_two_periods() -> None:
     assert p.seasonal in ("add", "mul") and p.fits <= 3  # no refit on every point
 
 
+def test_holt_winters_follows_a_step_within_three_intervals() -> None:
+    p = HoltWintersPredictor(season_length=24)
+    for t in range(72):
+        p.forecast()
+        p.learn_one(sine(t))
+    forecasts = []
+    for t in range(72, 76):  # the level steps up by 100 on top of the season
+        forecasts.append(p.forecast())
+        p.learn_one(sine(t) + 100)
+    assert forecasts[0] == pytest.approx(sine(72), rel=0.05)  # the step itself is not foreseen
+    assert forecasts[3] == pytest.approx(sine(75) + 100, rel=0.1)  # after 3 intervals: followed
+
+
 def test_holt_winters_without_two_seasons_is_holt() -> None:
     p = HoltWintersPredictor(season_length=24)
     for t in range(20):
