@@ -23,7 +23,12 @@ A refit re-runs the KPSS test; when ``d`` is unchanged the stepwise search start
 order in use (its neighbourhood) rather than from scratch, which keeps a refit to a few fits.
 
 Model space: raw values, or ``log1p`` values when ``log1p=True`` or when a raw fit collapses to
-``(0, d, 0)`` (then the predictor refits on ``log1p`` and stays there, as the reference does).
+``(0, d, 0)`` (then the predictor refits on ``log1p``, as the reference does). The reference
+fits once; here every refit is a fresh auto-ARIMA, so each one starts from raw values again
+(unless ``log1p=True``) — a series that once looked like a random walk is not kept in log
+space for good, where an idle stretch (``log1p(0) = 0``) distorts every later fit.
+"Collapses" means the AIC preferred ``(0, d, 0)`` over AR/MA orders that were fitted; on very
+few points (5 to 7) no AR/MA order is allowed, and a forced ``(0, d, 0)`` does not switch.
 """
 
 from __future__ import annotations
@@ -151,8 +156,9 @@ class ArimaPredictor(Predictor):
 
     def _search(
         self, series: list[float], start: tuple[int, int, int] | None = None
-    ) -> tuple[tuple[int, int, int], Any]:
-        """Stepwise AIC search; returns the best order and its results (raises if none fit).
+    ) -> tuple[tuple[int, int, int], Any, bool]:
+        """Stepwise AIC search: the best order, its results, and whether any order with AR or MA
+        terms could be fitted at all (raises if no order fits).
 
         With ``start`` (the current order) and the same ``d``, the search starts from it instead
         of the four initial orders: a refit re-checks the neighbourhood of the order in use.
@@ -209,20 +215,22 @@ class ArimaPredictor(Predictor):
         if best is None:
             raise ValueError("no ARIMA order could be fitted")
         p, q = best[1]
-        return (p, d, q), best[2]
+        alternatives = any(key != (0, 0) and math.isfinite(aic) for key, aic in tried.items())
+        return (p, d, q), best[2], alternatives
 
     def _refit(self, raw: list[float]) -> None:
         self.fits += 1
         self._count_at_fit = self._count  # also on failure: do not retry on every tick
         self._refit_due = False
-        log1p = self.mode_log1p
+        log1p = self.log1p  # every refit is a fresh auto-ARIMA: raw first unless log1p was asked
+        start = self.order if self.mode_log1p == log1p else None
         series = [math.log1p(v) if log1p else v for v in raw]
-        order, results = self._search(series, self.order)
-        if not log1p and order[0] == 0 and order[2] == 0:
-            # collapsed to a random walk / constant: refit on log1p and stay there (spec §7.3)
+        order, results, alternatives = self._search(series, start)
+        if not log1p and order[0] == 0 and order[2] == 0 and alternatives:
+            # collapsed to a random walk / constant: refit on log1p (spec §7.3)
             log1p = True
             series = [math.log1p(v) for v in raw]
-            order, results = self._search(series)
+            order, results, _ = self._search(series, self.order if self.mode_log1p else None)
         self.mode_log1p = log1p
         self.order = order
         self._params = [float(v) for v in results.params]

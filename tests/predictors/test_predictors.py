@@ -116,13 +116,14 @@ def test_arima_constant_series_shortcut() -> None:
 def test_arima_collapsed_order_falls_back_to_log1p() -> None:
     rng = random.Random(2)
     noise = [100 + rng.gauss(0, 5) for _ in range(12)]
-    raw_order, _ = ArimaPredictor()._search(noise)
+    raw_order, _, alternatives = ArimaPredictor()._search(noise)
+    assert alternatives  # AR/MA orders were fitted and lost on AIC
     assert raw_order[0] == 0 and raw_order[2] == 0  # white noise: auto-ARIMA collapses
     p = ArimaPredictor()
     for y in noise:
         p.learn_one(y)
     p.forecast()
-    assert p.mode_log1p is True  # refitted on log1p and stays there
+    assert p.mode_log1p is True  # refitted on log1p
     rng = random.Random(0)
     level, walk = 500.0, []
     for _ in range(20):
@@ -135,6 +136,15 @@ def test_arima_collapsed_order_falls_back_to_log1p() -> None:
     assert q.order is not None and (q.order[0], q.order[2]) != (0, 0)
     assert q.mode_log1p is False
     assert ArimaPredictor(log1p=True).mode_log1p is True
+
+
+def test_arima_forced_collapse_on_few_points_keeps_raw_values() -> None:
+    p = ArimaPredictor()
+    for y in (10, 30, 20, 40, 25):
+        p.learn_one(y)
+    p.forecast()
+    assert p.order is not None and (p.order[0], p.order[2]) == (0, 0)  # nothing else allowed
+    assert p.mode_log1p is False
 
 
 def test_arima_learns_an_ar_process_and_updates_without_refitting() -> None:
