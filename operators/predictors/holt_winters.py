@@ -17,7 +17,8 @@ The season needs two full seasons of data (``2 · season_length`` points, and at
 the heuristic initialisation; until then the predictor is Holt's damped-trend smoothing (no
 season), and with fewer than ``MIN_POINTS`` points it forecasts the last value.
 
-Refits happen every ``refit_every`` points, when the season becomes available, and when the
+Refits happen every ``refit_every`` points, when the season becomes available, whenever the
+number of points doubled while the non-seasonal window is still filling, and when the
 forecast error grew (mean squared standardised error of the points since the last fit, at least
 3 of them, above 4; the residual scale of a fit is floored at 1 % of the mean level, so a
 near-perfect fit does not refit on rounding noise).
@@ -171,6 +172,9 @@ class HoltWintersPredictor(Predictor):
             return True
         if self._count - self._count_at_fit >= self.refit_every:
             return True
+        filling = self.seasonal is None and self._count_at_fit < self.window
+        if filling and self._count >= 2 * self._count_at_fit:
+            return True  # early fits on 10 points are rough: refit as the data doubles
         return self._errors_since_fit >= 3 and self._sq_error_sum / self._errors_since_fit > 4.0
 
     def _forecast(self) -> float:
