@@ -1,77 +1,159 @@
-"""Where ``flowplanner run`` reads and writes: input and output addresses → bytewax connectors.
+"""Where ``flowplanner run`` reads and writes: addresses → bytewax sources and sinks.
 
-Inputs:
-  ``PATH``                                  recorded JSONL (``.gz`` ok), replayed on event time
-  ``kafka://HOST:PORT/TOPIC``               an event topic, followed forever (live)
-  ``kafka://HOST:PORT/TOPIC?until=end``     an event topic up to its end at start (replay)
-Decision outputs:
-  ``-``                                     readable lines on stdout (the default)
-  ``PATH``                                  JSON lines
-  ``kafka://HOST:PORT/TOPIC``               one JSON message per decision, key = deployment
+Inputs (``--input``, repeatable):
+  ``PATH``                                      recorded JSONL (``.gz`` ok), replayed on event time
+  ``kafka://HOST:PORT/TOPIC``                   an event topic, followed (live)
+  ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay)
+  ``zmq+tcp://HOST:PORT?deployment=D&role=R``   an engine FPM publisher (live; ``zmq+ipc://`` too)
+
+Decision outputs (``--output``, repeatable):
+  ``-``                                         readable lines on stdout (the default)
+  ``PATH``                                      JSON lines
+  ``kafka://HOST:PORT/TOPIC``                   one JSON message per decision, key = deployment
+  ``virtual+kafka://HOST:PORT/TOPIC?acks=ACKS`` the virtual connector: decisions to TOPIC, held
+                                                until acknowledged on ACKS (``flowplanner ack``;
+                                                created if missing)
+  ``dgd://NAMESPACE/NAME?deployment=D``         patch the DynamoGraphDeployment's replicas, and
+                                                read its worker inventory back as an input
+                                                (options: ``backend``, ``host``, ``interval``)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
 from connectors.console import JsonlFileSink, LineSink
-from connectors.kafka import KafkaDecisionSink, KafkaEventSource
+from connectors.dgd_dataflow import DgdInventorySource, DgdSink
+from connectors.kafka import (
+    KafkaConnectorError,
+    KafkaDecisionSink,
+    KafkaEventSource,
+    ensure_topic,
+)
 from connectors.recorded import RecordedSource
+from connectors.virtual import AckSource
+from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
+from schemas import PlannerConfig
 
 
 class EndpointError(ValueError):
     """An input or output address that cannot be used."""
 
 
-def _scheme(address: str) -> str:
-    return urlsplit(address).scheme if "://" in address else "file"
+@dataclass
+class Wiring:
+    """Sources and sinks for one run, and whether its clock is the system's (live)."""
+
+    inputs: list[Source] = field(default_factory=list)
+    decision_sinks: list[Sink] = field(default_factory=list)
+    acks: Source | None = None
+    live: bool = False
 
 
-def _kafka(address: str) -> tuple[str, str, dict[str, list[str]]]:
+def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:
     url = urlsplit(address)
-    topic = url.path.strip("/")
-    if not url.netloc or not topic:
+    query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+    return url.scheme, url.netloc, url.path, query
+
+
+def _only(query: dict[str, str], allowed: set[str], address: str) -> None:
+    unknown = set(query) - allowed
+    if unknown:
+        raise EndpointError(f"{address!r}: unknown option(s) {', '.join(sorted(unknown))}")
+
+
+def _kafka_target(netloc: str, path: str, address: str) -> tuple[str, str]:
+    topic = path.strip("/")
+    if not netloc or not topic:
         raise EndpointError(f"expected kafka://HOST:PORT/TOPIC, got {address!r}")
-    return url.netloc, topic, parse_qs(url.query)
+    return netloc, topic
 
 
-def is_live(address: str) -> bool:
-    """Whether an input is unbounded and timed by the system clock.
+def wire(
+    inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig]
+) -> Wiring:
+    """Resolve every address; raises :class:`EndpointError` naming a bad one."""
+    wiring = Wiring()
+    zmq_endpoints: list[EndpointSpec] = []
+    for address in inputs:
+        scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
+        if scheme in ("", "file"):
+            wiring.inputs.append(RecordedSource([address.removeprefix("file://")]))
+        elif scheme == "kafka":
+            _only(query, {"until"}, address)
+            bootstrap, topic = _kafka_target(netloc, path, address)
+            until_end = query.get("until") == "end"
+            wiring.inputs.append(KafkaEventSource(bootstrap, topic, until_end=until_end))
+            wiring.live |= not until_end
+        elif scheme in ("zmq+tcp", "zmq+ipc"):
+            _only(query, {"deployment", "role"}, address)
+            url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
+            zmq_endpoints.append(
+                EndpointSpec(url, query.get("deployment", ""), query.get("role", "decode"))
+            )
+            wiring.live = True
+        else:
+            raise EndpointError(f"unsupported input {address!r}")
+    if zmq_endpoints:
+        try:
+            silence = min(c.engine_silence_seconds for c in configs.values())
+            wiring.inputs.append(ZmqFpmSource(zmq_endpoints, engine_silence_seconds=silence))
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from exc
 
-    >>> is_live("examples/stream.jsonl"), is_live("kafka://localhost:9092/fpm?until=end")
-    (False, False)
-    >>> is_live("kafka://localhost:9092/fpm")
-    True
-    """
-    scheme = _scheme(address)
-    if scheme == "kafka":
-        return _kafka(address)[2].get("until") != ["end"]
-    return scheme != "file"
+    for address in outputs or ["-"]:
+        scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
+        if address == "-":
+            wiring.decision_sinks.append(LineSink(decision_line))
+        elif scheme in ("", "file"):
+            wiring.decision_sinks.append(JsonlFileSink(address.removeprefix("file://")))
+        elif scheme == "kafka":
+            _only(query, set(), address)
+            wiring.decision_sinks.append(KafkaDecisionSink(*_kafka_target(netloc, path, address)))
+        elif scheme == "virtual+kafka":
+            _only(query, {"acks"}, address)
+            bootstrap, topic = _kafka_target(netloc, path, address)
+            if "acks" not in query:
+                raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")
+            wiring.decision_sinks.append(KafkaDecisionSink(bootstrap, topic))
+            try:  # the orchestrator may not have acknowledged anything yet
+                ensure_topic(bootstrap, query["acks"])
+            except KafkaConnectorError as exc:
+                raise EndpointError(f"{address!r}: {exc}") from exc
+            wiring.acks = AckSource(bootstrap, query["acks"])
+            wiring.live = True
+        elif scheme == "dgd":
+            _dgd(address, netloc, path, query, configs, wiring)
+        else:
+            raise EndpointError(f"unsupported output {address!r}")
+    return wiring
 
 
-def input_source(address: str) -> Source:
-    """The bytewax source for one ``--input`` address."""
-    scheme = _scheme(address)
-    if scheme == "file":
-        return RecordedSource([address.removeprefix("file://")])
-    if scheme == "kafka":
-        bootstrap, topic, query = _kafka(address)
-        return KafkaEventSource(bootstrap, topic, until_end=query.get("until") == ["end"])
-    raise EndpointError(f"unsupported input {address!r} (expected PATH or kafka://…)")
-
-
-def decision_sink(address: str) -> Sink:
-    """The bytewax sink for one ``--output`` address (decisions)."""
-    scheme = _scheme(address)
-    if address == "-":
-        return LineSink(decision_line)
-    if scheme == "file":
-        return JsonlFileSink(address.removeprefix("file://"))
-    if scheme == "kafka":
-        bootstrap, topic, _ = _kafka(address)
-        return KafkaDecisionSink(bootstrap, topic)
-    raise EndpointError(f"unsupported output {address!r} (expected -, PATH or kafka://…)")
+def _dgd(
+    address: str,
+    netloc: str,
+    path: str,
+    query: dict[str, str],
+    configs: dict[str, PlannerConfig],
+    wiring: Wiring,
+) -> None:
+    _only(query, {"deployment", "backend", "host", "interval"}, address)
+    target = f"dgd://{netloc}{path}"
+    deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
+    if deployment not in configs:
+        raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
+    options = {"mode": configs[deployment].mode, "backend": query.get("backend", "vllm")}
+    if "host" in query:
+        options["host"] = query["host"]
+    interval = timedelta(seconds=float(query.get("interval", 10)))
+    wiring.decision_sinks.append(DgdSink.from_target(target, deployment=deployment, **options))
+    wiring.inputs.append(
+        DgdInventorySource.from_target(target, deployment, interval, **options)
+    )
+    wiring.live = True

@@ -24,6 +24,7 @@ simply folds several windows into one tick.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,11 +37,15 @@ from bytewax.outputs import FixedPartitionedSink, Sink
 
 from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT
 from flows.clock import CompleteWindowsClock
+from operators.ack_gate import AckGate
 from operators.admission import Admission
 from operators.deployment import DeploymentPlanner
 from operators.window import TickWindow, fold_event, merge_windows
 from schemas import (
+    AckEvent,
+    Acknowledgement,
     DeadLetter,
+    DecisionAck,
     Event,
     ForwardPassMetrics,
     PlannerConfig,
@@ -93,17 +98,20 @@ class _PlannerStep:
     configs: dict[str, PlannerConfig]
     window_s: float
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
+    hold_for_acks: bool = False
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
     ) -> tuple[DeploymentPlanner, TickRecord]:
         deployment, end_s, window = closed
         if planner is None:
+            config = self.configs[deployment]
             planner = DeploymentPlanner(
                 deployment,
-                self.configs[deployment],
+                config,
                 self.window_s,
                 bootstrap=self.bootstrap.get(deployment),
+                gate=AckGate(config.scaling_max_wait_seconds) if self.hold_for_acks else None,
             )
         return planner, planner.on_window(end_s, window)
 
@@ -115,6 +123,17 @@ def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
         reason=f"late: event time {event.time} is behind the planner's watermark",
         raw=event.model_dump_json()[:500],
         deployment=deployment,
+    )
+
+
+def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
+    """An acknowledgement as an input event, timed when it was sent (else when received)."""
+    if isinstance(item, DeadLetter):
+        return item
+    return AckEvent(
+        deployment=item.deployment,
+        time=item.time if item.time is not None else time.time(),
+        payload=Acknowledgement(acked_decision_id=item.acked_decision_id),
     )
 
 
@@ -135,12 +154,15 @@ def build_flow(
     *,
     live: bool = False,
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]] | None = None,
+    acks: Source | None = None,
     name: str = "flowplanner",
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
 
     ``bootstrap`` gives benchmark FPMs per deployment and role (from a pre-deployment profile)
-    to warm the perf models before live data arrives.
+    to warm the perf models before live data arrives. ``acks`` (the virtual connector's
+    acknowledgement source) makes every deployment hold a decision until the previous one is
+    acknowledged (:class:`operators.ack_gate.AckGate`).
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -148,6 +170,8 @@ def build_flow(
         raise ValueError("no inputs")
     flow = Dataflow(name)
     streams = [op.input(f"input_{i}", flow, source) for i, source in enumerate(inputs)]
+    if acks is not None:
+        streams.append(op.map("ack_events", op.input("acks", flow, acks), ack_event))
     raw = streams[0] if len(streams) == 1 else op.merge("merge_inputs", *streams)
 
     admitted = op.map("admit", raw, Admission(configs))
@@ -179,7 +203,8 @@ def build_flow(
         windows.down,
         lambda kv: (kv[0], (kv[0], (kv[1][0] + 1) * window_s, kv[1][1])),
     )
-    records = op.stateful_map("planner", closed, _PlannerStep(configs, window_s, bootstrap or {}))
+    step = _PlannerStep(configs, window_s, bootstrap or {}, hold_for_acks=acks is not None)
+    records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1])
     decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)
     decisions = op.map("count_decisions", decisions, _count_decision)

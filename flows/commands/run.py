@@ -1,51 +1,86 @@
-"""``flowplanner run``: run the planner dataflow on recorded or live inputs."""
+"""``flowplanner run``: run the planner dataflow on recorded or live inputs.
+
+A recorded input replays on its own event time and the command exits when it ends. A live
+input (Kafka followed, ZMQ, a DGD) makes it a long-lived worker; SIGTERM or SIGINT stops it
+cleanly (sinks flush and close, the exit status is 0).
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 
 from bytewax._bytewax import cli_main
+from bytewax.errors import BytewaxRuntimeError
 from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
-from flows.endpoints import EndpointError, decision_sink, input_source, is_live
+from connectors.diagnostics import DiagnosticsReportSink
+from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
 from schemas import ConfigError, load_config
 
 
-def _counter_total(name: str) -> int:
-    total = 0.0
-    for metric in REGISTRY.collect():
-        for sample in metric.samples:
-            if sample.name == f"{name}_total":
-                total += sample.value
-    return int(total)
+class _StopRequest:
+    """Turns SIGTERM/SIGINT into an interrupt of the dataflow, remembering which signal."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = signal.Signals(signum).name
+        raise KeyboardInterrupt(self.signal)
+
+
+def counter_total(name: str) -> int:
+    """Sum of a counter over all its labels (0 when it has no samples)."""
+    return int(
+        sum(
+            sample.value
+            for metric in REGISTRY.collect()
+            for sample in metric.samples
+            if sample.name == f"{name}_total"
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         configs = load_config(args.config)
-        inputs = [input_source(address) for address in args.input]
-        sinks = PlannerSinks(
-            decisions=[decision_sink(address) for address in args.output or ["-"]],
-            ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
-            dead_letters=[
-                JsonlFileSink(args.dead_letters)
-                if args.dead_letters
-                else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
-            ],
-        )
+        wiring = wire(args.input, args.output, configs)
     except (ConfigError, EndpointError, FileNotFoundError) as exc:
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
-    live = any(is_live(address) for address in args.input)
-    flow = build_flow(configs, inputs, sinks, live=live)
-    cli_main(flow, workers_per_process=args.workers)
+    sinks = PlannerSinks(
+        decisions=wiring.decision_sinks,
+        ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
+        dead_letters=[
+            JsonlFileSink(args.dead_letters)
+            if args.dead_letters
+            else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
+        ],
+    )
+    if args.reports:
+        sinks.ticks.append(DiagnosticsReportSink(configs))
+    flow = build_flow(configs, wiring.inputs, sinks, live=wiring.live, acks=wiring.acks)
+    stop = _StopRequest()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        cli_main(flow, workers_per_process=args.workers)
+    except (KeyboardInterrupt, BytewaxRuntimeError):
+        if stop.signal is None:  # a real failure, not our stop
+            raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stopped = stop.signal
     print(
-        f"flowplanner run: {_counter_total('flowplanner_events_in')} events in, "
-        f"{_counter_total('flowplanner_dead_letters')} dead-lettered, "
-        f"{_counter_total('flowplanner_decisions_out')} decisions",
+        f"flowplanner run: {'stopped by ' + stopped + ', ' if stopped else ''}"
+        f"{counter_total('flowplanner_events_in')} events in, "
+        f"{counter_total('flowplanner_dead_letters')} dead-lettered, "
+        f"{counter_total('flowplanner_decisions_out')} decisions",
         file=sys.stderr,
     )
     return 0
@@ -55,18 +90,29 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run the planner dataflow",
-        description="Run the planner on recorded (JSONL) or live inputs and emit decisions.",
+        description="Run the planner on recorded (JSONL) or live inputs and emit decisions. "
+        "Addresses are described in flows/endpoints.py and the README.",
     )
     parser.add_argument("--config", required=True, help="YAML/JSON planner config, or inline JSON")
     parser.add_argument(
-        "--input", action="append", required=True, help="recorded stream PATH (repeatable)"
+        "--input",
+        action="append",
+        required=True,
+        help="PATH | kafka://H:P/TOPIC[?until=end] | zmq+tcp://H:P?deployment=D&role=R "
+        "(repeatable)",
     )
     parser.add_argument(
         "--output",
         action="append",
-        help="where decisions go: '-' (stdout, default) or PATH (JSON lines); repeatable",
+        help="- (stdout, default) | PATH | kafka://H:P/TOPIC | "
+        "virtual+kafka://H:P/TOPIC?acks=ACKS | dgd://NS/NAME?deployment=D (repeatable)",
     )
     parser.add_argument("--ticks", help="also write one JSON tick record per tick to PATH")
     parser.add_argument("--dead-letters", help="write dead letters to PATH (default: stderr)")
+    parser.add_argument(
+        "--reports",
+        action="store_true",
+        help="write diagnostics HTML reports (config: report_interval_hours, report_output_dir)",
+    )
     parser.add_argument("-w", "--workers", type=int, default=1, help="bytewax worker threads")
     parser.set_defaults(func=run)

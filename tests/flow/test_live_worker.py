@@ -1,0 +1,89 @@
+"""``flowplanner run`` as a long-lived worker on live Kafka inputs: the virtual connector holds
+decisions until the orchestrator acknowledges them, and SIGTERM stops the worker cleanly."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from confluent_kafka import Producer
+
+from connectors.kafka import read_decisions
+from tests.flow.runner import flowplanner, write_config
+from tests.flow.streams import DECODE_CONFIG, decode_ramp
+
+
+def wait_for_decisions(bootstrap: str, topic: str, count: int, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            seen = list(read_decisions(bootstrap, topic))
+        except Exception:  # the topic appears with the first decision
+            seen = []
+        if len(seen) >= count:
+            return seen
+        time.sleep(0.5)
+    return seen
+
+
+def test_virtual_connector_holds_until_ack_and_sigterm_stops(
+    tmp_path, kafka_bootstrap, kafka_topic
+):
+    events_topic, decisions, acks = (f"{kafka_topic}-{x}" for x in ("ev", "dec", "ack"))
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    start = time.time() - 120.0  # a minute-long recording that happened just now
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for event in decode_ramp("alpha", engines=2, seconds=60):
+        event["time"] += start
+        producer.produce(events_topic, key="alpha", value=json.dumps(event).encode())
+    assert producer.flush(30) == 0
+
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "run",
+            "--config",
+            str(config),
+            "--input",
+            f"kafka://{kafka_bootstrap}/{events_topic}",
+            "--output",
+            f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = wait_for_decisions(kafka_bootstrap, decisions, 1)
+        assert [d.decision_id for d in first] == [1]
+        time.sleep(3.0)  # every window of the recording has ticked: the rest are held
+        assert len(list(read_decisions(kafka_bootstrap, decisions))) == 1
+
+        done = flowplanner(
+            "ack",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--topic",
+            acks,
+            "--deployment",
+            "alpha",
+            "--decision-id",
+            "1",
+        )
+        assert done.returncode == 0, done.stderr
+        both = wait_for_decisions(kafka_bootstrap, decisions, 2)
+        assert [d.decision_id for d in both] == [1, 2]
+        assert "until decision 1 was acknowledged" in both[1].note
+        # the released decision is the newest intent, made after the first one
+        assert both[1].time > both[0].time
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "stopped by SIGTERM" in err
