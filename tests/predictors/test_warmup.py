@@ -10,7 +10,7 @@ from connectors.traces import read_trace
 from operators.predictors import KalmanPredictor, SelectorPredictor
 from operators.predictors.warmup import bucket_requests, trace_observations
 from operators.traffic_intake import TrafficForecaster
-from schemas import PlannerConfig
+from schemas import PlannerConfig, TrafficObservation
 
 TRACES = Path(__file__).parents[1] / "data" / "traces"
 
@@ -83,3 +83,16 @@ def test_selector_warm_start_propagates_idle_skip_to_candidates() -> None:
     stored = [list(c.values) for c in selector.candidates]
     selector.learn_one(0.0)
     assert [list(c.values) for c in selector.candidates] == stored
+
+
+@pytest.mark.parametrize("kind", ["constant", "arima", "kalman", "holt_winters", "selector"])
+def test_idle_carry_forward_for_every_predictor_kind(kind: str) -> None:
+    """Spec §7.1: idle windows after traffic push the last ISL/OSL; leading idle seeds nothing."""
+    forecaster = TrafficForecaster.from_config(PlannerConfig(load_predictor=kind))
+    for num_req, isl, osl in ((0, 0, 0), (10, 512, 128), (0, 0, 0), (0, 0, 0)):
+        forecaster.observe(TrafficObservation(duration_s=60, num_req=num_req, isl=isl, osl=osl))
+    assert forecaster.num_req.values == [10.0, 0.0, 0.0]
+    assert forecaster.isl.values == [512.0] * 3
+    assert forecaster.osl.values == [128.0] * 3
+    if isinstance(forecaster.isl, SelectorPredictor):
+        assert all(c.values == [512.0] * 3 for c in forecaster.isl.candidates)
