@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "flows.commands.bench",
     "flows.commands.decisions",
     "flows.commands.demo",
+    "flows.commands.fleet",
     "flows.commands.forecast_bench",
     "flows.commands.replay",
     "flows.commands.run",

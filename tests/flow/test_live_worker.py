@@ -84,6 +84,6 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         assert both[1].time > both[0].time
     finally:
         worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
+        _, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
     assert "stopped by SIGTERM" in err

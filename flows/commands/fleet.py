@@ -1,0 +1,99 @@
+"""``flowplanner fleet``: the simulated engine fleet as a live service (for the compose stack).
+
+It runs the simulator in real time and speaks the production protocols: every forward pass is
+published over ZMQ as an engine would (one publisher per role, frames ``[topic, seq, msgpack
+FPM]``), capabilities, worker inventory and request arrivals go to a Kafka events topic as
+event envelopes, and scaling decisions are read from a Kafka decisions topic and applied to the
+fleet (start-up delay, drain). Event times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+
+from confluent_kafka import Producer
+
+from connectors.kafka import ensure_topic, read_decisions
+from connectors.zmq_publisher import FpmPublisher
+from flows.commands.replay import add_scenario_args, scenario_from_args
+from schemas import ClockEvent, Event, FpmBatchEvent, ScalingDecision, fpm_from_row
+
+
+def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDecision]) -> None:
+    for decision in read_decisions(bootstrap, topic, follow=True, from_beginning=False):
+        inbox.put(decision)
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario, _config = scenario_from_args(args)
+    fleet = scenario.fleet()
+    publishers = {"prefill": FpmPublisher(args.prefill_publish),
+                  "decode": FpmPublisher(args.decode_publish)}
+    bootstrap, events_topic = args.kafka, args.events_topic
+    for topic in (events_topic, args.decisions_topic):
+        ensure_topic(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    inbox: queue.Queue[ScalingDecision] = queue.Queue()
+    threading.Thread(
+        target=_follow_decisions, args=(bootstrap, args.decisions_topic, inbox), daemon=True
+    ).start()
+    print(
+        f"fleet {scenario.deployment!r}: FPMs on {publishers['prefill'].url} (prefill), "
+        f"{publishers['decode'].url} (decode); events to {events_topic}, decisions from "
+        f"{args.decisions_topic}",
+        file=sys.stderr,
+    )
+    origin = time.time()
+    try:
+        while fleet.now_s < scenario.end_s:
+            time.sleep(args.step)
+            while not inbox.empty():
+                fleet.apply(inbox.get())
+            for event in fleet.advance(min(time.time() - origin, scenario.end_s)):
+                _send(event, origin, publishers, producer, events_topic)
+            producer.poll(0)
+    except KeyboardInterrupt:
+        pass
+    producer.flush(10)
+    print(fleet.result().table())
+    return 0
+
+
+def _send(
+    event: Event,
+    origin: float,
+    publishers: dict[str, FpmPublisher],
+    producer: Producer,
+    topic: str,
+) -> None:
+    if isinstance(event, ClockEvent):
+        return
+    if isinstance(event, FpmBatchEvent):
+        batch = event.payload
+        publisher = publishers[batch.role]
+        for row in batch.rows:
+            publisher.publish(fpm_from_row(batch.worker_id, batch.dp_rank, row))
+        return
+    stamped = event.model_copy(update={"time": origin + event.time})
+    producer.produce(topic, key=event.deployment, value=stamped.model_dump_json().encode())
+
+
+def add_to(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fleet",
+        help="run the simulated fleet live: FPMs over ZMQ, events/decisions over Kafka",
+        description="Run the simulated engine fleet in real time, publishing FPMs over ZMQ and "
+        "events to Kafka, and applying the decisions it reads back (the compose stack's fleet).",
+    )
+    add_scenario_args(parser)
+    parser.add_argument("--kafka", required=True, metavar="HOST:PORT", help="Kafka broker")
+    parser.add_argument("--events-topic", default="events")
+    parser.add_argument("--decisions-topic", default="decisions")
+    parser.add_argument("--prefill-publish", default="tcp://0.0.0.0:20380")
+    parser.add_argument("--decode-publish", default="tcp://0.0.0.0:20381")
+    parser.add_argument("--step", type=float, default=0.5, help="seconds between sim steps")
+    parser.set_defaults(func=run)
