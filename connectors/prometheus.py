@@ -1,0 +1,520 @@
+"""Traffic observations read from Prometheus (spec §10.2), as a planner input.
+
+:class:`PrometheusTrafficSource` runs the reference's PromQL for one deployment over a window of
+N seconds — frontend metrics (``dynamo_frontend_*``, series picked by ``model``
+case-insensitively and ``dynamo_namespace``) or router metrics (``dynamo_component_router_*``,
+by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and returns a
+:class:`schemas.TrafficObservation`, or ``None`` when the traffic is *unknown*:
+
+* The request count is ``increase(requests_started_total[N])`` (offered load), falling back to
+  ``requests_total``; no series → unknown, never 0 (spec §17 item 4).
+* A series that took part in the window but is stale at evaluation time (its scrape target
+  stopped answering, so Prometheus marked it stale) makes the count unknown as well: a dead
+  frontend would otherwise read as a quiet one and fabricate a "confirmed idle" window.
+* A failed query (connection refused, timeout, HTTP or PromQL error) → unknown. No retries.
+* ISL/OSL are ``increase(_sum)/increase(_count)``. NaN (no completed request) or missing is
+  normalised to 0 only when the request count is exactly 0 (a confirmed idle window, spec §17
+  item 3); with requests in the window it makes the observation unknown.
+* KV hit rate: ``router_kv_hit_rate`` sum/count, tried with the worker-suffixed namespace
+  (``<ns>-<DYN_NAMESPACE_WORKER_SUFFIX>``) first, then the base one (§17 item 9); idle, missing,
+  failed or outside [0, 1] → ``None`` (unknown), never 0.0. It never makes the whole observation
+  unknown.
+
+Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deployment,reason}``;
+:attr:`PrometheusTrafficSource.last_unknown_reason` holds the last explanation.
+
+:class:`PrometheusTrafficInput` is the bytewax source: per deployment it reads the last
+``throughput_adjustment_interval_seconds`` every that many seconds (in a background thread, so
+the dataflow never blocks on HTTP) and yields :class:`schemas.TrafficEvent` stamped with the
+evaluation time (system time; it is also passed to Prometheus as the query time).
+
+Connection settings come from the environment as in spec §9.6 (:meth:`PrometheusSettings.from_env`)
+or are given explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
+from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
+from schemas import PlannerConfig, TrafficEvent, TrafficObservation
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
+MetricsSource = Literal["frontend", "router"]
+
+
+class PrometheusQueryError(RuntimeError):
+    """A query that did not produce a result (network, HTTP, or PromQL error)."""
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """How to reach Prometheus (spec §9.6).
+
+    >>> PrometheusSettings.from_env({"PROMETHEUS_ENDPOINT": "http://prom:9090",
+    ...     "PROMETHEUS_SSL_VERIFY": "yes",
+    ...     "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "2.5"}).timeout_s
+    2.5
+    """
+
+    endpoint: str = DEFAULT_ENDPOINT
+    token: str | None = None
+    token_file: str | None = None
+    ssl_verify: bool = False
+    ca_bundle: str | None = None
+    extra_query_params: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ValueError(f"Prometheus request timeout must be > 0 s, got {self.timeout_s}")
+        if self.ca_bundle is not None and not Path(self.ca_bundle).is_file():
+            raise ValueError(f"PROMETHEUS_CA_BUNDLE {self.ca_bundle!r} does not exist")
+        if not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"Prometheus endpoint must be http(s)://..., got {self.endpoint!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PrometheusSettings:
+        """Settings from ``PROMETHEUS_*`` and ``DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS``."""
+        env = os.environ if environ is None else environ
+        timeout = env.get("DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS")
+        try:
+            timeout_s = float(timeout) if timeout else 10.0
+        except ValueError:
+            raise ValueError(
+                f"DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS={timeout!r} is not a number"
+            ) from None
+        return cls(
+            endpoint=env.get("PROMETHEUS_ENDPOINT") or DEFAULT_ENDPOINT,
+            token=env.get("PROMETHEUS_TOKEN") or None,
+            token_file=env.get("PROMETHEUS_TOKEN_FILE") or None,
+            ssl_verify=env.get("PROMETHEUS_SSL_VERIFY", "").strip().lower() in {"1", "true", "yes"},
+            ca_bundle=env.get("PROMETHEUS_CA_BUNDLE") or None,
+            extra_query_params=tuple(
+                urllib.parse.parse_qsl(env.get("PROMETHEUS_EXTRA_QUERY_PARAMS", ""))
+            ),
+            timeout_s=timeout_s,
+        )
+
+
+Sample = tuple[dict[str, str], float]
+"""One series of an instant vector: its labels and value."""
+
+
+class PrometheusClient:
+    """Instant queries over ``/api/v1/query`` (stdlib HTTP; one attempt, no retries).
+
+    >>> PrometheusClient(PrometheusSettings(endpoint="http://127.0.0.1:9")).settings.timeout_s
+    10.0
+    """
+
+    def __init__(self, settings: PrometheusSettings | None = None) -> None:
+        self.settings = settings or PrometheusSettings.from_env()
+        if self.settings.ca_bundle:
+            self._ssl = ssl.create_default_context(cafile=self.settings.ca_bundle)
+        elif self.settings.ssl_verify:
+            self._ssl = ssl.create_default_context()
+        else:  # PROMETHEUS_SSL_VERIFY off (the reference's default): no certificate checks
+            self._ssl = ssl.create_default_context()
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
+
+    def _token(self) -> str | None:
+        if self.settings.token_file:  # re-read on every request (rotated service-account tokens)
+            try:
+                return Path(self.settings.token_file).read_text().strip() or None
+            except OSError as exc:
+                raise PrometheusQueryError(f"cannot read PROMETHEUS_TOKEN_FILE: {exc}") from None
+        return self.settings.token
+
+    def query(self, promql: str, at: float | None = None) -> list[Sample]:
+        """Evaluate ``promql`` at time ``at`` (Unix seconds; None = Prometheus' now)."""
+        params = [("query", promql), *self.settings.extra_query_params]
+        if at is not None:
+            params.append(("time", f"{at:.3f}"))
+        url = f"{self.settings.endpoint.rstrip('/')}/api/v1/query?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        token = self._token()
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self.settings.timeout_s, context=self._ssl
+            ) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(500).decode(errors="replace")
+            raise PrometheusQueryError(f"HTTP {exc.code} for {promql!r}: {detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise PrometheusQueryError(f"cannot query Prometheus: {exc}") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else body
+            raise PrometheusQueryError(f"query {promql!r} failed: {error}")
+        data = body.get("data", {})
+        if data.get("resultType") == "scalar":
+            return [({}, float(data["result"][1]))]
+        if data.get("resultType") != "vector":
+            raise PrometheusQueryError(f"query {promql!r}: expected a vector, got {data}")
+        return [(item["metric"], float(item["value"][1])) for item in data["result"]]
+
+
+def window_literal(seconds: float) -> str:
+    """PromQL range for a window: ``"{N}s"``, or milliseconds when N is fractional.
+
+    >>> window_literal(180), window_literal(2.5)
+    ('180s', '2500ms')
+    """
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"window must be a positive number of seconds, got {seconds}")
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+def namespace_label(namespace: str) -> str:
+    """``dynamo_namespace`` label value of a namespace (labels use ``_`` for ``-``).
+
+    >>> namespace_label("dynamo-prod")
+    'dynamo_prod'
+    """
+    return namespace.replace("-", "_")
+
+
+class _Unknown(Exception):
+    """Traffic is unknown; ``kind`` is the metric label, the message the explanation."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class PrometheusTrafficSource:
+    """Observed traffic of one deployment from Prometheus (see the module docstring).
+
+    ``model`` / ``namespace`` select the series (None = no filter on that label);
+    ``metrics_source`` is the config's ``throughput_metrics_source``; ``worker_suffix`` defaults
+    to ``DYN_NAMESPACE_WORKER_SUFFIX``.
+
+    >>> client = PrometheusClient(PrometheusSettings(endpoint="http://prometheus:9090"))
+    >>> source = PrometheusTrafficSource(client, deployment="llama", model="Llama-3",
+    ...                                  namespace="dynamo-prod", metrics_source="router")
+    >>> source._selector()
+    '{dynamo_namespace="dynamo_prod"}'
+    """
+
+    client: PrometheusClient
+    deployment: str
+    model: str | None = None
+    namespace: str | None = None
+    metrics_source: MetricsSource = "frontend"
+    worker_suffix: str | None = field(
+        default_factory=lambda: os.environ.get("DYN_NAMESPACE_WORKER_SUFFIX") or None
+    )
+    last_unknown_reason: str | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        deployment: str,
+        config: PlannerConfig,
+        *,
+        model: str | None,
+        namespace: str | None,
+        client: PrometheusClient | None = None,
+    ) -> PrometheusTrafficSource:
+        """A source for one configured deployment (its ``throughput_metrics_source``)."""
+        return cls(
+            client or PrometheusClient(),
+            deployment=deployment,
+            model=model,
+            namespace=namespace,
+            metrics_source=config.throughput_metrics_source,
+        )
+
+    # --- the observation ----------------------------------------------------------------------
+
+    def observe(self, window_s: float, at: float | None = None) -> TrafficObservation | None:
+        """Traffic over the ``window_s`` seconds before ``at`` (Unix seconds; None = now)."""
+        window = window_literal(window_s)
+        try:
+            if self.metrics_source == "frontend":
+                num_req, isl, osl = self._frontend(window, at)
+            else:
+                num_req, isl, osl = self._router(window, at)
+            if num_req == 0:  # confirmed idle: NaN or missing lengths mean "no request"
+                isl = 0.0 if isl is None or math.isnan(isl) else isl
+                osl = 0.0 if osl is None or math.isnan(osl) else osl
+            for name, value in (("ISL", isl), ("OSL", osl)):
+                if value is None or not math.isfinite(value):
+                    state = "missing" if value is None else "NaN"
+                    raise _Unknown(
+                        "lengths_unknown", f"{name} is {state} while {num_req:g} requests arrived"
+                    )
+        except _Unknown as unknown:
+            return self._unknown(unknown.kind, str(unknown))
+        except PrometheusQueryError as exc:
+            return self._unknown("query_failed", f"query failed: {exc}")
+        self.last_unknown_reason = None
+        assert isl is not None and osl is not None
+        return TrafficObservation(
+            duration_s=window_s,
+            num_req=num_req,
+            isl=max(isl, 0.0),
+            osl=max(osl, 0.0),
+            kv_hit_rate=self.kv_hit_rate(window_s, at),
+        )
+
+    def _unknown(self, kind: str, reason: str) -> None:
+        self.last_unknown_reason = reason
+        TRAFFIC_UNKNOWN.labels(deployment=self.deployment, reason=kind).inc()
+        log.warning("traffic of %s unknown: %s", self.deployment, reason)
+        return None
+
+    # --- frontend ----------------------------------------------------------------------------
+
+    def _frontend(self, window: str, at: float | None) -> tuple[float, float | None, float | None]:
+        num_req = None
+        for counter in ("requests_started_total", "requests_total"):
+            metric = f"dynamo_frontend_{counter}"
+            num_req = self._frontend_sum(f"increase({metric}[{window}])", at)
+            if num_req is not None:
+                stale = self._frontend_sum(
+                    f"increase({metric}[{window}]) unless {metric}", at, count=True
+                )
+                if stale:
+                    raise _Unknown(
+                        "stale_series",
+                        f"{stale:g} {metric} series stopped being scraped within the window",
+                    )
+                break
+        if num_req is None:
+            raise _Unknown("no_data", "no dynamo_frontend request counter series match")
+        return (
+            num_req,
+            self._frontend_mean("input_sequence_tokens", window, at),
+            (self._frontend_mean("output_sequence_tokens", window, at)),
+        )
+
+    def _frontend_sum(self, expression: str, at: float | None, count: bool = False) -> float | None:
+        op = "count" if count else "sum"
+        samples = self.client.query(f"{op} by (model, dynamo_namespace) ({expression})", at)
+        matched = [value for labels, value in samples if self._matches(labels)]
+        if count:
+            return sum(matched)
+        return sum(matched) if matched else None
+
+    def _matches(self, labels: dict[str, str]) -> bool:
+        if self.model is not None and labels.get("model", "").casefold() != self.model.casefold():
+            return False
+        if self.namespace is not None:
+            return namespace_label(labels.get("dynamo_namespace", "")) == namespace_label(
+                self.namespace
+            )
+        return True
+
+    def _frontend_mean(self, metric: str, window: str, at: float | None) -> float | None:
+        total = self._frontend_sum(f"increase(dynamo_frontend_{metric}_sum[{window}])", at)
+        count = self._frontend_sum(f"increase(dynamo_frontend_{metric}_count[{window}])", at)
+        if total is None or count is None:
+            return None
+        return total / count if count > 0 else math.nan
+
+    # --- router ------------------------------------------------------------------------------
+
+    def _selector(self, namespace: str | None = None) -> str:
+        namespace = self.namespace if namespace is None else namespace
+        if namespace is None:
+            return ""
+        return f'{{dynamo_namespace="{namespace_label(namespace)}"}}'
+
+    def _router(self, window: str, at: float | None) -> tuple[float, float | None, float | None]:
+        sel = self._selector()
+        started = f"dynamo_component_router_requests_started_total{sel}"
+        total = f"dynamo_component_router_requests_total{sel}"
+        num_req = self._scalar(
+            f"sum(increase({started}[{window}]) or ignoring(__name__) increase({total}[{window}]))",
+            at,
+        )
+        if num_req is None:
+            num_req = self._scalar(f"sum(increase({total}[{window}]))", at)
+        if num_req is None:
+            raise _Unknown("no_data", f"no router request counter series for {sel or 'any'}")
+        for metric in (started, total):
+            stale = self._scalar(f"count(increase({metric}[{window}]) unless {metric})", at)
+            if stale:
+                raise _Unknown(
+                    "stale_series",
+                    f"{stale:g} {metric} series stopped being scraped within the window",
+                )
+        return (
+            num_req,
+            self._router_mean("input_sequence_tokens", window, at),
+            (self._router_mean("output_sequence_tokens", window, at)),
+        )
+
+    def _scalar(self, promql: str, at: float | None) -> float | None:
+        samples = self.client.query(promql, at)
+        return samples[0][1] if samples else None
+
+    def _router_mean(
+        self, metric: str, window: str, at: float | None, namespace: str | None = None
+    ) -> float | None:
+        sel = self._selector(namespace)
+        name = f"dynamo_component_router_{metric}"
+        total = self._scalar(f"sum(increase({name}_sum{sel}[{window}]))", at)
+        count = self._scalar(f"sum(increase({name}_count{sel}[{window}]))", at)
+        if total is None or count is None:
+            return None
+        return total / count if count > 0 else math.nan
+
+    # --- KV hit rate -------------------------------------------------------------------------
+
+    def kv_hit_rate(self, window_s: float, at: float | None = None) -> float | None:
+        """Router KV hit rate over the window (suffixed namespace first); None = unknown."""
+        window = window_literal(window_s)
+        candidates: list[str | None] = [self.namespace]
+        if self.namespace is not None and self.worker_suffix:
+            candidates.insert(0, f"{self.namespace}-{self.worker_suffix}")
+        for namespace in candidates:
+            try:
+                rate = self._router_mean("kv_hit_rate", window, at, namespace)
+            except PrometheusQueryError as exc:
+                log.warning("KV hit rate of %s unknown: %s", self.deployment, exc)
+                return None
+            if rate is None:
+                continue  # no series under this namespace: try the next one
+            if not (0.0 <= rate <= 1.0):  # NaN (idle) included
+                if not math.isnan(rate):
+                    log.warning("KV hit rate of %s out of range: %s", self.deployment, rate)
+                return None
+            return rate
+        return None
+
+
+# --- the bytewax source -------------------------------------------------------------------------
+
+
+@dataclass
+class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
+    source: PrometheusTrafficSource
+    interval_s: float
+    clock: Callable[[], float]
+    max_polls: int | None
+    next_poll: datetime
+    polls: int = 0
+    _executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="traffic")
+    )
+    _pending: Future[TrafficEvent | None] | None = None
+
+    def next_batch(self) -> list[TrafficEvent]:
+        if self._pending is not None:
+            if not self._pending.done():
+                return []
+            event = self._pending.result()
+            self._pending = None
+            return [event] if event is not None else []
+        if self.max_polls is not None and self.polls >= self.max_polls:
+            raise StopIteration
+        if datetime.now(UTC) >= self.next_poll:
+            self.polls += 1
+            self.next_poll += timedelta(seconds=self.interval_s)
+            self._pending = self._executor.submit(self._observe)
+        return []
+
+    def _observe(self) -> TrafficEvent | None:
+        now = self.clock()
+        try:
+            observation = self.source.observe(self.interval_s, at=now)
+        except Exception:  # never let a bug in a read kill the dataflow: unknown, logged
+            log.exception("traffic read of %s failed", self.source.deployment)
+            return None
+        if observation is None:
+            return None
+        return TrafficEvent(deployment=self.source.deployment, time=now, payload=observation)
+
+    def next_awake(self) -> datetime | None:
+        if self._pending is not None:
+            return datetime.now(UTC) + timedelta(milliseconds=20)
+        if self.max_polls is not None and self.polls >= self.max_polls:
+            return None  # done: let next_batch end the partition now
+        return self.next_poll
+
+    def snapshot(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class PrometheusTrafficInput(FixedPartitionedSource[TrafficEvent, None]):
+    """Bytewax source of TrafficEvents: one partition (poller) per deployment.
+
+    Each deployment's source is read every ``interval_seconds`` (a number, or one per
+    deployment — normally ``throughput_adjustment_interval_seconds``) over that same window;
+    the first read comes one interval after start (``first_read_after_seconds`` changes that).
+    Unknown traffic yields nothing (the planner then has no traffic for that tick).
+    ``max_polls`` ends each partition after that many reads (tests).
+
+    >>> settings = PrometheusSettings(endpoint="http://127.0.0.1:9")
+    >>> source = PrometheusTrafficSource(PrometheusClient(settings), deployment="llama")
+    >>> PrometheusTrafficInput([source], interval_seconds=180).list_parts()
+    ['llama']
+    """
+
+    def __init__(
+        self,
+        sources: list[PrometheusTrafficSource],
+        interval_seconds: float | Mapping[str, float],
+        *,
+        first_read_after_seconds: float | None = None,
+        max_polls: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.sources = {source.deployment: source for source in sources}
+        if len(self.sources) != len(sources):
+            raise ValueError("each deployment may have one traffic source")
+        if isinstance(interval_seconds, Mapping):
+            self.intervals = {d: float(interval_seconds[d]) for d in self.sources}
+        else:
+            self.intervals = dict.fromkeys(self.sources, float(interval_seconds))
+        for deployment, interval in self.intervals.items():
+            window_literal(interval)  # validates
+            if interval <= 0:
+                raise ValueError(f"{deployment}: interval must be > 0")
+        self.first_read_after_seconds = first_read_after_seconds
+        self.max_polls = max_polls
+        self.clock = clock
+
+    def list_parts(self) -> list[str]:
+        return sorted(self.sources)
+
+    def build_part(self, step_id: str, for_part: str, resume_state: None) -> _TrafficPartition:
+        interval = self.intervals[for_part]
+        delay = interval if self.first_read_after_seconds is None else self.first_read_after_seconds
+        return _TrafficPartition(
+            source=self.sources[for_part],
+            interval_s=interval,
+            clock=self.clock,
+            max_polls=self.max_polls,
+            next_poll=datetime.now(UTC) + timedelta(seconds=delay),
+        )
