@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
 from connectors.diagnostics import DiagnosticsReportSink
+from connectors.metrics import MetricsSink, PlannerMetrics
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
 from schemas import ConfigError, load_config
@@ -64,6 +65,15 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.reports:
         sinks.ticks.append(DiagnosticsReportSink(configs))
+    port = args.metrics_port
+    if port is None:
+        port = max(c.metric_reporting_prometheus_port for c in configs.values()) or None
+    server = None
+    if port is not None:
+        metrics = PlannerMetrics(configs)
+        sinks.ticks.append(MetricsSink(metrics))
+        server = metrics.serve(port)
+        print(f"flowplanner run: metrics on {server.url}", file=sys.stderr)
     flow = build_flow(configs, wiring.inputs, sinks, live=wiring.live, acks=wiring.acks)
     stop = _StopRequest()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -75,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.stop()
     stopped = stop.signal
     print(
         f"flowplanner run: {'stopped by ' + stopped + ', ' if stopped else ''}"
@@ -113,6 +125,12 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "--reports",
         action="store_true",
         help="write diagnostics HTML reports (config: report_interval_hours, report_output_dir)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (0 = any free port; default: the config's "
+        "metric_reporting_prometheus_port, where 0 means off)",
     )
     parser.add_argument("-w", "--workers", type=int, default=1, help="bytewax worker threads")
     parser.set_defaults(func=run)

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
 from tests.flow.runner import flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for_decisions(bootstrap: str, topic: str, count: int, timeout: float = 60.0):
@@ -42,6 +50,7 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         producer.produce(events_topic, key="alpha", value=json.dumps(event).encode())
     assert producer.flush(30) == 0
 
+    port = free_port()
     worker = subprocess.Popen(
         [
             sys.executable,
@@ -54,6 +63,8 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
             f"kafka://{kafka_bootstrap}/{events_topic}",
             "--output",
             f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
+            "--metrics-port",
+            str(port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -82,6 +93,13 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         assert "until decision 1 was acknowledged" in both[1].note
         # the released decision is the newest intent, made after the first one
         assert both[1].time > both[0].time
+        # the worker exports the planner's gauges and its pipeline counters
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        text = scraped.decode()
+        assert 'dynamo_planner_num_decode_replicas{deployment="alpha"} 2.0' in text
+        # 482 recorded events and 1 acknowledgement came in from Kafka
+        assert 'flowplanner_events_in_total{source="kafka"} 483.0' in text
+        assert 'flowplanner_decisions_out_total{deployment="alpha"} 2.0' in text
     finally:
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
