@@ -5,6 +5,10 @@ Inputs (``--input``, repeatable):
   ``kafka://HOST:PORT/TOPIC``                   an event topic, followed (live)
   ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay)
   ``zmq+tcp://HOST:PORT?deployment=D&role=R``   an engine FPM publisher (live; ``zmq+ipc://`` too)
+  ``prometheus://HOST:PORT?deployment=D``       traffic observations from Prometheus (live;
+                                                options ``model``, ``namespace``; no HOST:PORT
+                                                = ``PROMETHEUS_ENDPOINT`` and the other
+                                                ``PROMETHEUS_*`` settings)
 
 Decision outputs (``--output``, repeatable):
   ``-``                                         readable lines on stdout (the default)
@@ -20,7 +24,7 @@ Decision outputs (``--output``, repeatable):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,6 +38,12 @@ from connectors.kafka import (
     KafkaDecisionSink,
     KafkaEventSource,
     ensure_topic,
+)
+from connectors.prometheus import (
+    PrometheusClient,
+    PrometheusSettings,
+    PrometheusTrafficInput,
+    PrometheusTrafficSource,
 )
 from connectors.recorded import RecordedSource
 from connectors.virtual import AckSource
@@ -81,6 +91,7 @@ def wire(
     """Resolve every address; raises :class:`EndpointError` naming a bad one."""
     wiring = Wiring()
     zmq_endpoints: list[EndpointSpec] = []
+    traffic: list[PrometheusTrafficSource] = []
     for address in inputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
@@ -98,8 +109,18 @@ def wire(
                 EndpointSpec(url, query.get("deployment", ""), query.get("role", "decode"))
             )
             wiring.live = True
+        elif scheme == "prometheus":
+            traffic.append(_prometheus(address, netloc, query, configs))
+            wiring.live = True
         else:
             raise EndpointError(f"unsupported input {address!r}")
+    if traffic:
+        intervals = {s.deployment: configs[s.deployment].throughput_adjustment_interval_seconds
+                     for s in traffic}
+        try:
+            wiring.inputs.append(PrometheusTrafficInput(traffic, intervals))
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from exc
     if zmq_endpoints:
         try:
             silence = min(c.engine_silence_seconds for c in configs.values())
@@ -133,6 +154,25 @@ def wire(
         else:
             raise EndpointError(f"unsupported output {address!r}")
     return wiring
+
+
+def _prometheus(
+    address: str, netloc: str, query: dict[str, str], configs: dict[str, PlannerConfig]
+) -> PrometheusTrafficSource:
+    _only(query, {"deployment", "model", "namespace"}, address)
+    deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
+    if deployment not in configs:
+        raise EndpointError(f"{address!r}: say which deployment it observes (?deployment=NAME)")
+    settings = PrometheusSettings.from_env()
+    if netloc:
+        settings = replace(settings, endpoint=f"http://{netloc}")
+    return PrometheusTrafficSource.from_config(
+        deployment,
+        configs[deployment],
+        model=query.get("model"),
+        namespace=query.get("namespace"),
+        client=PrometheusClient(settings),
+    )
 
 
 def _dgd(

@@ -52,6 +52,7 @@ from schemas import (
     Role,
     ScalingDecision,
     TickRecord,
+    TrafficObservation,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -99,6 +100,7 @@ class _PlannerStep:
     window_s: float
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
     hold_for_acks: bool = False
+    warmup: dict[str, list[TrafficObservation]] = field(default_factory=dict)
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
@@ -112,6 +114,7 @@ class _PlannerStep:
                 self.window_s,
                 bootstrap=self.bootstrap.get(deployment),
                 gate=AckGate(config.scaling_max_wait_seconds) if self.hold_for_acks else None,
+                warmup=self.warmup.get(deployment),
             )
         return planner, planner.on_window(end_s, window)
 
@@ -155,6 +158,7 @@ def build_flow(
     live: bool = False,
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]] | None = None,
     acks: Source | None = None,
+    warmup: dict[str, list[TrafficObservation]] | None = None,
     name: str = "flowplanner",
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
@@ -162,7 +166,8 @@ def build_flow(
     ``bootstrap`` gives benchmark FPMs per deployment and role (from a pre-deployment profile)
     to warm the perf models before live data arrives. ``acks`` (the virtual connector's
     acknowledgement source) makes every deployment hold a decision until the previous one is
-    acknowledged (:class:`operators.ack_gate.AckGate`).
+    acknowledged (:class:`operators.ack_gate.AckGate`). ``warmup`` pre-trains each
+    deployment's load predictors with historical traffic windows (spec §7.6).
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -203,7 +208,9 @@ def build_flow(
         windows.down,
         lambda kv: (kv[0], (kv[0], (kv[1][0] + 1) * window_s, kv[1][1])),
     )
-    step = _PlannerStep(configs, window_s, bootstrap or {}, hold_for_acks=acks is not None)
+    step = _PlannerStep(
+        configs, window_s, bootstrap or {}, hold_for_acks=acks is not None, warmup=warmup or {}
+    )
     records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1])
     decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)

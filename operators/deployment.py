@@ -83,6 +83,7 @@ class DeploymentPlanner:
         window_s: float,
         bootstrap: dict[Role, list[ForwardPassMetrics]] | None = None,
         gate: AckGate | None = None,
+        warmup: list[TrafficObservation] | None = None,
     ) -> None:
         self.deployment = deployment
         self.gate = gate
@@ -92,6 +93,7 @@ class DeploymentPlanner:
         self.machine = PlannerStateMachine(config)
         for role, fpms in (bootstrap or {}).items():
             self.machine.load_benchmark_fpms(role, fpms)
+        self.machine.warm_up_predictors(warmup or [])
         self.next_tick: ScheduledTick | None = None
         self.latest: dict[EngineId, FpmRow] = {}
         self.inventory: WorkerCounts | None = None

@@ -19,9 +19,20 @@ from prometheus_client import REGISTRY
 from connectors.console import JsonlFileSink, LineSink
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.metrics import MetricsSink, PlannerMetrics
+from connectors.profiles import load_profile
+from connectors.traces import read_trace
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
-from schemas import ConfigError, load_config
+from operators.bootstrap import profile_to_fpms
+from operators.predictors.warmup import trace_observations
+from schemas import (
+    ConfigError,
+    ForwardPassMetrics,
+    PlannerConfig,
+    Role,
+    TrafficObservation,
+    load_config,
+)
 
 
 class _StopRequest:
@@ -47,11 +58,30 @@ def counter_total(name: str) -> int:
     )
 
 
+def preload(
+    configs: dict[str, PlannerConfig],
+) -> tuple[dict[str, dict[Role, list[ForwardPassMetrics]]], dict[str, list[TrafficObservation]]]:
+    """What each deployment knows before live data: perf-model bootstrap FPMs from its
+    pre-deployment profile (``profile_results_dir``, spec §6) and predictor warm-up windows
+    from a trace (``load_predictor_warmup_trace``, spec §7.6)."""
+    bootstrap, warmup = {}, {}
+    for name, config in configs.items():
+        if config.profile_results_dir:
+            bootstrap[name] = profile_to_fpms(load_profile(config.profile_results_dir))
+        if config.load_predictor_warmup_trace:
+            warmup[name] = trace_observations(
+                read_trace(config.load_predictor_warmup_trace),
+                config.throughput_adjustment_interval_seconds,
+            )
+    return bootstrap, warmup
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         configs = load_config(args.config)
         wiring = wire(args.input, args.output, configs)
-    except (ConfigError, EndpointError, FileNotFoundError) as exc:
+        bootstrap, warmup = preload(configs)
+    except (ConfigError, EndpointError, OSError, ValueError) as exc:
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
     sinks = PlannerSinks(
@@ -74,7 +104,15 @@ def run(args: argparse.Namespace) -> int:
         sinks.ticks.append(MetricsSink(metrics))
         server = metrics.serve(port)
         print(f"flowplanner run: metrics on {server.url}", file=sys.stderr)
-    flow = build_flow(configs, wiring.inputs, sinks, live=wiring.live, acks=wiring.acks)
+    flow = build_flow(
+        configs,
+        wiring.inputs,
+        sinks,
+        live=wiring.live,
+        acks=wiring.acks,
+        bootstrap=bootstrap,
+        warmup=warmup,
+    )
     stop = _StopRequest()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
