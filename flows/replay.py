@@ -29,7 +29,20 @@ from sim.fleet import FleetSim
 class ClosedLoop:
     """Shared state of one replay: the fleet, the horizon, and the planner's progress.
 
-    >>> loop = ClosedLoop(fleet=None, end_s=10.0, step_s=5.0)  # doctest: +SKIP
+    >>> from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
+    >>> from schemas.trace import TraceRequest
+    >>> from sim.fleet import FleetSpec
+    >>> profile = PerformanceProfile(
+    ...     prefill=PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
+    ...                            prefill_thpt_per_gpu=[5000, 27500]),
+    ...     decode=DecodeProfile(x_kv_usage=[0.001, 0.5], y_context_length=[1000, 1000],
+    ...                          z_itl=[5, 25], z_thpt_per_gpu=[200, 9000], max_kv_tokens=10**6))
+    >>> fleet = FleetSim(FleetSpec(profile=profile), [TraceRequest(arrival_s=1, isl=500, osl=20)])
+    >>> loop = ClosedLoop(fleet, end_s=10.0, step_s=5.0)
+    >>> loop.next_events()[-1].type, loop.awaiting
+    ('clock', 5.0)
+    >>> loop.next_events()  # nothing more until the planner's record for [0, 5) comes back
+    []
     """
 
     fleet: FleetSim
