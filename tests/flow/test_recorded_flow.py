@@ -112,3 +112,14 @@ def test_replay_is_bit_for_bit_repeatable(two_deployments):
         )
         assert done.returncode == 0, done.stderr
     assert first[0].read_bytes() == first[1].read_bytes()
+
+
+def test_the_shipped_example_prints_decisions_with_reasons():
+    done = flowplanner(
+        "run", "--config", "examples/decode.yaml", "--input", "examples/decode_burst.jsonl"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "t=75.0s llama #1 prefill - decode 2->3 load:scale_up (decode scale_up)"
+    ]
+    assert "964 events in, 0 dead-lettered, 1 decisions" in done.stderr
