@@ -538,7 +538,7 @@ class ZmqFpmSource(DynamicSource[ZmqItem]):
         engine_silence_seconds: float = 3.0,
         group: bool = True,
         idle_poll_seconds: float = 0.01,
-        receive_buffer: int = 100_000,
+        receive_buffer: int = 10_000,
         stop_after: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
