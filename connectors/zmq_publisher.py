@@ -20,7 +20,7 @@ from types import TracebackType
 import msgspec
 import zmq
 
-from schemas import ForwardPassMetrics
+from schemas import ForwardPassMetrics, FpmRow
 
 _ENCODER = msgspec.msgpack.Encoder()
 
@@ -28,7 +28,7 @@ _ENCODER = msgspec.msgpack.Encoder()
 def encode_fpm(fpm: ForwardPassMetrics, counter_id: int | None = None) -> bytes:
     """The msgpack payload of one FPM (string-keyed maps), optionally with another counter_id.
 
-    >>> from schemas import ForwardPassMetrics
+    >>> from schemas import ForwardPassMetrics, FpmRow
     >>> fpm = ForwardPassMetrics(worker_id="w1", wall_time=0.02)
     >>> ForwardPassMetrics.from_msgpack(encode_fpm(fpm, counter_id=7)).counter_id
     7
@@ -57,6 +57,43 @@ def encode_fpm(fpm: ForwardPassMetrics, counter_id: int | None = None) -> bytes:
                 "num_decode_requests": q.num_decode_requests,
                 "sum_decode_kv_tokens": q.sum_decode_kv_tokens,
                 "var_decode_kv_tokens": q.var_decode_kv_tokens,
+            },
+        }
+    )
+
+
+def encode_row(worker_id: str, dp_rank: int, row: FpmRow, counter_id: int | None = None) -> bytes:
+    """The payload of one :class:`schemas.FpmBatch` row (no pydantic model on the way).
+
+    >>> from schemas import ForwardPassMetrics, fpm_to_row
+    >>> row = fpm_to_row(9.0, ForwardPassMetrics(worker_id="w1", wall_time=0.5))
+    >>> encode_row("w1", 0, row) == encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.5))
+    True
+    """
+    r = row
+    return _ENCODER.encode(
+        {
+            "version": 0,
+            "worker_id": worker_id,
+            "dp_rank": dp_rank,
+            "counter_id": r[1] if counter_id is None else counter_id,
+            "wall_time": r[2],
+            "scheduled_requests": {
+                "num_prefill_requests": r[3],
+                "sum_prefill_tokens": r[4],
+                "var_prefill_length": r[5],
+                "sum_prefill_kv_tokens": r[6],
+                "num_decode_requests": r[7],
+                "sum_decode_kv_tokens": r[8],
+                "var_decode_kv_tokens": r[9],
+            },
+            "queued_requests": {
+                "num_prefill_requests": r[10],
+                "sum_prefill_tokens": r[11],
+                "var_prefill_length": r[12],
+                "num_decode_requests": r[13],
+                "sum_decode_kv_tokens": r[14],
+                "var_decode_kv_tokens": r[15],
             },
         }
     )
@@ -120,6 +157,10 @@ class FpmPublisher:
     def publish(self, fpm: ForwardPassMetrics) -> int:
         """Publish one FPM (its ``counter_id`` becomes the sequence number); returns that."""
         return self.publish_payload(encode_fpm(fpm, counter_id=self.seq))
+
+    def publish_row(self, worker_id: str, dp_rank: int, row: FpmRow) -> int:
+        """Publish one FpmBatch row of an engine (fast path for simulated fleets)."""
+        return self.publish_payload(encode_row(worker_id, dp_rank, row, counter_id=self.seq))
 
     def publish_many(self, fpms: Iterable[ForwardPassMetrics]) -> int:
         """Publish FPMs in order; returns how many."""

@@ -14,7 +14,7 @@ import struct
 import msgpack
 import pytest
 
-from connectors.zmq_publisher import encode_fpm
+from connectors.zmq_publisher import encode_fpm, encode_row
 from connectors.zmq_source import FpmDecodeError, FpmWireDecoder
 from schemas import ForwardPassMetrics, fpm_to_row
 
@@ -143,3 +143,5 @@ def test_valid_payloads_round_trip_exactly_on_the_fast_path(
         fpm = ForwardPassMetrics.model_validate(valid_fields(rng))
         worker, rank, row = FpmWireDecoder().decode(encode_fpm(fpm), 3.5)
         assert (worker, rank, row) == (fpm.worker_id, fpm.dp_rank, fpm_to_row(3.5, fpm))
+        from_row = encode_row(fpm.worker_id, fpm.dp_rank, fpm_to_row(0.0, fpm))
+        assert FpmWireDecoder().decode(from_row, 3.5) == (worker, rank, row)
