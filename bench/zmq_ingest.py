@@ -15,7 +15,8 @@ Pre-loading makes the measurement the consumer's cost alone (the publisher is no
 the other core). Run: ``python -m bench.zmq_ingest [--messages N] [--flow module:function]``.
 The flow under test is a function ``(source) -> Dataflow`` that reads ``source`` (a bytewax
 Source of ZmqFpmSource items, deployment ``bench``, role ``decode``) and ends in any sink; the
-default is input → count rows → sink. The goal is flow ≥ 0.75 × raw and ≥ 100 k FPM/s.
+default is the full planner flow (:func:`planner_flow`); ``bench.zmq_ingest:trivial_flow`` is
+input → count rows → sink. The goal is flow ≥ 0.75 × raw and ≥ 100 k FPM/s.
 """
 
 from __future__ import annotations
@@ -242,6 +243,33 @@ def trivial_flow(source: Source[ZmqItem]) -> Dataflow:
     return flow
 
 
+def planner_flow(source: Source[ZmqItem]) -> Dataflow:
+    """The full planner flow (``flows.planner.build_flow``) of one decode deployment, live."""
+    from flows.planner import PlannerSinks, build_flow
+    from schemas import PlannerConfig
+
+    config = PlannerConfig(
+        mode="decode",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=False,
+    )
+    sinks = PlannerSinks(ticks=[_Discard()], dead_letters=[_Discard()])
+    return build_flow({"bench": config}, [source], sinks, live=True, name="zmq_bench")
+
+
+class _DiscardPartition(StatelessSinkPartition[object]):
+    def write_batch(self, items: list[object]) -> None:
+        pass
+
+
+class _Discard(DynamicSink[object]):
+    """Takes the planner's tick records (or dead letters) and keeps nothing."""
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _DiscardPartition:
+        return _DiscardPartition()
+
+
 def measure_flow(
     messages: int, engines: int, flow_under_test: FlowUnderTest, *, batch_size: int = 1000
 ) -> Rate:
@@ -276,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; medians compared")
     parser.add_argument("--flow", default=None, help="module:function building the flow")
     args = parser.parse_args(argv)
-    flow = load_flow(args.flow) if args.flow else trivial_flow
+    flow = load_flow(args.flow) if args.flow else planner_flow
 
     runs: dict[str, list[Rate]] = {"raw": [], "strict": [], "flow": []}
     for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits all three alike
@@ -289,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.messages} FPMs per run from {args.engines} engines on one publisher process, "
         f"{args.repeat} interleaved runs; k FPM/s, median [runs]"
     )
-    print(f"flow under test: {args.flow or 'trivial (input → count rows → sink)'}")
+    print(f"flow under test: {args.flow or 'the planner flow (flows.planner.build_flow)'}")
     print(f"{'':34} {'per CPU-second':>22} {'wall clock':>22}")
     for key, label in (
         ("raw", "raw SUB: recv_multipart+msgpack"),

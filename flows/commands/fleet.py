@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from connectors.kafka import ensure_topic, read_decisions
 from connectors.zmq_publisher import FpmPublisher
 from flows.commands.replay import add_scenario_args, scenario_from_args
-from schemas import ClockEvent, Event, FpmBatchEvent, ScalingDecision, fpm_from_row
+from schemas import ClockEvent, Event, FpmBatchEvent, ScalingDecision
 
 
 def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDecision]) -> None:
@@ -76,7 +76,7 @@ def _send(
         batch = event.payload
         publisher = publishers[batch.role]
         for row in batch.rows:
-            publisher.publish(fpm_from_row(batch.worker_id, batch.dp_rank, row))
+            publisher.publish_row(batch.worker_id, batch.dp_rank, row)
         return
     stamped = event.model_copy(update={"time": origin + event.time})
     producer.produce(topic, key=event.deployment, value=stamped.model_dump_json().encode())
