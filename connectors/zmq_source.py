@@ -57,6 +57,7 @@ from schemas import (
     FpmEvent,
     FpmRow,
     Role,
+    describe_validation_error,
     fpm_from_row,
     fpm_to_row,
 )
@@ -152,22 +153,6 @@ class FpmDecodeError(ValueError):
     """A payload that is not a valid ForwardPassMetrics; the message says why."""
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """One line naming each failing field.
-
-    >>> try:
-    ...     ForwardPassMetrics.model_validate({"dp_rank": -1})
-    ... except ValidationError as exc:
-    ...     print(describe_validation_error(exc))
-    dp_rank: Input should be greater than or equal to 0
-    """
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"])
-        parts.append(f"{where}: {item['msg']}" if where else item["msg"])
-    return "; ".join(parts)
-
-
 class FpmWireDecoder:
     """Strict msgpack → FPM row decoding (msgspec fast path, pydantic verdict on rejection).
 
@@ -199,29 +184,8 @@ class FpmWireDecoder:
         except (msgspec.DecodeError, msgspec.ValidationError):
             fpm = self.verdict(bytes(payload))
             return fpm.worker_id, fpm.dp_rank, fpm_to_row(time, fpm)
-        s, q = m.scheduled_requests, m.queued_requests
-        return (
-            m.worker_id,
-            m.dp_rank,
-            (
-                time,
-                m.counter_id,
-                m.wall_time,
-                s.num_prefill_requests,
-                s.sum_prefill_tokens,
-                s.var_prefill_length,
-                s.sum_prefill_kv_tokens,
-                s.num_decode_requests,
-                s.sum_decode_kv_tokens,
-                s.var_decode_kv_tokens,
-                q.num_prefill_requests,
-                q.sum_prefill_tokens,
-                q.var_prefill_length,
-                q.num_decode_requests,
-                q.sum_decode_kv_tokens,
-                q.var_decode_kv_tokens,
-            ),
-        )
+        # the wire struct has the schema's attribute names, so the schema's row layout applies
+        return m.worker_id, m.dp_rank, fpm_to_row(time, m)  # type: ignore[arg-type]
 
     @staticmethod
     def verdict(payload: bytes) -> ForwardPassMetrics:

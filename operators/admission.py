@@ -17,28 +17,12 @@ from schemas import (
     FpmEvent,
     PlannerConfig,
     RawEvent,
+    describe_validation_error,
     parse_event,
 )
 
 MAX_RAW_CHARS = 500
 """Dead letters keep at most this much of the offending input."""
-
-
-def describe(error: ValidationError) -> str:
-    """A one-line reason naming each failing field.
-
-    >>> from schemas import parse_event
-    >>> try:
-    ...     parse_event('{"type":"clock","deployment":"d","time":"soon"}')
-    ... except ValidationError as exc:
-    ...     print(describe(exc))
-    clock.time: Input should be a valid number, unable to parse string as a number
-    """
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"])
-        parts.append(f"{where}: {item['msg']}" if where else item["msg"])
-    return "; ".join(parts)
 
 
 class Admission:
@@ -62,7 +46,7 @@ class Admission:
             try:
                 event = parse_event(item.data)
             except ValidationError as exc:
-                return self._reject(item, f"invalid event: {describe(exc)}")
+                return self._reject(item, f"invalid event: {describe_validation_error(exc)}")
         else:
             event = item
         config = self.configs.get(event.deployment)

@@ -13,6 +13,7 @@ from schemas.decision import (
     TickDiagnostics,
     TickRecord,
 )
+from schemas.errors import describe_validation_error
 from schemas.events import (
     EVENT_ADAPTER,
     FPM_BATCH_COLUMNS,
@@ -81,6 +82,7 @@ __all__ = [
     "TrafficObservation",
     "WorkerCapabilities",
     "WorkerCounts",
+    "describe_validation_error",
     "fpm_from_row",
     "fpm_to_row",
     "load_config",

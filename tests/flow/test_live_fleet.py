@@ -4,19 +4,12 @@ events over Kafka in real time; ``flowplanner run`` (ZMQ + Kafka in, Kafka out) 
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import write_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.flow.runner import free_port, write_config
 
 
 def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):

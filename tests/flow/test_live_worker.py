@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,8 @@ import urllib.request
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import flowplanner, write_config
+from tests.flow.runner import flowplanner, free_port, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_decisions(bootstrap: str, topic: str, count: int, timeout: float = 60.0):
