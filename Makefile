@@ -2,6 +2,8 @@
 #   make demo  - replay a recorded trace through the planner in the closed-loop simulator
 #   make test  - install everything (Python packages, Prometheus) and run the whole suite
 PYTHON ?= python3
+# numpy/statsmodels fits run ~10x slower on a busy 2-core machine with OpenBLAS threads
+export OPENBLAS_NUM_THREADS = 1
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
