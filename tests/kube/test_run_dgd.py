@@ -1,0 +1,99 @@
+"""``flowplanner run`` with a DGD output: a live planner reads the deployment's inventory from
+the DGD status, decides from FPMs streamed in real time, and patches the DGD's replicas."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from confluent_kafka import Producer
+
+from tests.flow.runner import write_config
+from tests.flow.streams import DECODE_CONFIG, decode_fpm
+
+from .conftest import create_dgd
+
+
+def stream_decode_load(bootstrap: str, topic: str, stop: threading.Event) -> None:
+    """One decode engine whose KV load climbs, four passes a second, timed as they happen."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    counter, start = 0, time.time()
+    while not stop.is_set():
+        counter += 1
+        kv = int(min(650_000, 200_000 + 40_000 * (time.time() - start)))
+        event = {
+            "type": "fpm",
+            "deployment": "llama",
+            "time": time.time(),
+            "payload": {"role": "decode", "fpm": decode_fpm("w0", kv, kv // 2000, counter)},
+        }
+        producer.produce(topic, key="llama", value=json.dumps(event).encode())
+        producer.poll(0)
+        time.sleep(0.25)
+    producer.flush(10)
+
+
+def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap, kafka_topic):
+    dgd = create_dgd(apiserver, kube, delay_s=1.0)
+    config = write_config(
+        tmp_path / "c.yaml",
+        {
+            "llama": {
+                **DECODE_CONFIG,
+                "mode": "disagg",
+                "ttft_ms": 500,
+                "allowed_lateness_seconds": 0.5,
+            }
+        },
+    )
+    stop = threading.Event()
+    producer = threading.Thread(
+        target=stream_decode_load, args=(kafka_bootstrap, kafka_topic, stop), daemon=True
+    )
+    producer.start()
+    planner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "run",
+            "--config",
+            str(config),
+            "--input",
+            f"kafka://{kafka_bootstrap}/{kafka_topic}",
+            "--output",
+            f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
+            "--output",
+            str(tmp_path / "decisions.jsonl"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            services = dgd.get()["spec"]["services"]
+            if services["VllmDecodeWorker"]["replicas"] >= 2:
+                break
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        planner.send_signal(signal.SIGTERM)
+        _, err = planner.communicate(timeout=30)
+    assert planner.returncode == 0, err
+    services = dgd.get()["spec"]["services"]
+    assert services["VllmDecodeWorker"]["replicas"] == 2, err
+    assert services["VllmPrefillWorker"]["replicas"] == 1  # untouched
+    patch = dgd.patches()[0]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body["spec"]["services"] == {"VllmDecodeWorker": {"replicas": 2}}
+    # the planner's counts came from the DGD's status
+    decisions = [
+        json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()
+    ]
+    assert decisions[0]["num_decode"] == 2 and decisions[0]["current_decode"] == 1
