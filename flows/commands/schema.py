@@ -10,9 +10,11 @@ from pydantic import BaseModel, TypeAdapter
 from schemas import (
     EVENT_ADAPTER,
     DeadLetter,
+    DecisionAck,
     ForwardPassMetrics,
     PlannerFile,
     ScalingDecision,
+    TickRecord,
     TrafficObservation,
 )
 
@@ -21,6 +23,8 @@ WIRE_TYPES: dict[str, type[BaseModel] | TypeAdapter] = {
     "Event": EVENT_ADAPTER,
     "TrafficObservation": TrafficObservation,
     "ScalingDecision": ScalingDecision,
+    "DecisionAck": DecisionAck,
+    "TickRecord": TickRecord,
     "DeadLetter": DeadLetter,
     "PlannerFile": PlannerFile,
 }
