@@ -97,7 +97,6 @@ class DeploymentPlanner:
         self.next_tick: ScheduledTick | None = None
         self.latest: dict[EngineId, FpmRow] = {}
         self.inventory: WorkerCounts | None = None
-        self.capabilities_seen = False
         self.training: dict[Role, list[ForwardPassMetrics]] = {}
         keep = int(max(config.throughput_adjustment_interval_seconds, window_s) / window_s) + 1
         self.request_windows: deque[RequestStats] = deque(maxlen=keep)
