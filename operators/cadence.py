@@ -3,7 +3,8 @@
 Two cadences: load ticks every ``load_adjustment_interval_seconds`` (they always run, even when
 only throughput scaling is on, so FPMs keep training the perf models) and throughput ticks every
 ``throughput_adjustment_interval_seconds`` (only when throughput scaling is on). Cadences due
-within :data:`operators.tick.MERGE_TOLERANCE_S` of the earliest merge into one tick.
+within :data:`operators.tick.MERGE_TOLERANCE_S` of the earliest merge into one tick. Ours
+(``load_rate_window_seconds``): SLA load ticks also ask for the traffic of that recent window.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ class Cadence:
     ...                     throughput_adjustment_interval_seconds=60)
     >>> cadence = Cadence.starting_at(cfg, 100.0)
     >>> tick = cadence.next_tick(cfg)
-    >>> tick.at_s, tick.run_load_scaling, tick.run_throughput_scaling, tick.need_traffic_metrics
-    (105.0, True, False, False)
+    >>> tick.at_s, tick.run_load_scaling, tick.run_throughput_scaling
+    (105.0, True, False)
+    >>> tick.need_traffic_metrics, tick.traffic_metrics_duration_s  # ours: the recent rate
+    (True, 30.0)
+    >>> ref = cfg.reference_variant()
+    >>> Cadence.starting_at(ref, 100.0).next_tick(ref).need_traffic_metrics
+    False
     """
 
     next_load_s: float
@@ -54,8 +60,18 @@ class Cadence:
             and config.enable_load_scaling
             and not config.enable_throughput_scaling
         )
+        # Ours (``load_rate_window_seconds``): SLA load ticks read the recent request rate.
+        rate_scrape = (
+            is_load
+            and not is_throughput
+            and config.sla_mode
+            and config.enable_load_scaling
+            and config.load_rate_window_seconds > 0
+        )
         if is_throughput:
             duration = config.throughput_adjustment_interval_seconds
+        elif rate_scrape:
+            duration = config.load_rate_window_seconds
         elif load_only_scrape:
             duration = config.load_adjustment_interval_seconds
         else:
@@ -64,7 +80,7 @@ class Cadence:
             at_s=at,
             run_load_scaling=is_load,
             run_throughput_scaling=is_throughput,
-            need_traffic_metrics=is_throughput or load_only_scrape,
+            need_traffic_metrics=is_throughput or load_only_scrape or rate_scrape,
             traffic_metrics_duration_s=float(duration),
             need_worker_states=True,
             need_worker_fpm=is_load,

@@ -325,10 +325,40 @@ def flat_scale_down(estimates: list[float], sla_ms: float, sensitivity: float) -
     return ScaleDownCheck(all(e < sla_ms * sensitivity for e in estimates), False)
 
 
+def scale_up_step(estimates: list[float], sla_ms: float, n: int, max_step: int) -> int:
+    """Replicas to add when every engine is above the SLA: ``1`` in the reference.
+
+    Ours (``max_load_step > 1``): proportional, like a Kubernetes HPA — the least loaded
+    engine's estimate over the SLA says how many times the present replicas the load needs,
+    ``ceil(n · min(estimate) / SLA) − n``, at least 1 and at most ``max_step``. A replica takes
+    about a minute to start and no further step is taken while it does, so a ±1 controller
+    facing a load several times its fleet climbs one replica a minute while the queues grow.
+
+    >>> scale_up_step([900.0, 1200.0], 500.0, 2, max_step=1)
+    1
+    >>> scale_up_step([900.0, 1200.0], 500.0, 2, max_step=4)  # ceil(2 × 1.8) − 2
+    2
+    >>> scale_up_step([80_000.0], 500.0, 1, max_step=3)
+    3
+    >>> scale_up_step([510.0, 520.0], 500.0, 4, max_step=3)  # ceil(4.08) − 4
+    1
+    """
+    if max_step <= 1 or not estimates:
+        return 1
+    wanted = math.ceil(n * min(estimates) / sla_ms) - n
+    return max(1, min(max_step, wanted))
+
+
 def sla_step(
-    estimates: list[float], sla_ms: float, n: int, min_endpoint: int, scale_down: ScaleDownCheck
+    estimates: list[float],
+    sla_ms: float,
+    n: int,
+    min_endpoint: int,
+    scale_down: ScaleDownCheck,
+    max_step: int = 1,
 ) -> LoadProposal:
-    """The SLA rule: ALL engines above the SLA → N+1; else N−1 if the scale-down check passed.
+    """The SLA rule: ALL engines above the SLA → scale up (N+1 in the reference, see
+    :func:`scale_up_step`); else N−1 if the scale-down check passed.
 
     >>> sla_step([120.0, 130.0], 100.0, 2, 1, ScaleDownCheck(False, False))
     LoadProposal(desired=3, reason='scale_up', estimate_ms=130.0)
@@ -339,7 +369,7 @@ def sla_step(
         return LoadProposal(None, "insufficient_data")
     peak = max(estimates)
     if all(e > sla_ms for e in estimates):
-        return LoadProposal(n + 1, "scale_up", peak)
+        return LoadProposal(n + scale_up_step(estimates, sla_ms, n, max_step), "scale_up", peak)
     if n > 1 and scale_down.allowed:
         return LoadProposal(max(n - 1, min_endpoint), "scale_down", peak)
     reason: LoadReason = "scale_down_refused_consolidation" if scale_down.refused else "no_change"
@@ -406,6 +436,7 @@ def sla_prefill_proposal(
     rule: ScaleDownRule,
     kv_hit_rate: float | None,
     min_endpoint: int,
+    max_step: int = 1,
 ) -> LoadProposal:
     """Prefill TTFT rule (§4.4 estimate, §4.5/§4.6 scale-down)."""
     if not model.has_sufficient_data() or n == 0 or not max_num_batched_tokens:
@@ -431,7 +462,7 @@ def sla_prefill_proposal(
                 )
                 for q in queues
             )
-    return sla_step(estimates, ttft_sla_ms, n, min_endpoint, check)
+    return sla_step(estimates, ttft_sla_ms, n, min_endpoint, check, max_step)
 
 
 def sla_decode_proposal(
@@ -447,6 +478,7 @@ def sla_decode_proposal(
     min_endpoint: int,
     max_num_seqs: int | None = None,
     queue_aware: bool = False,
+    max_step: int = 1,
 ) -> LoadProposal:
     """Decode ITL rule; an iteration emits ``accept_length`` tokens (§5.5).
 
@@ -500,7 +532,7 @@ def sla_decode_proposal(
                     )
                 )
             check = _combine_checks(checks)
-    return sla_step(estimates, itl_sla_ms, n, min_endpoint, check)
+    return sla_step(estimates, itl_sla_ms, n, min_endpoint, check, max_step)
 
 
 def sla_agg_proposals(
@@ -519,6 +551,7 @@ def sla_agg_proposals(
     min_endpoint: int,
     max_num_seqs: int | None = None,
     queue_aware: bool = False,
+    max_step: int = 1,
 ) -> tuple[LoadProposal | None, LoadProposal]:
     """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
     ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
@@ -557,7 +590,9 @@ def sla_agg_proposals(
                     post = _ms(model.estimate_next_ttft(post_q, mbt, post_dkv, kv_hit_rate))
                     checks.append(_ttft_check(post, own, ttft_sla_ms, sensitivity))
                 check = _combine_checks(checks)
-        prefill = _veto_as_hold(sla_step(estimates, ttft_sla_ms, n, min_endpoint, check), n)
+        prefill = _veto_as_hold(
+            sla_step(estimates, ttft_sla_ms, n, min_endpoint, check, max_step), n
+        )
 
     estimates = []
     for f in engines:
@@ -586,7 +621,7 @@ def sla_agg_proposals(
                     )
                 )
             check = _combine_checks(checks)
-    decode = _veto_as_hold(sla_step(estimates, itl_sla_ms, n, min_endpoint, check), n)
+    decode = _veto_as_hold(sla_step(estimates, itl_sla_ms, n, min_endpoint, check, max_step), n)
     return prefill, decode
 
 

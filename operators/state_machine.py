@@ -12,13 +12,21 @@ tick and the tick's diagnostics. Per-tick order (§1.4):
 4. load tick: train the perf models on the tick's forward passes, then run load scaling;
 5. a load decision wins over a throughput decision (throughput only decides when load scaling
    is off; otherwise it only sets lower bounds).
+
+Ours, each behind a ``PlannerConfig`` field whose reference value restores the reference
+(``PlannerConfig.reference_variant``): bootstrap samples outside the engines' limits are dropped
+once the capabilities are known; a disagg role in flight holds only itself; SLA scale-ups are
+proportional (``max_load_step``); SLA load ticks also size each role for the recent request
+rate; SLA scale-downs need a stabilization window of agreement.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 
+from operators.bootstrap import within_engine_limits
 from operators.budget import apply_global_budget, apply_single_budget
 from operators.cadence import Cadence
 from operators.inventory import Inventory
@@ -94,6 +102,13 @@ class PlannerStateMachine:
             TrafficForecaster.from_config(config) if config.enable_throughput_scaling else None
         )
         self._models: dict[Role, PerfModel] = {}
+        self._now_s = 0.0
+        self._started_s = 0.0
+        self._wants_down: set[Role] = set()
+        # an empty window does not hold a scale-down back (as an HPA's after a restart)
+        self._down_eligible_since: dict[Role, float] = {"prefill": -math.inf, "decode": -math.inf}
+        self._rate_needs: dict[Role, tuple[int, int]] = {}
+        self._rate_floors: deque[tuple[float, Role, int]] = deque()  # (time, role, floor)
         if config.sla_mode:
             sizes = (
                 config.max_num_fpm_samples,
@@ -150,6 +165,16 @@ class PlannerStateMachine:
     def set_capabilities(self, capabilities: WorkerCapabilities) -> None:
         """Replace the engine capabilities (discovered from workers or configured)."""
         self._capabilities = capabilities
+        self._retire_foreign_benchmarks()
+
+    def _retire_foreign_benchmarks(self) -> None:
+        """Ours (``bootstrap_within_engine_limits``): drop bootstrap samples no forward pass of
+        these engines can have (see :func:`operators.bootstrap.within_engine_limits`)."""
+        if not self.config.bootstrap_within_engine_limits:
+            return
+        for role, model in self._models.items():
+            caps = self._caps(role)
+            model.retire_benchmarks(lambda fpm, caps=caps: within_engine_limits(fpm, caps))
 
     def load_benchmark_fpms(self, role: Role, fpms: Iterable[ForwardPassMetrics]) -> int:
         """Bootstrap a perf model from profiled forward passes (spec §6.3).
@@ -163,6 +188,7 @@ class PlannerStateMachine:
             return 0
         fpms = list(fpms)
         model.load_benchmark_fpms(fpms)
+        self._retire_foreign_benchmarks()
         return len(fpms)
 
     def warm_up_predictors(self, observations: Iterable[TrafficObservation]) -> int:
@@ -175,6 +201,7 @@ class PlannerStateMachine:
     def initial_tick(self, start_s: float) -> ScheduledTick:
         """The first tick of a planner started at ``start_s``."""
         self.cadence = Cadence.starting_at(self.config, start_s)
+        self._started_s = start_s
         return self.cadence.next_tick(self.config)
 
     # --- the tick ----------------------------------------------------------------------------
@@ -193,7 +220,12 @@ class PlannerStateMachine:
         load_target = None
         if tick.run_load_scaling:
             self._train(tick_input)
+            self._now_s = tick_input.now_s
+            self._wants_down = set()
+            self._rate_needs = self._size_for_recent_rate(traffic)
+            self._remember_rate_floors()
             load_target = self._load_tick(tick_input.fpm_observations, diag)
+            self._track_scale_down_eligibility(load_target)
 
         both_loops = self.config.enable_load_scaling and self.config.enable_throughput_scaling
         if both_loops and (tick.run_load_scaling or tick.run_throughput_scaling):
@@ -318,9 +350,12 @@ class PlannerStateMachine:
 
     def _load_disagg(self, obs: FpmObservations, diag: TickDiagnostics) -> ScaleTarget | None:
         inv = self.inventory
-        if inv.scaling_in_progress("prefill") or inv.scaling_in_progress("decode"):
+        held = {role for role in ("prefill", "decode") if inv.scaling_in_progress(role)}
+        if held and (self.config.in_progress_guard == "deployment" or len(held) == 2):
             self._set_load_reason(diag, "scaling_in_progress")
             return None
+        if held:
+            return self._load_disagg_one_role(obs, held.pop(), diag)
         p_fpms, d_fpms = obs.prefill, obs.decode
         if not p_fpms and not d_fpms:
             self._set_load_reason(diag, "no_fpm_data")
@@ -351,12 +386,135 @@ class PlannerStateMachine:
             return None
         return ScaleTarget(final_p, final_d, "load", reason, p_reason, d_reason)
 
+    def _load_disagg_one_role(
+        self, obs: FpmObservations, held: Role, diag: TickDiagnostics
+    ) -> ScaleTarget | None:
+        """Ours (``in_progress_guard="role"``): ``held`` has a scale in flight and takes no new
+        step (no stacking, spec §17 items 6/10, per role); the other role decides alone. The
+        held role's in-flight target is left as it is (``None`` in the decision), and the GPU
+        budget is checked with the held role at that target: if the pair clamp would have to
+        change the held role, nothing moves this tick."""
+        moving: Role = "decode" if held == "prefill" else "prefill"
+        self._set_role_load_reason(diag, held, "scaling_in_progress")
+        fpms = obs.for_role(moving)
+        n = self.inventory.ready(moving)
+        held_target = self.inventory.current_target(held)
+        reason: LoadReason
+        if not fpms:
+            reason = "no_fpm_data"
+        elif n is None or held_target is None or not fpm_covers_workers(fpms, n):
+            reason = "worker_count_mismatch"
+        else:
+            proposal = self._propose(moving, fpms, n, diag)
+            post_floor = self._apply_floor(
+                moving, n if proposal.desired is None else proposal.desired
+            )
+            pair = {moving: post_floor, held: held_target}
+            final_p, final_d = self._budget_pair(pair["prefill"], pair["decode"])
+            final = final_p if moving == "prefill" else final_d
+            if (final_d if moving == "prefill" else final_p) != held_target:
+                final = n  # the budget cannot fund this step without touching the held role
+            reason = settle_reason(current=n, proposal=proposal, post_floor=post_floor, final=final)
+            self._set_role_load_reason(diag, moving, reason)
+            if final != n:
+                diag.load_decision_reason = aggregate_reason([reason], changed=True)
+                return ScaleTarget(
+                    num_prefill=final if moving == "prefill" else None,
+                    num_decode=final if moving == "decode" else None,
+                    source="load",
+                    reason=diag.load_decision_reason,
+                    prefill_reason=reason if moving == "prefill" else "scaling_in_progress",
+                    decode_reason=reason if moving == "decode" else "scaling_in_progress",
+                )
+        self._set_role_load_reason(diag, moving, reason)
+        diag.load_decision_reason = "scaling_in_progress"
+        return None
+
     def _apply_floor(self, role: Role, desired: int) -> int:
         if self.config.enable_throughput_scaling:
             return max(desired, self._lower_bounds[role])
         return desired
 
+    def _size_for_recent_rate(
+        self, traffic: TrafficObservation | None
+    ) -> dict[Role, tuple[int, int]]:
+        """Ours (``load_rate_window_seconds``): per role, the replicas the recent request rate
+        needs at full capacity, and the fewest that keep every engine within
+        ``load_rate_utilization`` of it. Empty when off, without traffic, before a full window
+        has passed, or while a model is not ready."""
+        cfg = self.config
+        if cfg.load_rate_window_seconds <= 0 or not cfg.sla_mode:
+            return {}
+        if traffic is None or not traffic.duration_s > 0:
+            return {}
+        demand = traffic.num_req / traffic.duration_s
+        if self._now_s - self._started_s < cfg.load_rate_window_seconds:
+            return {}  # the window reaches back before the planner started: a partial count
+        utilization = cfg.load_rate_utilization
+        needs: dict[Role, tuple[int, int]] = {}
+        for role in cfg.roles:
+            capacity = self._capacity(role, demand, traffic.isl, traffic.osl)
+            rps = capacity.engine_rps
+            if capacity.replicas is None or rps is None or not rps > 0:
+                continue
+            min_ep = self._min_endpoint(role)
+            full = max(math.ceil(demand / rps), min_ep)
+            within = max(math.ceil(demand / (rps * utilization)), min_ep)
+            needs[role] = (full, within)
+        return needs
+
+    def _remember_rate_floors(self) -> None:
+        """Keep each role's scale-down floor of the last ``scale_down_stabilization_seconds``:
+        a scale-down must respect the highest (HPA-style stabilization of the rate signal)."""
+        horizon = self._now_s - self.config.scale_down_stabilization_seconds
+        for role, (_, within) in self._rate_needs.items():
+            self._rate_floors.append((self._now_s, role, within))
+        while self._rate_floors and self._rate_floors[0][0] < horizon:
+            self._rate_floors.popleft()
+
+    def _apply_rate_needs(self, role: Role, n: int, proposal: LoadProposal) -> LoadProposal:
+        need = self._rate_needs.get(role)
+        if need is None:
+            return proposal
+        full, _ = need
+        within = max(floor for _, r, floor in self._rate_floors if r == role)
+        if full > n:
+            stepped = min(full, n + self.config.max_load_step)
+            if proposal.desired is None or proposal.desired < stepped:
+                return LoadProposal(stepped, "scale_up", proposal.estimate_ms)
+            return proposal
+        if proposal.desired is not None and proposal.desired < n and proposal.desired < within:
+            return LoadProposal(None, "scale_down_refused_consolidation", proposal.estimate_ms)
+        return proposal
+
     def _propose(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
+        """The role's load rule, then (ours) the recent request rate and the scale-down
+        stabilization window."""
+        proposal = self._rule_proposal(role, fpms, n, diag)
+        if not self.config.sla_mode:  # the threshold targets stay the reference's (§4.3)
+            return proposal
+        if proposal.desired is not None and proposal.desired < n:
+            self._wants_down.add(role)  # the latency rule's vote, before the rate's veto
+        if proposal.reason != "insufficient_data":
+            proposal = self._apply_rate_needs(role, n, proposal)
+        if proposal.desired is None or proposal.desired >= n:
+            return proposal
+        window = self.config.scale_down_stabilization_seconds
+        if self._now_s - self._down_eligible_since[role] < window:
+            return LoadProposal(None, "no_change", proposal.estimate_ms)
+        return proposal
+
+    def _track_scale_down_eligibility(self, decided: ScaleTarget | None) -> None:
+        """A role is eligible for a scale-down only after ``scale_down_stabilization_seconds``
+        in which every load tick wanted one and nothing changed it (ours; HPA-style)."""
+        for role in self.config.roles:
+            changed = decided is not None and (
+                decided.num_prefill if role == "prefill" else decided.num_decode
+            ) not in (None, self.inventory.current_target(role))
+            if role not in self._wants_down or changed:
+                self._down_eligible_since[role] = self._now_s
+
+    def _rule_proposal(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
         cfg = self.config
         caps = self._caps(role)
         min_ep = self._min_endpoint(role)
@@ -380,6 +538,7 @@ class PlannerStateMachine:
                 rule=cfg.scale_down_rule,
                 kv_hit_rate=self.metadata.kv_hit_rate,
                 min_endpoint=min_ep,
+                max_step=cfg.max_load_step,
             )
             diag.estimated_ttft_ms = proposal.estimate_ms
             return proposal
@@ -396,6 +555,7 @@ class PlannerStateMachine:
                 min_endpoint=min_ep,
                 max_num_seqs=caps.max_num_seqs,
                 queue_aware=cfg.queue_aware_estimates,
+                max_step=cfg.max_load_step,
             )
             diag.estimated_itl_ms = proposal.estimate_ms
             return proposal
@@ -414,6 +574,7 @@ class PlannerStateMachine:
             min_endpoint=min_ep,
             max_num_seqs=caps.max_num_seqs,
             queue_aware=cfg.queue_aware_estimates,
+            max_step=cfg.max_load_step,
         )
         diag.estimated_ttft_ms = prefill.estimate_ms if prefill is not None else None
         diag.estimated_itl_ms = decode.estimate_ms
@@ -507,6 +668,11 @@ class PlannerStateMachine:
                 ttft_sla_ms=cfg.ttft_ms,
                 max_num_batched_tokens=caps.max_num_batched_tokens,
                 min_endpoint=min_ep,
+                max_batch_requests=(
+                    caps.max_num_seqs or caps.max_num_batched_tokens
+                    if cfg.prefill_capacity_batching
+                    else None
+                ),
             )
         if isinstance(model, DecodePerfModel):
             return decode_capacity(

@@ -27,7 +27,11 @@ class PrefillCapacityModel(Protocol):
     """The part of ``PrefillPerfModel`` throughput scaling uses."""
 
     def find_best_engine_prefill_rps(
-        self, ttft_sla_ms: float, isl: float, max_num_batched_tokens: int | None = None
+        self,
+        ttft_sla_ms: float,
+        isl: float,
+        max_num_batched_tokens: int | None = None,
+        max_batch_requests: int | None = None,
     ) -> tuple[float, float]: ...
 
 
@@ -95,11 +99,14 @@ def prefill_capacity(
     ttft_sla_ms: float,
     max_num_batched_tokens: int | None,
     min_endpoint: int,
+    max_batch_requests: int | None = None,
 ) -> Capacity:
-    """Prefill replicas: the engine's rate at the hit-discounted ISL."""
+    """Prefill replicas: the engine's rate at the hit-discounted ISL (with
+    ``max_batch_requests``, ours: prompts batched into one pass, see
+    ``PrefillPerfModel.find_best_engine_prefill_rps``)."""
     effective_isl = isl * (1.0 - clamp_kv_hit_rate(kv_hit_rate))
     rps, ttft_ms = model.find_best_engine_prefill_rps(
-        ttft_sla_ms, effective_isl, max_num_batched_tokens
+        ttft_sla_ms, effective_isl, max_num_batched_tokens, max_batch_requests
     )
     if not rps > 0:
         return NOT_READY

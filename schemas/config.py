@@ -42,6 +42,12 @@ class ConfigError(ValueError):
 REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "scale_down_rule": "flat",
     "queue_aware_estimates": False,
+    "bootstrap_within_engine_limits": False,
+    "in_progress_guard": "deployment",
+    "max_load_step": 1,
+    "scale_down_stabilization_seconds": 0.0,
+    "prefill_capacity_batching": False,
+    "load_rate_window_seconds": 0.0,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -115,6 +121,36 @@ class PlannerConfig(BaseModel):
     fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
     """*ours*: how many of an engine's forward passes in a tick window train the perf model
     (evenly spaced; the reference trains on the latest one only)."""
+    bootstrap_within_engine_limits: bool = True
+    """*ours*: once the engines' ``max_num_seqs`` / ``max_num_batched_tokens`` /
+    ``max_kv_tokens`` are known, drop the profile (bootstrap) samples no forward pass of these
+    engines can have, e.g. decode batches beyond ``max_num_seqs``. Reference: ``False`` (every
+    profile point stays in the perf model)."""
+    in_progress_guard: Literal["deployment", "role"] = "role"
+    """*ours*: what a scale still in flight (expected != ready) blocks. ``role``: that role
+    takes no new load step until it lands, the other role of a disagg deployment still moves.
+    Reference: ``deployment`` (either role in flight blocks both, spec §4.2)."""
+    max_load_step: Annotated[int, Field(ge=1)] = 3
+    """*ours*: most replicas one SLA load tick may add to a role; above 1 the step is
+    proportional to how far the least loaded engine is above the SLA (and to the recent
+    request rate, see ``load_rate_window_seconds``). Reference: 1."""
+    scale_down_stabilization_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 120.0
+    """*ours*: an SLA load scale-down of a role needs this long in which every load tick wanted
+    it and nothing changed the role; the recent-rate floor is the highest of this window
+    (Kubernetes HPA's downscale stabilization). Reference: 0."""
+    prefill_capacity_batching: bool = True
+    """*ours*: a prefill engine's capacity counts the prompts it packs into one forward pass
+    (up to ``max_num_batched_tokens`` / ``max_num_seqs``, within the TTFT SLA), as the
+    reference's newer capacity search does; ``False`` (the G2 reference): one prompt per pass."""
+    load_rate_window_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
+    """*ours*: SLA load ticks also read the request rate of the last this-many seconds and size
+    each role for it with the throughput loop's capacity model: a role that cannot carry it
+    even at full capacity scales up now (at most ``max_load_step``), before its queues show
+    it, and a scale-down must leave every survivor within ``load_rate_utilization`` of its
+    capacity. Reference: 0 (off; load ticks see only the engines' forward passes)."""
+    load_rate_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """*ours*: the highest share of its capacity a load scale-down may leave each surviving
+    engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""
 
     # --- budget / endpoints (§9.5) ---
     max_gpu_budget: int = 8

@@ -81,7 +81,11 @@ class PrefillPerfModel(FpmRegressor):
         return chunked_prefill_seconds(total, mbt, lambda c: fit.predict((c,)))
 
     def find_best_engine_prefill_rps(
-        self, ttft_sla_ms: float, isl: float, max_num_batched_tokens: float | None = None
+        self,
+        ttft_sla_ms: float,
+        isl: float,
+        max_num_batched_tokens: float | None = None,
+        max_batch_requests: int | None = None,
     ) -> tuple[float, float]:
         """``(requests/s one engine sustains, TTFT ms of one request)`` at this ISL.
 
@@ -89,6 +93,22 @@ class PrefillPerfModel(FpmRegressor):
         ``max_num_batched_tokens`` is prefilled in full chunks plus a tail. The TTFT may exceed
         ``ttft_sla_ms``; the caller compares (a linear model's rate does not depend on batching).
         Callers pass the KV-hit-discounted ISL.
+
+        Ours, with ``max_batch_requests`` (usually ``max_num_seqs``) and the token budget: an
+        engine under load packs ``B`` prompts into one forward pass, paying the per-pass
+        intercept once, so it sustains ``B / time(B · isl)`` requests/s; ``B`` is the largest
+        batch that fits ``max_num_batched_tokens`` and ``max_batch_requests`` and still meets
+        ``ttft_sla_ms`` (1 when none does), as in the reference's newer capacity search (spec
+        §3.6). Without it (the G2 reference), the rate is ``1 / time(isl)``.
+
+        >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
+        >>> model = PrefillPerfModel(min_observations=2)
+        >>> for tokens in (1000, 4000):
+        ...     model.learn_one({"sum_prefill_tokens": tokens}, 0.02 + 2e-5 * tokens)
+        >>> [round(v, 3) for v in model.find_best_engine_prefill_rps(500, 1000, 8192)]
+        [25.0, 40.0]
+        >>> [round(v, 3) for v in model.find_best_engine_prefill_rps(500, 1000, 8192, 256)]
+        [44.444, 180.0]
         """
         require_finite("ttft_sla_ms", ttft_sla_ms)
         tokens = require_finite("isl", isl)
@@ -104,6 +124,17 @@ class PrefillPerfModel(FpmRegressor):
             chunks = math.ceil(tokens / mbt)
             tail = tokens - (chunks - 1) * mbt
             wall = (chunks - 1) * fit.predict((mbt,)) + fit.predict((tail,))
-        else:
-            wall = fit.predict((tokens,))
-        return 1.0 / wall, 1000.0 * wall
+            return 1.0 / wall, 1000.0 * wall
+        batch = 1
+        if max_batch_requests is not None and mbt is not None and mbt > 0:
+            limit = max(1, min(int(max_batch_requests), int(mbt // tokens)))
+            low, high = 1, limit  # largest batch meeting the SLA; 1 when none does
+            while low < high:
+                mid = (low + high + 1) // 2
+                if 1000.0 * fit.predict((mid * tokens,)) <= ttft_sla_ms:
+                    low = mid
+                else:
+                    high = mid - 1
+            batch = low
+        wall = fit.predict((batch * tokens,))
+        return batch / wall, 1000.0 * wall

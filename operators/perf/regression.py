@@ -116,6 +116,7 @@ class FpmRegressor(base.Regressor):
         ndim = len(self.feature_names)
         per_axis = bucket_count if ndim == 1 else math.isqrt(bucket_count)
         self.samples = BucketedSampleStore(ndim, max_num_fpm_samples, max(1, per_axis))
+        self.benchmark_samples: dict[int, ForwardPassMetrics] = {}  # sample seq -> its FPM
         self._outcome: tuple[LinearFit | None, str] | None = None  # None = refit needed
 
     # -- river interface ---------------------------------------------------------------------
@@ -146,9 +147,43 @@ class FpmRegressor(base.Regressor):
         self._add_sample(self._features_of(fpm), fpm.wall_time)
 
     def load_benchmark_fpms(self, fpms: Iterable[ForwardPassMetrics]) -> None:
-        """Add benchmark / profile FPMs (bootstrap), in order."""
+        """Add benchmark / profile FPMs (bootstrap), in order.
+
+        The model remembers which samples came from a benchmark, so
+        :meth:`retire_benchmarks` can later drop the ones that turn out not to fit the engine.
+        """
         for fpm in fpms:
-            self.add_observation(fpm)
+            if not isinstance(fpm, ForwardPassMetrics):
+                raise TypeError(f"expected ForwardPassMetrics, got {type(fpm).__name__}")
+            self._observe_averages(fpm)
+            if fpm.wall_time != 0.0:
+                seq = self._add_sample(self._features_of(fpm), fpm.wall_time)
+                self.benchmark_samples[seq] = fpm
+
+    def retire_benchmarks(self, keep: Callable[[ForwardPassMetrics], bool]) -> int:
+        """Drop the retained benchmark samples whose FPM ``keep`` rejects; returns how many.
+
+        Live samples are never touched. The moving averages keep what they saw.
+
+        >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
+        >>> from operators.perf import PrefillPerfModel
+        >>> model = PrefillPerfModel(min_observations=2)
+        >>> model.load_benchmark_fpms([ForwardPassMetrics(wall_time=0.001 * t + 0.02,
+        ...     scheduled_requests=ScheduledRequestMetrics(num_prefill_requests=1,
+        ...                                                sum_prefill_tokens=t))
+        ...     for t in (1000, 8000, 16000)])
+        >>> model.retire_benchmarks(lambda f: f.scheduled_requests.sum_prefill_tokens <= 8192)
+        1
+        >>> model.num_observations
+        2
+        """
+        drop = {seq for seq, fpm in self.benchmark_samples.items() if not keep(fpm)}
+        for seq in drop:
+            del self.benchmark_samples[seq]
+        removed = self.samples.remove(drop)
+        if removed:
+            self._outcome = None
+        return removed
 
     def has_sufficient_data(self) -> bool:
         """At least ``min_observations`` samples are retained."""
@@ -204,9 +239,10 @@ class FpmRegressor(base.Regressor):
             raise ValueError(f"feature(s) {negative} must be >= 0")
         return values
 
-    def _add_sample(self, values: tuple[float, ...], wall_time: float) -> None:
-        self.samples.add(values, wall_time)
+    def _add_sample(self, values: tuple[float, ...], wall_time: float) -> int:
+        seq = self.samples.add(values, wall_time)
         self._outcome = None
+        return seq
 
     def _fit(self) -> LinearFit | None:
         if not self.has_sufficient_data():

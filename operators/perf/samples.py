@@ -45,7 +45,7 @@ class BucketedSampleStore:
 
     >>> store = BucketedSampleStore(ndim=1, max_samples=3, buckets_per_axis=2)
     >>> for tokens in (100.0, 110.0, 120.0, 1000.0):
-    ...     store.add((tokens,), tokens / 1000)
+    ...     _ = store.add((tokens,), tokens / 1000)
     >>> [x for x, _ in store.samples()]
     [(110.0,), (120.0,), (1000.0,)]
     """
@@ -65,22 +65,49 @@ class BucketedSampleStore:
     def __len__(self) -> int:
         return self.total
 
-    def add(self, x: Features, y: float) -> None:
-        """Store one sample (retiring one if the store is full). ``x`` has ``ndim`` values."""
+    def add(self, x: Features, y: float) -> int:
+        """Store one sample (retiring one if the store is full); returns its sequence number.
+        ``x`` has ``ndim`` values."""
         if len(x) != self.ndim:
             raise ValueError(f"expected {self.ndim} feature values, got {len(x)}")
         if self._widen_bounds(x) and self.total:
             self._rebucket()
-        self.buckets.setdefault(self._key(x), deque()).append((self.next_seq, x, y))
+        seq = self.next_seq
+        self.buckets.setdefault(self._key(x), deque()).append((seq, x, y))
         self.next_seq += 1
         self.total += 1
         if self.total > self.max_samples:
             self._retire_one()
+        return seq
 
     def samples(self) -> list[tuple[Features, float]]:
         """The retained samples, oldest first."""
         stored = sorted(s for bucket in self.buckets.values() for s in bucket)
         return [(x, y) for _, x, y in stored]
+
+    def remove(self, seqs: set[int]) -> int:
+        """Drop the retained samples with these sequence numbers; returns how many went.
+
+        The bucket bounds are recomputed from the samples that stay (an explicit removal, unlike
+        retirement, takes its range with it) and every sample is re-bucketed.
+
+        >>> store = BucketedSampleStore(ndim=1, max_samples=4, buckets_per_axis=2)
+        >>> for tokens in (100.0, 200.0, 9000.0):
+        ...     _ = store.add((tokens,), tokens / 1000)
+        >>> store.remove({2}), store.upper, [x for x, _ in store.samples()]
+        (1, [200.0], [(100.0,), (200.0,)])
+        """
+        kept = sorted(s for bucket in self.buckets.values() for s in bucket if s[0] not in seqs)
+        removed = self.total - len(kept)
+        if not removed:
+            return 0
+        self.total = len(kept)
+        self.lower = [min(s[1][i] for s in kept) for i in range(self.ndim)] if kept else []
+        self.upper = [max(s[1][i] for s in kept) for i in range(self.ndim)] if kept else []
+        self.buckets = {}
+        for sample in kept:
+            self.buckets.setdefault(self._key(sample[1]), deque()).append(sample)
+        return removed
 
     def bucket_sizes(self) -> dict[tuple[int, ...], int]:
         """Number of samples per non-empty bucket (for diagnostics and tests)."""

@@ -50,7 +50,10 @@ def fpm(
 def sla_config(**overrides: Any) -> PlannerConfig:
     """The §16.3 base config: disagg, SLA target, both loops, constant predictor.
 
-    The reference's estimates (``queue_aware_estimates=False``): these are its acceptance cases.
+    The reference's estimates (``queue_aware_estimates=False``), bootstrap
+    (``bootstrap_within_engine_limits=False``: the §16.3 training sets exceed the fixture's
+    2048-token prefill budget), guard, ±1 step without stabilization, one-prompt prefill
+    capacity and no rate signal on load ticks: these are its acceptance cases.
     """
     values: dict[str, Any] = {
         "mode": "disagg",
@@ -69,6 +72,12 @@ def sla_config(**overrides: Any) -> PlannerConfig:
         "enable_throughput_scaling": True,
         "load_predictor": "constant",
         "queue_aware_estimates": False,
+        "bootstrap_within_engine_limits": False,
+        "in_progress_guard": "deployment",
+        "max_load_step": 1,
+        "scale_down_stabilization_seconds": 0.0,
+        "prefill_capacity_batching": False,
+        "load_rate_window_seconds": 0.0,
     }
     values.update(overrides)
     return PlannerConfig(**values)
