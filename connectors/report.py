@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from schemas import LOAD_REASONS, THROUGHPUT_REASONS, TickRecord
 
@@ -421,6 +422,11 @@ def panels_from_ticks(
     def some(values: Sequence[float | None]) -> bool:
         return any(v is not None for v in values)
 
+    def sparse(name: str, values: Sequence[float | None], **style: Any) -> Series:
+        # values known only on some ticks (e.g. every throughput interval): join those points
+        kept = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
+        return Series(name, [x for x, _ in kept], [v for _, v in kept], **style)
+
     rep: list[Series] = []
     for i, role in enumerate(("prefill", "decode")):
         color = PALETTE[i]
@@ -447,8 +453,8 @@ def panels_from_ticks(
         return p / o.duration_s if p is not None and o is not None and o.duration_s > 0 else None
 
     rate = [
-        Series("observed", t, col(obs_rate)),
-        Series("predicted", t, col(pred_rate), dashed=True),
+        sparse("observed", col(obs_rate)),
+        sparse("predicted", col(pred_rate), dashed=True),
     ]
     if any(some(s.values) for s in rate):
         out["rate"] = Panel("Request rate (planner)", rate, y_label="req/s")
@@ -499,9 +505,9 @@ def panels_from_ticks(
         o = col(lambda k, a=obs: getattr(k.observed_traffic, a) if k.observed_traffic else None)
         p = col(lambda k, a=pred: getattr(k.diagnostics, a))
         if some(o):
-            lengths.append(Series(f"observed {name}", t, o))
+            lengths.append(sparse(f"observed {name}", o))
         if some(p):
-            lengths.append(Series(f"predicted {name}", t, p, dashed=True))
+            lengths.append(sparse(f"predicted {name}", p, dashed=True))
     if lengths:
         out["lengths"] = Panel("Sequence lengths", lengths, y_label="tokens")
     for key, attr, names in (
