@@ -473,15 +473,26 @@ class PlannerStateMachine:
             self._rate_floors.popleft()
 
     def _apply_rate_needs(self, role: Role, n: int, proposal: LoadProposal) -> LoadProposal:
+        """The recent rate on top of the latency rule: a role that cannot carry it scales up to
+        what it needs (at most ``max_load_step`` more); a role that can carries a latency spike
+        (a burst's queue, drained before a new replica could start) with at most one more
+        replica, or as many as bring it within ``load_rate_utilization``; and a scale-down
+        must keep the highest floor of the stabilization window."""
         need = self._rate_needs.get(role)
         if need is None:
             return proposal
-        full, _ = need
+        full, now_within = need
         within = max(floor for _, r, floor in self._rate_floors if r == role)
+        step = self.config.max_load_step
         if full > n:
-            stepped = min(full, n + self.config.max_load_step)
+            stepped = min(full, n + step)
             if proposal.desired is None or proposal.desired < stepped:
                 return LoadProposal(stepped, "scale_up", proposal.estimate_ms)
+            return proposal
+        if proposal.desired is not None and proposal.desired > n:
+            cap = max(n + 1, min(now_within, n + step))
+            if proposal.desired > cap:
+                return LoadProposal(cap, "scale_up", proposal.estimate_ms)
             return proposal
         if proposal.desired is not None and proposal.desired < n and proposal.desired < within:
             return LoadProposal(None, "scale_down_refused_consolidation", proposal.estimate_ms)

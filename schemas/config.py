@@ -146,8 +146,10 @@ class PlannerConfig(BaseModel):
     """*ours*: SLA load ticks also read the request rate of the last this-many seconds and size
     each role for it with the throughput loop's capacity model: a role that cannot carry it
     even at full capacity scales up now (at most ``max_load_step``), before its queues show
-    it, and a scale-down must leave every survivor within ``load_rate_utilization`` of its
-    capacity. Reference: 0 (off; load ticks see only the engines' forward passes)."""
+    it; a role that can carry it answers a latency spike (a burst's queue) with one replica,
+    not a proportional step; a scale-down must leave every survivor within
+    ``load_rate_utilization`` of its capacity. Reference: 0 (off; load ticks see only the
+    engines' forward passes)."""
     load_rate_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """*ours*: the highest share of its capacity a load scale-down may leave each surviving
     engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""

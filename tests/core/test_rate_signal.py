@@ -157,3 +157,42 @@ def test_the_floor_is_the_highest_of_the_stabilization_window() -> None:
         assert effects.diagnostics.load_decision_reason == "scale_down_refused_consolidation"
     effects = load_tick(core_, 55.0, 3, rps=light)
     assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (2, "scale_down")
+
+
+def queued(worker: str, tokens: int) -> ForwardPassMetrics:
+    return fpm(worker_id=worker, queued_prefill=tokens, prefill_tokens=1000, prefill_requests=1)
+
+
+def burst_tick(core_: PlannerStateMachine, rps: float | None):
+    traffic = (
+        None
+        if rps is None
+        else TrafficObservation(duration_s=30.0, num_req=rps * 30.0, isl=1000, osl=100)
+    )
+    tick = ScheduledTick(
+        at_s=30.0,
+        run_load_scaling=True,
+        need_traffic_metrics=traffic is not None,
+        traffic_metrics_duration_s=30.0 if traffic is not None else 0.0,
+        need_worker_fpm=True,
+    )
+    engines = {(f"w{i}", 0): queued(f"w{i}", 60_000) for i in range(2)}  # TTFT ~1.6 s each
+    return core_.on_tick(
+        tick,
+        TickInput(
+            now_s=30.0,
+            traffic=traffic,
+            worker_counts=WorkerCounts(ready_num_prefill=2),
+            fpm_observations=FpmObservations(prefill=engines),
+        ),
+    )
+
+
+def test_a_burst_the_rate_fits_buys_one_replica_not_a_proportional_step() -> None:
+    # without the rate: ceil(2 × 1.6 s / 0.5 s) − 2 = 5 more, capped at 3
+    assert burst_tick(machine(), rps=None).scale_to.num_prefill == 5
+    # the last 30 s averaged 50 % of two engines: the queue is a burst's, it drains long
+    # before a new replica starts; one more replica, not three
+    assert burst_tick(machine(), rps=0.5 * 2 * ENGINE_RPS).scale_to.num_prefill == 3
+    # and a rate above what two engines carry sizes the step by the rate: ceil(4.5) = 5
+    assert burst_tick(machine(), rps=4.5 * ENGINE_RPS).scale_to.num_prefill == 5
