@@ -187,6 +187,7 @@ class Engine:
         self._completing: list[SimRequest] = []
         self._seg: list[float] = [0.0, 0.0, 0.0]  # t0, w1, slope
         self._seg_n = 0
+        self._seg_done = 0  # iterations of the segment already emitted as rows
         self._seg_kb = 0
         self._seg_var = 0.0
         self._seg_q: tuple = ()
@@ -287,6 +288,13 @@ class Engine:
         """Complete every activity that ends before ``t`` and plan the next ones."""
         while self.act_end < t:
             self._complete()
+
+    def catch_up(self, t: float) -> None:
+        """Bring the engine's counters to time ``t``: what it reports then does not depend on
+        when the simulation was last advanced (routing looks at it between events)."""
+        self.sync(t)
+        if self._act == _SEG:
+            self._materialize_before(t)
 
     def complete_due(self, t: float) -> None:
         """Complete every activity that ends at or before ``t`` (event-driven engines)."""
@@ -563,6 +571,7 @@ class Engine:
         seg[1] = w1
         seg[2] = slope
         self._seg_n = n
+        self._seg_done = 0
         self._seg_kb = kb
         self._seg_var = _var(B, self.sum_base, self.sum_base_sq)
         self._seg_q = self._queued()
@@ -593,8 +602,8 @@ class Engine:
             self._completing = []
         else:
             n = self._seg_n
+            self.S += n - self._seg_done
             self._emit_segment(n)
-            self.S += n
             end = self.last_row_t
         self._finish_due(end)
         self._plan(end)
@@ -604,14 +613,18 @@ class Engine:
         return t0 + j * (w1 + 0.5 * slope * (j - 1))
 
     def _emit_segment(self, m: int) -> None:
-        """Append rows for the first ``m`` iterations of the current segment."""
+        """Append rows for the segment's iterations up to the ``m``-th (those not yet emitted).
+
+        Times always come from the segment's own origin, so where a replay's ``advance`` calls
+        cut a segment never changes a single bit of the result."""
         t0, w1, slope = self._seg
         h = 0.5 * slope
         B = self.B
         kb = self._seg_kb - B  # K of iteration j is kb + B*j
         var = self._seg_var
         qn, qs, qv, dn, ds, dv = self._seg_q
-        c = self.counter
+        c = self.counter - self._seg_done  # counter of iteration j is c + j
+        first = self._seg_done + 1
         self.rows.extend(
             [
                 (
@@ -632,10 +645,11 @@ class Engine:
                     ds,
                     dv,
                 )
-                for j in range(1, m + 1)
+                for j in range(first, m + 1)
             ]
         )
         self.counter = c + m
+        self._seg_done = m
         self.last_row_t = self.rows[-1][0]
 
     def _first_ending_at_or_after(self, t: float) -> int:
@@ -667,18 +681,12 @@ class Engine:
             self.act_end = self._seg_time(m)
 
     def _materialize_before(self, until: float) -> None:
-        """Emit the segment's iterations that end before ``until`` and rebase the rest."""
+        """Emit the segment's iterations that end before ``until`` (the rest stay planned)."""
         m = self._first_ending_at_or_after(until) - 1
-        if m <= 0:
+        if m <= self._seg_done:
             return
+        self.S += m - self._seg_done
         self._emit_segment(m)
-        seg = self._seg
-        seg[0] = self.last_row_t
-        seg[1] = seg[1] + seg[2] * m
-        self.S += m
-        self._seg_kb += self.B * m
-        self._seg_n -= m
-        self.act_end = self._seg_time(self._seg_n)
 
     def _heartbeats(self, upto: float) -> None:
         """Idle: one heartbeat row per ``heartbeat_s`` of silence before ``upto``."""

@@ -485,8 +485,7 @@ class FleetSim:
             if prefill:
                 cost = eng.pending_tokens
             else:
-                if eng.act_end < t:
-                    eng.sync(t)
+                eng.catch_up(t)
                 cost = eng.sum_base + eng.B * eng.S + eng.waiting_need
             if prefix:
                 cost += req.isl - eng.prefix_hit(req.hash_ids, req.block_size)

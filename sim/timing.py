@@ -12,11 +12,14 @@ The model (chosen to reproduce every profile point exactly, and cheap to evaluat
   takes exactly the profile's TTFT; chunks of a long prompt each pay ``c0`` again, and cache
   hits save the work of the cached prefix while the attention over it stays in ``g``.
 * **Decode.** The profile gives ITL at (KV usage ``u``, context length ``c``) on rows of constant
-  ``c``. A decode iteration of ``B`` requests holding ``K`` KV tokens in total has ``c = K / B``
-  and ``u = K / max_kv_tokens``; its time is the profile's ITL interpolated piecewise-linearly
-  in ``u`` along the two rows that bracket ``c`` and then linearly in ``c`` (``c`` clamped to
-  the profiled range; ``u`` below a row's first point clamps to it, above its last point
-  extends with the last non-negative slope).
+  ``c``. A decode iteration of ``B`` requests holding ``K`` KV tokens in total has ``c = K / B``;
+  its time is interpolated linearly in ``c`` between the two rows that bracket it, each read at
+  the SAME batch size ``B`` (row ``r`` at ``u = B · c_r / max_kv_tokens``, piecewise-linearly
+  along the row). Reading the rows at the same batch rather than the same KV fraction keeps the
+  model inside the batch sizes the engine runs (the shortest-context row reaches batches of
+  ~1 000 at the fraction a 256-request batch of longer context holds) and makes the time grow
+  with context at a fixed batch. ``c`` is clamped to the profiled range; ``u`` below a row's
+  first point clamps to it, above its last point extends with the last non-negative slope.
 * **Mixed (aggregated) iterations** add the decode part's cost above the batch-1 floor
   ``d0 = ITL(B=1, K->0)`` to the prefill cost:
   ``c0 + sum_i [...] + max(0, itl(B, K) - d0)``.
@@ -155,17 +158,22 @@ class DecodeTiming:
         if batch <= 0:
             return 0.0
         c = kv_tokens / batch
-        u = kv_tokens * self.inv_max_kv
+        per_token = batch * self.inv_max_kv  # KV usage of this batch per token of context
         cs = self._cs
         j = bisect_right(cs, c) - 1
         if j < 0 or j >= len(cs) - 1:
-            us, bx, bv, sl = self._rows[0 if j < 0 else -1]
+            row = 0 if j < 0 else -1
+            us, bx, bv, sl = self._rows[row]
+            u = per_token * cs[row]  # the same batch at the row's context
             k = bisect_right(us, u)
             return bv[k] + sl[k] * (u - bx[k])
+        # the same batch size on both bracketing context rows, then linear in context
         us, bx, bv, sl = self._rows[j]
+        u = per_token * cs[j]
         k = bisect_right(us, u)
         lo = bv[k] + sl[k] * (u - bx[k])
         us, bx, bv, sl = self._rows[j + 1]
+        u = per_token * cs[j + 1]
         k = bisect_right(us, u)
         hi = bv[k] + sl[k] * (u - bx[k])
         w = (c - cs[j]) / (cs[j + 1] - cs[j])

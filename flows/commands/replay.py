@@ -108,7 +108,12 @@ def replay_once(args: argparse.Namespace, default_report: str | None = None) -> 
     )
     bar = ProgressBar(scenario.end_s, enabled=not args.quiet)
     outcome = run_planner(scenario, config, on_step=bar.update)
-    bar.close(f"{outcome.speed:,.0f}x real time")
+    bar.close()
+    print(
+        f"replayed {outcome.result.duration_s:,.0f} s in {outcome.wall_s:.1f} s: "
+        f"{outcome.speed:,.0f}x real time",
+        file=sys.stderr,
+    )
     print(outcome.result.table())
     if args.json:
         Path(args.json).write_text(outcome.result.to_json())

@@ -3,6 +3,7 @@ events over Kafka in real time; ``flowplanner run`` (ZMQ + Kafka in, Kafka out) 
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -93,8 +94,8 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
         ):
             time.sleep(2.0)
             seen = list(read_decisions(kafka_bootstrap, decisions))
-        # 40 req/s of 3000-token prompts overload one prefill engine: the planner adds one
-        assert any(d.reason == "scale_up" and d.num_prefill == 2 for d in seen), seen
+        # 40 req/s of 3000-token prompts overload one prefill engine: the planner adds some
+        assert any(d.reason == "scale_up" and d.num_prefill >= 2 for d in seen), seen
         assert [d.decision_id for d in seen] == list(range(1, len(seen) + 1))
     finally:
         for process in (planner, fleet):
@@ -106,5 +107,5 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
             assert "dead-lettered" in err
         out, err = fleet.communicate(timeout=30)
     assert fleet.returncode == 0, err
-    # the fleet applied what it read: its summary shows a second prefill replica
-    assert "prefill 2" in out or "prefill 3" in out, out
+    # the fleet applied what it read: its summary shows more than one prefill replica
+    assert re.search(r"max replicas .*prefill [2-9]", out), out
