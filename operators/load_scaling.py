@@ -48,7 +48,13 @@ REASON_PRIORITY: dict[str, int] = {
 """Which per-role reason names a disagg decision (spec §4.7)."""
 
 _INFORMATIVE: frozenset[str] = frozenset(
-    {"insufficient_data", "scale_down_refused_consolidation", "no_fpm_data"}
+    {
+        "insufficient_data",
+        "scale_down_refused_consolidation",
+        "scale_down_refused_rate",
+        "scale_down_stabilizing",
+        "no_fpm_data",
+    }
 )
 """Rule reasons worth reporting when the final count does not change."""
 

@@ -495,7 +495,7 @@ class PlannerStateMachine:
                 return LoadProposal(cap, "scale_up", proposal.estimate_ms)
             return proposal
         if proposal.desired is not None and proposal.desired < n and proposal.desired < within:
-            return LoadProposal(None, "scale_down_refused_consolidation", proposal.estimate_ms)
+            return LoadProposal(None, "scale_down_refused_rate", proposal.estimate_ms)
         return proposal
 
     def _propose(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
@@ -512,7 +512,7 @@ class PlannerStateMachine:
             return proposal
         window = self.config.scale_down_stabilization_seconds
         if self._now_s - self._down_eligible_since[role] < window:
-            return LoadProposal(None, "no_change", proposal.estimate_ms)
+            return LoadProposal(None, "scale_down_stabilizing", proposal.estimate_ms)
         return proposal
 
     def _track_scale_down_eligibility(self, decided: ScaleTarget | None) -> None:

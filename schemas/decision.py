@@ -20,8 +20,12 @@ LoadReason = Literal[
     "scale_down",
     "scale_down_capped_by_throughput",
     "scale_down_refused_consolidation",
+    "scale_down_refused_rate",
+    "scale_down_stabilizing",
 ]
-"""Load-scaling decision reasons, exactly the reference's enum states (spec §4.8)."""
+"""Load-scaling decision reasons: the reference's enum states (spec §4.8) plus two of ours —
+``scale_down_refused_rate`` (the recent request rate would overload the survivors) and
+``scale_down_stabilizing`` (a scale-down waits for its stabilization window)."""
 
 ThroughputReason = Literal[
     "unset",

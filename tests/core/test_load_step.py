@@ -89,7 +89,7 @@ def test_scale_down_waits_for_a_window_of_agreement() -> None:
     for now in (10.0, 15.0, 20.0):
         effects = tick(machine, now, cool, 2)
         assert effects.scale_to is None, now
-        assert effects.diagnostics.load_decision_reason == "no_change"
+        assert effects.diagnostics.load_decision_reason == "scale_down_stabilizing"
     # t=25: twenty seconds of agreement
     effects = tick(machine, 25.0, cool, 2)
     assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (1, "scale_down")

@@ -139,7 +139,7 @@ def test_scale_down_leaves_survivors_within_the_utilisation_bound(rps, allowed) 
         assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (2, "scale_down")
     else:
         assert effects.scale_to is None
-        assert effects.diagnostics.load_decision_reason == "scale_down_refused_consolidation"
+        assert effects.diagnostics.load_decision_reason == "scale_down_refused_rate"
 
 
 def test_reference_drops_replicas_whatever_the_rate() -> None:
@@ -154,7 +154,7 @@ def test_the_floor_is_the_highest_of_the_stabilization_window() -> None:
     for now in (35.0, 40.0, 45.0, 50.0):  # light again, but the busy tick is within 20 s
         effects = load_tick(core_, now, 3, rps=light)
         assert effects.scale_to is None, now
-        assert effects.diagnostics.load_decision_reason == "scale_down_refused_consolidation"
+        assert effects.diagnostics.load_decision_reason == "scale_down_refused_rate"
     effects = load_tick(core_, 55.0, 3, rps=light)
     assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (2, "scale_down")
 
