@@ -23,7 +23,6 @@ rate; SLA scale-downs need a stabilization window of agreement.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 from operators.bootstrap import within_engine_limits
@@ -44,6 +43,7 @@ from operators.load_scaling import (
     sla_prefill_proposal,
 )
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
+from operators.rate_guard import RateGuard, RateNeeds
 from operators.throughput_scaling import (
     Capacity,
     agg_capacity,
@@ -104,11 +104,7 @@ class PlannerStateMachine:
         self._models: dict[Role, PerfModel] = {}
         self._now_s = 0.0
         self._started_s = 0.0
-        self._wants_down: set[Role] = set()
-        # an empty window does not hold a scale-down back (as an HPA's after a restart)
-        self._down_eligible_since: dict[Role, float] = {"prefill": -math.inf, "decode": -math.inf}
-        self._rate_needs: dict[Role, tuple[int, int]] = {}
-        self._rate_floors: deque[tuple[float, Role, int]] = deque()  # (time, role, floor)
+        self.rate_guard = RateGuard(config)
         if config.sla_mode:
             sizes = (
                 config.max_num_fpm_samples,
@@ -221,11 +217,10 @@ class PlannerStateMachine:
         if tick.run_load_scaling:
             self._train(tick_input)
             self._now_s = tick_input.now_s
-            self._wants_down = set()
-            self._rate_needs = self._size_for_recent_rate(traffic)
-            self._remember_rate_floors()
+            self.rate_guard.begin_tick(self._now_s, self._size_for_recent_rate(traffic))
             load_target = self._load_tick(tick_input.fpm_observations, diag)
-            self._track_scale_down_eligibility(load_target)
+            targets = {role: self.inventory.current_target(role) for role in self.config.roles}
+            self.rate_guard.end_tick(load_target, targets)
 
         both_loops = self.config.enable_load_scaling and self.config.enable_throughput_scaling
         if both_loops and (tick.run_load_scaling or tick.run_throughput_scaling):
@@ -435,9 +430,7 @@ class PlannerStateMachine:
             return max(desired, self._lower_bounds[role])
         return desired
 
-    def _size_for_recent_rate(
-        self, traffic: TrafficObservation | None
-    ) -> dict[Role, tuple[int, int]]:
+    def _size_for_recent_rate(self, traffic: TrafficObservation | None) -> RateNeeds:
         """Ours (``load_rate_window_seconds``): per role, the replicas the recent request rate
         needs at full capacity, and the fewest that keep every engine within
         ``load_rate_utilization`` of it. Empty when off, without traffic, before a full window
@@ -451,7 +444,7 @@ class PlannerStateMachine:
         if self._now_s - self._started_s < cfg.load_rate_window_seconds:
             return {}  # the window reaches back before the planner started: a partial count
         utilization = cfg.load_rate_utilization
-        needs: dict[Role, tuple[int, int]] = {}
+        needs: RateNeeds = {}
         for role in cfg.roles:
             capacity = self._capacity(role, demand, traffic.isl, traffic.osl)
             rps = capacity.engine_rps
@@ -463,67 +456,12 @@ class PlannerStateMachine:
             needs[role] = (full, within)
         return needs
 
-    def _remember_rate_floors(self) -> None:
-        """Keep each role's scale-down floor of the last ``scale_down_stabilization_seconds``:
-        a scale-down must respect the highest (HPA-style stabilization of the rate signal)."""
-        horizon = self._now_s - self.config.scale_down_stabilization_seconds
-        for role, (_, within) in self._rate_needs.items():
-            self._rate_floors.append((self._now_s, role, within))
-        while self._rate_floors and self._rate_floors[0][0] < horizon:
-            self._rate_floors.popleft()
-
-    def _apply_rate_needs(self, role: Role, n: int, proposal: LoadProposal) -> LoadProposal:
-        """The recent rate on top of the latency rule: a role that cannot carry it scales up to
-        what it needs (at most ``max_load_step`` more); a role that can carries a latency spike
-        (a burst's queue, drained before a new replica could start) with at most one more
-        replica, or as many as bring it within ``load_rate_utilization``; and a scale-down
-        must keep the highest floor of the stabilization window."""
-        need = self._rate_needs.get(role)
-        if need is None:
-            return proposal
-        full, now_within = need
-        within = max(floor for _, r, floor in self._rate_floors if r == role)
-        step = self.config.max_load_step
-        if full > n:
-            stepped = min(full, n + step)
-            if proposal.desired is None or proposal.desired < stepped:
-                return LoadProposal(stepped, "scale_up", proposal.estimate_ms)
-            return proposal
-        if proposal.desired is not None and proposal.desired > n:
-            cap = max(n + 1, min(now_within, n + step))
-            if proposal.desired > cap:
-                return LoadProposal(cap, "scale_up", proposal.estimate_ms)
-            return proposal
-        if proposal.desired is not None and proposal.desired < n and proposal.desired < within:
-            return LoadProposal(None, "scale_down_refused_rate", proposal.estimate_ms)
-        return proposal
-
     def _propose(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
-        """The role's load rule, then (ours) the recent request rate and the scale-down
-        stabilization window."""
+        """The role's load rule, then (ours, SLA target) the rate guard."""
         proposal = self._rule_proposal(role, fpms, n, diag)
         if not self.config.sla_mode:  # the threshold targets stay the reference's (§4.3)
             return proposal
-        if proposal.desired is not None and proposal.desired < n:
-            self._wants_down.add(role)  # the latency rule's vote, before the rate's veto
-        if proposal.reason != "insufficient_data":
-            proposal = self._apply_rate_needs(role, n, proposal)
-        if proposal.desired is None or proposal.desired >= n:
-            return proposal
-        window = self.config.scale_down_stabilization_seconds
-        if self._now_s - self._down_eligible_since[role] < window:
-            return LoadProposal(None, "scale_down_stabilizing", proposal.estimate_ms)
-        return proposal
-
-    def _track_scale_down_eligibility(self, decided: ScaleTarget | None) -> None:
-        """A role is eligible for a scale-down only after ``scale_down_stabilization_seconds``
-        in which every load tick wanted one and nothing changed it (ours; HPA-style)."""
-        for role in self.config.roles:
-            changed = decided is not None and (
-                decided.num_prefill if role == "prefill" else decided.num_decode
-            ) not in (None, self.inventory.current_target(role))
-            if role not in self._wants_down or changed:
-                self._down_eligible_since[role] = self._now_s
+        return self.rate_guard.adjust(role, n, proposal)
 
     def _rule_proposal(self, role: Role, fpms: Fpms, n: int, diag: TickDiagnostics) -> LoadProposal:
         cfg = self.config
