@@ -1,55 +1,109 @@
-"""Event-time clocks of the planner's tick windows."""
+"""The event-time clock of the planner's tick windows.
+
+The watermark (what event time the planner considers complete) follows the data: the newest
+event time seen minus the allowed lateness. That is all a replay uses, so it never depends on
+the host's speed. A live run adds one rule: when no newer event has arrived for ``idle_after``
+of system time, the watermark advances with the system clock from there, so windows close (and
+the planner ticks) while inputs are quiet. A live backlog — a Kafka topic read behind its
+producers — keeps the data-driven watermark as long as it flows, so none of it is dropped as
+late (bytewax's ``EventClock`` would let the system clock run ahead between batches).
+
+The end of the input is not the end of event time: a window still open then is incomplete and
+does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bytewax.operators.windowing import Clock, ClockLogic
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _system_now() -> datetime:
+    return datetime.now(UTC)
+
 
 @dataclass
-class _CompleteWindowsLogic(ClockLogic[Any, Any]):
-    inner: ClockLogic[Any, Any]
+class ClockState:
+    """What a clock remembers (snapshot by bytewax): newest event time, when it was seen
+    (system time), and the watermark so far."""
+
+    newest: datetime = EPOCH
+    seen_at: datetime = EPOCH
+    watermark: datetime = EPOCH
+
+
+@dataclass
+class _PlannerClockLogic(ClockLogic[Any, ClockState]):
+    clock: PlannerClock
+    state: ClockState = field(default_factory=ClockState)
+    _now: datetime = EPOCH
 
     def before_batch(self) -> None:
-        self.inner.before_batch()
+        if self.clock.idle_after is not None:
+            self._now = max(self._now, self.clock.now_getter())
 
     def on_item(self, value: Any) -> tuple[datetime, datetime]:
-        return self.inner.on_item(value)
+        timestamp = self.clock.ts_getter(value)
+        state = self.state
+        if timestamp > state.newest:
+            state.newest, state.seen_at = timestamp, self._now
+        return timestamp, self._advance()
 
     def on_notify(self) -> datetime:
-        return self.inner.on_notify()
+        self.before_batch()
+        return self._advance()
 
     def on_eof(self) -> datetime:
-        # The end of the input is not the end of event time: a window still open then is
-        # incomplete, so it must not tick (bytewax's clocks would close every window).
-        return self.inner.on_notify()
+        return self.state.watermark  # do not close the windows still open
 
     def to_system_utc(self, timestamp: datetime) -> datetime | None:
-        return self.inner.to_system_utc(timestamp)
+        idle = self.clock.idle_after
+        if idle is None:
+            return None
+        # the system time at which quiet inputs would move the watermark past ``timestamp``
+        state = self.state
+        return state.seen_at + idle + (timestamp - (state.newest - self.clock.lateness))
 
-    def snapshot(self) -> Any:
-        return self.inner.snapshot()
+    def snapshot(self) -> ClockState:
+        return ClockState(self.state.newest, self.state.seen_at, self.state.watermark)
+
+    def _advance(self) -> datetime:
+        state = self.state
+        watermark = state.newest - self.clock.lateness
+        idle = self.clock.idle_after
+        if idle is not None and self._now - state.seen_at > idle:
+            watermark += self._now - state.seen_at - idle
+        state.watermark = max(state.watermark, watermark)
+        return state.watermark
 
 
 @dataclass
-class CompleteWindowsClock(Clock[Any, Any]):
-    """Wraps a clock so that windows close only when event time passes their end, never at EOF.
+class PlannerClock(Clock[Any, ClockState]):
+    """Event-time clock: data-driven, plus the system clock while inputs are quiet (live).
 
-    A recorded stream that should end with a tick ends with a ``clock`` event at that time.
-
-    >>> from datetime import timedelta, timezone
-    >>> from bytewax.operators.windowing import EventClock
-    >>> clock = CompleteWindowsClock(EventClock(lambda v: v, timedelta(0)))
+    >>> clock = PlannerClock(lambda t: EPOCH + timedelta(seconds=t), timedelta(seconds=1))
     >>> logic = clock.build(None)
-    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> logic.on_item(t)[1] == t, logic.on_eof() < datetime.max.replace(tzinfo=timezone.utc)
-    (True, True)
+    >>> [logic.on_item(t)[1].second for t in (10, 12, 11)]  # newest minus lateness
+    [9, 11, 11]
+    >>> logic.on_eof().second  # the input ended: event time did not
+    11
     """
 
-    inner: Clock[Any, Any]
+    ts_getter: Callable[[Any], datetime]
+    lateness: timedelta
+    idle_after: timedelta | None = None
+    now_getter: Callable[[], datetime] = _system_now
 
-    def build(self, resume_state: Any) -> _CompleteWindowsLogic:
-        return _CompleteWindowsLogic(self.inner.build(resume_state))
+    def build(self, resume_state: ClockState | None) -> _PlannerClockLogic:
+        logic = _PlannerClockLogic(self, resume_state or ClockState())
+        if self.idle_after is not None:
+            logic._now = self.now_getter()
+            if resume_state is None:
+                logic.state.seen_at = logic._now
+        return logic

@@ -8,13 +8,13 @@
                           ─► planner (stateful, one per key)     │
                           ─► tick records ─► decisions           ┘
 
-Ticks come from the data's event time; a window ticks once event time passes its end (an
-input that ends mid-window leaves that window open rather than ticking on partial data).
-With ``live=False`` (recorded streams, bounded Kafka reads, the simulator) the watermark is
-the newest event time seen minus the allowed lateness and nothing depends on the host clock,
-so a replay reproduces its decisions bit for bit at any speed and with any number of workers.
-With ``live=True`` the watermark also advances with system time, so windows close (and the
-planner ticks) even when inputs go quiet.
+Ticks come from the data's event time (:mod:`flows.clock`); a window ticks once event time
+passes its end (an input that ends mid-window leaves that window open rather than ticking on
+partial data). With ``live=False`` (recorded streams, bounded Kafka reads, the simulator) the
+watermark is the newest event time seen minus the allowed lateness and nothing depends on the
+host clock, so a replay reproduces its decisions bit for bit at any speed and with any number
+of workers. With ``live=True`` the watermark also follows the system clock once inputs have
+been quiet for five seconds, so windows close (and the planner ticks) when nothing arrives.
 
 The window length is the greatest common divisor of every deployment's tick intervals (load,
 and throughput when enabled), at millisecond resolution; a deployment whose cadence is longer
@@ -27,16 +27,16 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
-from bytewax.operators.windowing import EventClock, TumblingWindower, fold_window
+from bytewax.operators.windowing import TumblingWindower, fold_window
 from bytewax.outputs import FixedPartitionedSink, Sink
 
 from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT
-from flows.clock import CompleteWindowsClock
+from flows.clock import EPOCH, PlannerClock
 from operators.ack_gate import AckGate
 from operators.admission import Admission
 from operators.deployment import DeploymentPlanner
@@ -55,20 +55,13 @@ from schemas import (
     TrafficObservation,
 )
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LIVE_IDLE_SECONDS = 5.0
+"""Live runs: after this long without a newer event, the watermark follows the system clock."""
 
 
 def event_time(event: Event) -> datetime:
     """Event time as an aware UTC datetime (what bytewax's clocks need)."""
     return EPOCH + timedelta(seconds=event.time)
-
-
-def _frozen_now() -> datetime:
-    return EPOCH
-
-
-def _never_wake(_timestamp: datetime) -> None:
-    return None
 
 
 def window_seconds(configs: dict[str, PlannerConfig]) -> float:
@@ -185,19 +178,12 @@ def build_flow(
 
     window_s = window_seconds(configs)
     lateness = timedelta(seconds=max(c.allowed_lateness_seconds for c in configs.values()))
-    if live:
-        clock = EventClock(event_time, wait_for_system_duration=lateness)
-    else:
-        clock = EventClock(
-            event_time,
-            wait_for_system_duration=lateness,
-            now_getter=_frozen_now,
-            to_system_utc=_never_wake,
-        )
+    idle_after = timedelta(seconds=LIVE_IDLE_SECONDS) if live else None
+    clock = PlannerClock(event_time, lateness, idle_after)
     windows = fold_window(
         "tick_window",
         keyed,
-        CompleteWindowsClock(clock),
+        clock,
         TumblingWindower(length=timedelta(seconds=window_s), align_to=EPOCH),
         TickWindow,
         fold_event,

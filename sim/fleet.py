@@ -550,6 +550,10 @@ class FleetSim:
                         )
                     )
 
+    def inventory(self) -> WorkerCounts:
+        """Ready and expected replicas per role now (what a DGD's status would say)."""
+        return self._counts()
+
     def _counts(self) -> WorkerCounts:
         ready = {
             role: sum(1 for r in reps if r.state == "ready")

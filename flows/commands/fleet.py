@@ -4,7 +4,9 @@ It runs the simulator in real time and speaks the production protocols: every fo
 published over ZMQ as an engine would (one publisher per role, frames ``[topic, seq, msgpack
 FPM]``), capabilities, worker inventory and request arrivals go to a Kafka events topic as
 event envelopes, and scaling decisions are read from a Kafka decisions topic and applied to the
-fleet (start-up delay, drain). Event times are Unix seconds.
+fleet (start-up delay, drain). Capabilities and inventory are re-published every
+``--status-interval`` seconds, as an operator's status would be re-read, so a planner that
+starts late (or drops a late event) still learns them. Event times are Unix seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from confluent_kafka import Producer
 from connectors.kafka import ensure_topic, read_decisions
 from connectors.zmq_publisher import FpmPublisher
 from flows.commands.replay import add_scenario_args, scenario_from_args
-from schemas import ClockEvent, Event, FpmBatchEvent, ScalingDecision
+from flows.display import decision_line
+from schemas import (
+    CapabilitiesEvent,
+    ClockEvent,
+    Event,
+    FpmBatchEvent,
+    InventoryEvent,
+    ScalingDecision,
+)
+from sim.fleet import FleetSim
 
 
 def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDecision]) -> None:
@@ -48,19 +59,34 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     origin = time.time()
+    next_status = origin
     try:
         while fleet.now_s < scenario.end_s:
             time.sleep(args.step)
             while not inbox.empty():
-                fleet.apply(inbox.get())
+                decision = inbox.get()
+                fleet.apply(decision)
+                print(f"fleet: applied {decision_line(decision)}", file=sys.stderr, flush=True)
             for event in fleet.advance(min(time.time() - origin, scenario.end_s)):
                 _send(event, origin, publishers, producer, events_topic)
+            if time.time() >= next_status:  # status, as an operator re-reads it: state, not news
+                next_status += args.status_interval
+                for status in _status(fleet, scenario.deployment):
+                    _send(status, origin, publishers, producer, events_topic)
             producer.poll(0)
     except KeyboardInterrupt:
         pass
     producer.flush(10)
     print(fleet.result().table())
     return 0
+
+
+def _status(fleet: FleetSim, deployment: str) -> list[Event]:
+    now = fleet.now_s
+    return [
+        CapabilitiesEvent(deployment=deployment, time=now, payload=fleet.capabilities()),
+        InventoryEvent(deployment=deployment, time=now, payload=fleet.inventory()),
+    ]
 
 
 def _send(
@@ -96,4 +122,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prefill-publish", default="tcp://0.0.0.0:20380")
     parser.add_argument("--decode-publish", default="tcp://0.0.0.0:20381")
     parser.add_argument("--step", type=float, default=0.5, help="seconds between sim steps")
+    parser.add_argument(
+        "--status-interval",
+        type=float,
+        default=5.0,
+        help="seconds between re-published capabilities and inventory",
+    )
     parser.set_defaults(func=run)

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from connectors.kafka import read_decisions
@@ -62,6 +63,8 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
         stderr=subprocess.PIPE,
         text=True,
     )
+    fleet_log: list[str] = []
+    threading.Thread(target=lambda: fleet_log.extend(fleet.stderr), daemon=True).start()
     planner = None
     try:
         time.sleep(3.0)
@@ -97,6 +100,10 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
         # 40 req/s of 3000-token prompts overload one prefill engine: the planner adds some
         assert any(d.reason == "scale_up" and d.num_prefill >= 2 for d in seen), seen
         assert [d.decision_id for d in seen] == list(range(1, len(seen) + 1))
+        # and the fleet reads the decisions back and applies them
+        while time.monotonic() < deadline and not any("applied" in line for line in fleet_log):
+            time.sleep(0.5)
+        assert any("fleet: applied" in line and " #1 " in line for line in fleet_log)
     finally:
         for process in (planner, fleet):
             if process is not None:
@@ -105,7 +112,7 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
             _, err = planner.communicate(timeout=30)
             assert planner.returncode == 0, err
             assert "dead-lettered" in err
-        out, err = fleet.communicate(timeout=30)
-    assert fleet.returncode == 0, err
+        out, _ = fleet.communicate(timeout=30)
+    assert fleet.returncode == 0, "".join(fleet_log)
     # the fleet applied what it read: its summary shows more than one prefill replica
     assert re.search(r"max replicas .*prefill [2-9]", out), out
