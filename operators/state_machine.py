@@ -112,11 +112,11 @@ class PlannerStateMachine:
                 config.fpm_sample_bucket_size,
             )
             if config.mode == "agg":
-                self._models["decode"] = AggPerfModel(*sizes)
+                self._models["decode"] = AggPerfModel(*sizes)  # linear under either basis
             else:
                 for role in config.roles:
                     model_cls = PrefillPerfModel if role == "prefill" else DecodePerfModel
-                    self._models[role] = model_cls(*sizes)
+                    self._models[role] = model_cls(*sizes, basis=config.perf_model_basis)
 
     # --- read-only views ---------------------------------------------------------------------
     @property

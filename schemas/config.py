@@ -48,6 +48,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "scale_down_stabilization_seconds": 0.0,
     "prefill_capacity_batching": False,
     "load_rate_window_seconds": 0.0,
+    "perf_model_basis": "linear",
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -77,6 +78,13 @@ class PlannerConfig(BaseModel):
     profile_results_dir: str | None = None
     prefill_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
     decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    perf_model_basis: Literal["linear", "piecewise"] = "linear"
+    """*ours*: shape of the SLA perf models' fit. ``linear``: one least-squares slope per
+    feature (the reference). ``piecewise``: the prefill model fits TTFT as a continuous,
+    non-decreasing piecewise-linear function of the tokens (knots at evenly spaced order
+    statistics of the retained samples, up to ``fpm_sample_bucket_size`` segments; exact
+    least squares under monotonicity), which reproduces a profile's ~20 ms floor and
+    super-linear growth; decode and agg models stay linear. Reference: ``linear``."""
 
     # --- throughput scaling (§9.3) ---
     throughput_adjustment_interval_seconds: Positive = Field(

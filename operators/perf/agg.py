@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operators.perf.basis import PerfModelBasis, WallTimeFit
 from operators.perf.moving_average import MovingAverage
 from operators.perf.regression import (
     FpmRegressor,
@@ -10,7 +11,6 @@ from operators.perf.regression import (
     effective_accept_length,
     require_finite,
 )
-from operators.perf.samples import LinearFit
 from schemas import ForwardPassMetrics
 
 DEFAULT_AGG_KV_BATCH_CAP = 1024
@@ -70,9 +70,13 @@ class AggPerfModel(FpmRegressor):
     feature_names = ("sum_prefill_tokens", "sum_decode_kv_tokens")
 
     def __init__(
-        self, max_num_fpm_samples: int = 64, min_observations: int = 5, bucket_count: int = 16
+        self,
+        max_num_fpm_samples: int = 64,
+        min_observations: int = 5,
+        bucket_count: int = 16,
+        basis: PerfModelBasis = "linear",
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis)
         self.isl_average = MovingAverage(max_num_fpm_samples)
         self.decode_length_average = MovingAverage(max_num_fpm_samples)
         self.prefill_tokens_average = MovingAverage(max_num_fpm_samples)
@@ -136,7 +140,7 @@ class AggPerfModel(FpmRegressor):
         return self._ttft(fit, queued, mbt, decode_kv, clamp_kv_hit_rate(kv_hit_rate))
 
     def _ttft(
-        self, fit: LinearFit, queued: float, mbt: float, decode_kv: float, hit: float
+        self, fit: WallTimeFit, queued: float, mbt: float, decode_kv: float, hit: float
     ) -> float:
         total = (queued + self.avg_isl) * (1.0 - hit)
         return chunked_prefill_seconds(total, mbt, lambda c: fit.predict((c, decode_kv)))

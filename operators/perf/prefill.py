@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from operators.perf.basis import PerfModelBasis
 from operators.perf.moving_average import MovingAverage
 from operators.perf.regression import (
     FpmRegressor,
@@ -20,6 +21,11 @@ class PrefillPerfModel(FpmRegressor):
     Moving averages (window ``max_num_fpm_samples``): ``avg_isl`` (prefill tokens per scheduled
     request, i.e. the chunk per request under chunked prefill) and ``avg_num_prefill``.
 
+    With ``basis="piecewise"`` the wall time is a non-decreasing continuous piecewise-linear
+    function of the tokens (up to ``bucket_count`` segments; :mod:`operators.perf.basis`), which
+    passes through every point of a (non-decreasing) profile bootstrap: the per-pass floor at
+    short prompts and the super-linear growth of long ones that one line misses.
+
     >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
     >>> model = PrefillPerfModel(min_observations=3)
     >>> for tokens in (500, 1000, 1500, 2000, 2500):
@@ -31,14 +37,24 @@ class PrefillPerfModel(FpmRegressor):
     >>> rps, ttft_ms = model.find_best_engine_prefill_rps(ttft_sla_ms=2000, isl=1000)
     >>> round(rps, 5), round(ttft_ms, 3)
     (0.998, 1002.0)
+    >>> curved = PrefillPerfModel(min_observations=3, basis="piecewise")
+    >>> for tokens, ms in ((100, 20), (1100, 40), (2100, 70), (3100, 110)):
+    ...     curved.learn_one({"sum_prefill_tokens": tokens}, ms / 1000)
+    >>> [round(curved.predict_one({"sum_prefill_tokens": t}) * 1000, 6) for t in (100, 1600, 4100)]
+    [20.0, 55.0, 150.0]
     """
 
     feature_names = ("sum_prefill_tokens",)
+    piecewise_features = frozenset({0})
 
     def __init__(
-        self, max_num_fpm_samples: int = 64, min_observations: int = 5, bucket_count: int = 16
+        self,
+        max_num_fpm_samples: int = 64,
+        min_observations: int = 5,
+        bucket_count: int = 16,
+        basis: PerfModelBasis = "linear",
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis)
         self.isl_average = MovingAverage(max_num_fpm_samples)
         self.num_prefill_average = MovingAverage(max_num_fpm_samples)
 

@@ -14,6 +14,12 @@ Conventions shared by :class:`~operators.perf.PrefillPerfModel`,
 * ``add_observation(fpm)`` always updates the moving averages first; an idle heartbeat
   (``wall_time == 0``) is not a sample.
 * The constructor stores parameters (``clone()`` works); all state is plain attributes that pickle.
+* ``basis`` (ours, ``PlannerConfig.perf_model_basis``): ``"linear"`` is the reference's OLS;
+  ``"piecewise"`` fits the features a model lists in ``piecewise_features`` as a monotone
+  continuous piecewise-linear function (:mod:`operators.perf.basis`). Whether a model is ready,
+  and why not, is decided by the linear fit in both cases: the piecewise basis changes the shape
+  of an accepted fit, never whether there is one. A model without ``piecewise_features`` (agg)
+  is linear under either basis.
 """
 
 from __future__ import annotations
@@ -26,7 +32,13 @@ from typing import Any, ClassVar
 from river import base
 from river.base.typing import FeatureName
 
-from operators.perf.samples import BucketedSampleStore, LinearFit, least_squares
+from operators.perf.basis import (
+    PERF_MODEL_BASES,
+    PerfModelBasis,
+    WallTimeFit,
+    monotone_least_squares,
+)
+from operators.perf.samples import BucketedSampleStore, least_squares
 from schemas import ForwardPassMetrics
 
 MAX_KV_HIT_RATE_DISCOUNT = 0.95
@@ -82,8 +94,8 @@ def chunked_prefill_seconds(
 class FpmRegressor(base.Regressor):
     """Base class: OLS of forward-pass wall time on a few FPM features (see module docstring).
 
-    Subclasses set ``feature_names`` (and ``relaxable_features``) and implement
-    ``_features_of`` and ``_observe_averages``.
+    Subclasses set ``feature_names`` (and ``relaxable_features``, ``piecewise_features``) and
+    implement ``_features_of`` and ``_observe_averages``.
 
     >>> class TokensModel(FpmRegressor):
     ...     feature_names = ("tokens",)
@@ -99,9 +111,17 @@ class FpmRegressor(base.Regressor):
 
     feature_names: ClassVar[tuple[str, ...]] = ()
     relaxable_features: ClassVar[frozenset[int]] = frozenset()
+    piecewise_features: ClassVar[frozenset[int]] = frozenset()
+    """Features the ``"piecewise"`` basis expands into segments (at most ``bucket_count`` per
+    axis, as the sample store buckets them); the others stay linear."""
+    basis: PerfModelBasis = "linear"  # class default: models pickled before the option existed
 
     def __init__(
-        self, max_num_fpm_samples: int = 64, min_observations: int = 5, bucket_count: int = 16
+        self,
+        max_num_fpm_samples: int = 64,
+        min_observations: int = 5,
+        bucket_count: int = 16,
+        basis: PerfModelBasis = "linear",
     ) -> None:
         for name, value in (
             ("max_num_fpm_samples", max_num_fpm_samples),
@@ -110,6 +130,9 @@ class FpmRegressor(base.Regressor):
         ):
             if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if basis not in PERF_MODEL_BASES:
+            raise ValueError(f"basis must be one of {list(PERF_MODEL_BASES)}, got {basis!r}")
+        self.basis = basis
         self.max_num_fpm_samples = max_num_fpm_samples
         self.min_observations = min_observations
         self.bucket_count = bucket_count
@@ -117,7 +140,15 @@ class FpmRegressor(base.Regressor):
         per_axis = bucket_count if ndim == 1 else math.isqrt(bucket_count)
         self.samples = BucketedSampleStore(ndim, max_num_fpm_samples, max(1, per_axis))
         self.benchmark_samples: dict[int, ForwardPassMetrics] = {}  # sample seq -> its FPM
-        self._outcome: tuple[LinearFit | None, str] | None = None  # None = refit needed
+        self._outcome: tuple[WallTimeFit | None, str] | None = None  # None = refit needed
+
+    def _get_params(self) -> dict[str, Any]:
+        # river's clone() and repr read the constructor parameters; the reference basis is left
+        # out so a linear model keeps the reference's parameter set.
+        params = super()._get_params()
+        if params.get("basis") == "linear":
+            del params["basis"]
+        return params
 
     # -- river interface ---------------------------------------------------------------------
 
@@ -211,13 +242,16 @@ class FpmRegressor(base.Regressor):
 
     @property
     def coefficients(self) -> dict[str, float] | None:
-        """Slope per feature name plus ``"intercept"`` (seconds), or ``None`` when not ready."""
+        """Slope per feature name plus ``"intercept"`` (seconds), or ``None`` when not ready.
+
+        Under the piecewise basis: the first segment's slope per feature name, the change of
+        slope at each interior knot under ``"name>knot"`` (the hinge form of
+        :mod:`operators.perf.basis`), and the value at zero as ``"intercept"``.
+        """
         fit = self._fit()
         if fit is None:
             return None
-        out = dict(zip(self.feature_names, fit.coefficients, strict=True))
-        out["intercept"] = fit.intercept
-        return out
+        return fit.named_coefficients(self.feature_names)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -244,16 +278,20 @@ class FpmRegressor(base.Regressor):
         self._outcome = None
         return seq
 
-    def _fit(self) -> LinearFit | None:
+    def _fit(self) -> WallTimeFit | None:
         if not self.has_sufficient_data():
             return None
         if self._outcome is None:
             stored = self.samples.samples()
-            outcome = least_squares(
-                [x for x, _ in stored],
-                [y for _, y in stored],
-                self.relaxable_features,
-                self.feature_names,
-            )
-            self._outcome = (outcome.fit, outcome.reason)
+            xs, ys = [x for x, _ in stored], [y for _, y in stored]
+            outcome = least_squares(xs, ys, self.relaxable_features, self.feature_names)
+            fit: WallTimeFit | None = outcome.fit
+            if fit is not None and self.basis == "piecewise" and self.piecewise_features:
+                per_axis = self.samples.buckets_per_axis
+                segments = [
+                    per_axis if i in self.piecewise_features else 1
+                    for i in range(len(self.feature_names))
+                ]
+                fit = monotone_least_squares(xs, ys, segments)
+            self._outcome = (fit, outcome.reason)
         return self._outcome[0]

@@ -172,6 +172,12 @@ class LinearFit:
             value += c * v
         return max(MIN_WALL_TIME_S, value)
 
+    def named_coefficients(self, names: Sequence[str]) -> dict[str, float]:
+        """Slope per feature name, then ``"intercept"``."""
+        out = dict(zip(names, self.coefficients, strict=True))
+        out["intercept"] = self.intercept
+        return out
+
 
 @dataclass(frozen=True)
 class FitOutcome:
