@@ -58,6 +58,10 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
             f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
             "--metrics-port",
             str(port),
+            "--ticks",
+            str(tmp_path / "ticks.jsonl"),
+            "--dead-letters",
+            str(tmp_path / "dead.jsonl"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -82,7 +86,15 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         )
         assert done.returncode == 0, done.stderr
         both = wait_for_decisions(kafka_bootstrap, decisions, 2)
-        assert [d.decision_id for d in both] == [1, 2]
+        ticks = (tmp_path / "ticks.jsonl").read_text().splitlines()
+        assert [d.decision_id for d in both] == [1, 2], [
+            (
+                t["time"],
+                t["decision"] and t["decision"]["decision_id"],
+                t["diagnostics"]["load_decision_reason"],
+            )
+            for t in map(json.loads, ticks)
+        ] + [(tmp_path / "dead.jsonl").read_text()]
         assert "until decision 1 was acknowledged" in both[1].note
         # the released decision is the newest intent, made after the first one
         assert both[1].time > both[0].time
