@@ -38,6 +38,11 @@ FACTORIES: dict[str, Callable[[], Predictor]] = {
             HoltWintersPredictor(season_length=6, refit_every=12),
         )
     ),
+    "selector_selection": lambda: SelectorPredictor(
+        candidates=(ConstantPredictor(), KalmanPredictor(min_points=3)),
+        margin_kinds=("none", "scaled"),
+        learning_rate=math.inf,
+    ),
 }
 
 

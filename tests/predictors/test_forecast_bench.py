@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.forecast import Series, read_rates, run_series
+from bench.forecast import Series, format_result, read_rates, read_trace_series, run_series
 from flows.commands import forecast_bench
 from operators.predictors import build_single
 from schemas import PlannerConfig
@@ -110,3 +110,25 @@ def test_cli_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["forecast-bench", "--rates", str(tmp_path / "missing.csv")]) == 2
     assert main(["forecast-bench", "--trace", str(TRACES / "README.md")]) == 2
     assert "forecast-bench:" in capsys.readouterr().err
+
+
+def test_trace_series_drop_the_bucket_the_recording_ends_in(tmp_path: Path) -> None:
+    trace = tmp_path / "azure.csv"
+    arrivals = (0.5, 30, 70, 130, 131, 185)  # seconds; the last bucket [180, 240) holds 5 s
+    rows = [f"2023-11-16 18:00:{s:09.6f},100,10" for s in arrivals if s < 60]
+    rows += [f"2023-11-16 18:01:{s - 60:09.6f},100,10" for s in arrivals if 60 <= s < 120]
+    rows += [f"2023-11-16 18:02:{s - 120:09.6f},100,10" for s in arrivals if 120 <= s < 180]
+    rows += [f"2023-11-16 18:03:{s - 180:09.6f},100,10" for s in arrivals if s >= 180]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    (series,) = read_trace_series(trace, 60.0)
+    assert series.values == [2.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="at least 3 buckets"):
+        read_trace_series(trace, 120.0)
+
+
+def test_bench_scores_selection_beside_the_mix() -> None:
+    values = [float(100 + (i * 37) % 23) for i in range(60)]
+    result = run_series(Series("synthetic", values, 60.0), seasonal_period_s=600)
+    assert result.selection.points == result.selector.points == 59
+    assert sum(result.chosen.values()) == 59
+    assert "selection" in format_result(result)

@@ -17,6 +17,7 @@ from operators.predictors import (
     season_length,
 )
 from operators.predictors.arima import ERROR_REFIT_MIN_POINTS
+from operators.predictors.loss import ForecastScore
 from schemas import PlannerConfig
 
 # --- constant (§16.8) ---------------------------------------------------------------------------
@@ -296,13 +297,14 @@ def test_selector_records_candidate_fallbacks() -> None:
     p = selector()
     for y in (5, 6):
         p.learn_one(y)
-    assert p.forecast() == 6.0
-    assert p.candidate_forecasts == [6.0, 6.0, 6.0, 6.0]  # all still at the last value
-    q = SelectorPredictor(candidates=(ArimaPredictor(),))
+    # all still at the last value; the ``scaled`` margins already lift it (scale = |6 - 5|)
+    assert 6.0 < p.forecast() < 7.0
+    assert p.candidate_forecasts == [6.0, 6.0, 6.0, 6.0]
+    q = SelectorPredictor(candidates=(ArimaPredictor(),), margin_kinds=("none", "scaled"))
     for y in (5, 6):
         q.learn_one(y)
-    assert q.forecast() == 6.0
-    assert q.fallback_reason == "arima+quantile: fewer than 5 points"
+    assert q.forecast() > 6.0
+    assert q.fallback_reason == "arima: fewer than 5 points"
 
 
 def test_selector_rejects_unknown_margin_kind() -> None:
@@ -344,3 +346,38 @@ def test_failing_model_falls_back_to_last_value() -> None:
     p.learn_one(7)
     assert p.forecast() == 7.0
     assert p.fallback_reason == "RuntimeError: singular matrix"
+
+
+def test_selector_mix_beats_its_best_option_where_selection_cannot() -> None:
+    """Mean-reverting load (AR(1), φ = 0.5): the last value and the mean forecast equally well,
+    their average better than both (error variance σ² instead of 4σ²/3)."""
+    rng = random.Random(5)
+    candidates = lambda: (  # noqa: E731
+        ConstantPredictor(),
+        KalmanPredictor(q_level=1e-3, q_trend=1e-9, r=1e4, min_points=2),
+    )
+    mix = SelectorPredictor(candidates=candidates())
+    pick = SelectorPredictor(candidates=candidates(), learning_rate=math.inf)
+    scores = {"mix": ForecastScore(), "pick": ForecastScore()}
+    options = {name: ForecastScore() for name in mix.option_names}
+    y = 100.0
+    for t in range(600):
+        y = 100 + 0.5 * (y - 100) + rng.gauss(0, 10)
+        forecast, picked = mix.forecast(), pick.forecast()
+        if t >= 50:
+            scores["mix"].add(y, forecast)
+            scores["pick"].add(y, picked)
+            for name, value in zip(mix.option_names, mix.option_forecasts(), strict=True):
+                options[name].add(y, value)
+            assert picked in pick.option_forecasts()  # selection forecasts one option
+            assert sum(mix.weights or []) == pytest.approx(1.0)
+        mix.learn_one(y)
+        pick.learn_one(y)
+    best_option = min(s.loss for s in options.values())
+    assert scores["mix"].loss < 0.95 * best_option
+    assert scores["mix"].loss < 0.95 * scores["pick"].loss
+
+
+def test_selector_rejects_a_non_positive_learning_rate() -> None:
+    with pytest.raises(ValueError, match="learning_rate"):
+        SelectorPredictor(learning_rate=0.0)
