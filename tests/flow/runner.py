@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +23,6 @@ def flowplanner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
         timeout=timeout,
         check=False,
     )
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_jsonl(path: Path) -> list[dict]:

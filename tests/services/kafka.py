@@ -22,7 +22,6 @@ import itertools
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+
+from tests.services.ports import free_port
 
 STARTUP_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 0.5
@@ -65,17 +66,6 @@ def tansu_binary() -> Path:
     if not path.is_file():
         raise BrokerStartError(f"Tansu binary not found at {path}")
     return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
-
-    >>> 0 < free_port() < 65536
-    True
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:

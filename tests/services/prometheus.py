@@ -17,7 +17,6 @@ import ctypes
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.services.ports import free_port
+
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 WAIT_TIMEOUT_S = 30.0
@@ -41,17 +42,6 @@ BINARY = "prometheus"
 
 class PrometheusStartError(RuntimeError):
     """Prometheus is missing, or did not become ready in time."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
-
-    >>> 0 < free_port() < 65536
-    True
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def prometheus_binary() -> str:
