@@ -11,7 +11,8 @@ import threading
 import time
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import free_port, write_config
+from tests.flow.runner import write_config
+from tests.services.ports import free_port
 
 
 def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):

@@ -12,8 +12,9 @@ import time
 import urllib.request
 
 from schemas import ForwardPassMetrics
-from tests.flow.runner import free_port, read_jsonl, write_config
+from tests.flow.runner import read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
+from tests.services.ports import free_port
 
 SECONDS = 20.0
 

@@ -17,7 +17,8 @@ from connectors.kafka import (
     read_decisions,
 )
 from tests.kafka.samples import make_decision, topic_partitions, write_raw
-from tests.services.kafka import free_port, tansu_broker
+from tests.services.kafka import tansu_broker
+from tests.services.ports import free_port
 
 
 def run_flow(flow: Dataflow, workers: int) -> None:
