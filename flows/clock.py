@@ -10,6 +10,10 @@ late (bytewax's ``EventClock`` would let the system clock run ahead between batc
 
 The end of the input is not the end of event time: a window still open then is incomplete and
 does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
+
+A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements) is not
+dropped: it describes the present, not a past instant, so it is placed at the watermark and
+applies from the next tick. Late measurements (forward passes, requests) stay late.
 """
 
 from __future__ import annotations
@@ -53,7 +57,10 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         state = self.state
         if timestamp > state.newest:
             state.newest, state.seen_at = timestamp, self._now
-        return timestamp, self._advance()
+        watermark = self._advance()
+        if timestamp < watermark and self.clock.is_state(value):
+            timestamp = watermark  # a late snapshot still tells the current state
+        return timestamp, watermark
 
     def on_notify(self) -> datetime:
         self.before_batch()
@@ -99,6 +106,7 @@ class PlannerClock(Clock[Any, ClockState]):
     lateness: timedelta
     idle_after: timedelta | None = None
     now_getter: Callable[[], datetime] = _system_now
+    is_state: Callable[[Any], bool] = lambda _value: False
 
     def build(self, resume_state: ClockState | None) -> _PlannerClockLogic:
         logic = _PlannerClockLogic(self, resume_state or ClockState())

@@ -44,10 +44,12 @@ from operators.window import TickWindow, fold_event, merge_windows
 from schemas import (
     AckEvent,
     Acknowledgement,
+    CapabilitiesEvent,
     DeadLetter,
     DecisionAck,
     Event,
     ForwardPassMetrics,
+    InventoryEvent,
     PlannerConfig,
     Role,
     ScalingDecision,
@@ -62,6 +64,11 @@ LIVE_IDLE_SECONDS = 5.0
 def event_time(event: Event) -> datetime:
     """Event time as an aware UTC datetime (what bytewax's clocks need)."""
     return EPOCH + timedelta(seconds=event.time)
+
+
+def is_state_snapshot(event: Event) -> bool:
+    """Inventory, capabilities and acknowledgements describe the present (see flows.clock)."""
+    return isinstance(event, InventoryEvent | CapabilitiesEvent | AckEvent)
 
 
 def window_seconds(configs: dict[str, PlannerConfig]) -> float:
@@ -179,7 +186,7 @@ def build_flow(
     window_s = window_seconds(configs)
     lateness = timedelta(seconds=max(c.allowed_lateness_seconds for c in configs.values()))
     idle_after = timedelta(seconds=LIVE_IDLE_SECONDS) if live else None
-    clock = PlannerClock(event_time, lateness, idle_after)
+    clock = PlannerClock(event_time, lateness, idle_after, is_state=is_state_snapshot)
     windows = fold_window(
         "tick_window",
         keyed,

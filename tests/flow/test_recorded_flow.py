@@ -123,3 +123,32 @@ def test_the_shipped_example_prints_decisions_with_reasons():
         "t=75.0s llama #1 prefill - decode 2->3 load:scale_up (decode scale_up)"
     ]
     assert "964 events in, 0 dead-lettered, 1 decisions" in done.stderr
+
+
+def test_a_late_inventory_snapshot_applies_from_the_next_tick(tmp_path):
+    events = decode_ramp("alpha", engines=2, seconds=30)
+    late = {
+        "type": "inventory",
+        "deployment": "alpha",
+        "time": 1.0,  # written at t=1, read late
+        "payload": {"ready_num_decode": 3, "expected_num_decode": 3},
+    }
+    at = next(i for i, e in enumerate(events) if e["time"] > 17.0)
+    events.insert(at, late)
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    stream = write_stream(tmp_path / "s.jsonl", events)
+    done = flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        str(stream),
+        "--ticks",
+        str(tmp_path / "t.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "d.jsonl"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert read_jsonl(tmp_path / "d.jsonl") == []  # a state snapshot is never dropped as late
+    ready = {t["time"]: t["ready_decode"] for t in read_jsonl(tmp_path / "t.jsonl")}
+    assert ready[15.0] == 2 and ready[20.0] == 3 and ready[25.0] == 3
