@@ -37,7 +37,10 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
 ):
     events_topic, decisions, acks = (f"{kafka_topic}-{x}" for x in ("ev", "dec", "ack"))
     config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
-    start = time.time() - 120.0  # a minute-long recording that happened just now
+    # a minute-long recording that happened just now, starting on a tick boundary (windows are
+    # aligned to multiples of 5 s of Unix time; a first window holding a sliver of data would
+    # leave the first tick without enough samples to decide)
+    start = time.time() // 5 * 5 - 120.0
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for event in decode_ramp("alpha", engines=2, seconds=60):
         event["time"] += start
