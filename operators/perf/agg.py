@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from operators.perf.basis import PerfModelBasis, WallTimeFit
-from operators.perf.moving_average import MovingAverage
+from operators.perf.moving_average import DecodeShape, MovingAverage, PrefillShape
 from operators.perf.regression import (
     FpmRegressor,
     chunked_prefill_seconds,
@@ -46,7 +46,7 @@ def balanced_batch_limit(
     return low
 
 
-class AggPerfModel(FpmRegressor):
+class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
     """Online OLS of wall time on ``[sum_prefill_tokens, sum_decode_kv_tokens]`` (2-D).
 
     Both slopes must be non-negative (no relaxable feature). Moving averages: ``avg_isl``,
@@ -84,29 +84,9 @@ class AggPerfModel(FpmRegressor):
         self.num_decode_average = MovingAverage(max_num_fpm_samples)
 
     @property
-    def avg_isl(self) -> float:
-        """Moving average of prefill tokens per scheduled prefill request."""
-        return self.isl_average.get()
-
-    @property
-    def avg_decode_length(self) -> float:
-        """Moving average of KV tokens per decode request."""
-        return self.decode_length_average.get()
-
-    @property
     def avg_prefill_tokens(self) -> float:
         """Moving average of prefill tokens per forward pass (piggy-backed prefill work)."""
         return self.prefill_tokens_average.get()
-
-    @property
-    def avg_num_prefill(self) -> float:
-        """Moving average of scheduled prefill requests per forward pass."""
-        return self.num_prefill_average.get()
-
-    @property
-    def avg_num_decode(self) -> float:
-        """Moving average of decode requests per forward pass."""
-        return self.num_decode_average.get()
 
     def _features_of(self, fpm: ForwardPassMetrics) -> tuple[float, ...]:
         s = fpm.scheduled_requests
@@ -114,13 +94,9 @@ class AggPerfModel(FpmRegressor):
 
     def _observe_averages(self, fpm: ForwardPassMetrics) -> None:
         s = fpm.scheduled_requests
-        if s.num_prefill_requests > 0:
-            self.isl_average.update(s.sum_prefill_tokens / s.num_prefill_requests)
-        if s.num_decode_requests > 0:
-            self.decode_length_average.update(s.sum_decode_kv_tokens / s.num_decode_requests)
+        self._observe_prefill(s)
+        self._observe_decode(s)
         self.prefill_tokens_average.update(s.sum_prefill_tokens)
-        self.num_prefill_average.update(s.num_prefill_requests)
-        self.num_decode_average.update(s.num_decode_requests)
 
     def estimate_next_ttft(
         self,

@@ -7,7 +7,7 @@ import math
 from river import stats
 
 from operators.perf.basis import PerfModelBasis
-from operators.perf.moving_average import MovingAverage
+from operators.perf.moving_average import DecodeShape, MovingAverage
 from operators.perf.regression import FpmRegressor, effective_accept_length, require_finite
 from schemas import ForwardPassMetrics
 
@@ -15,7 +15,7 @@ DEFAULT_KV_BATCH_CAP = 256
 """Batch-size search bound when neither ``max_kv_tokens`` nor any observed KV is known."""
 
 
-class DecodePerfModel(FpmRegressor):
+class DecodePerfModel(DecodeShape, FpmRegressor):
     """Online OLS of decode wall time on ``[num_decode_requests, sum_decode_kv_tokens]`` (2-D).
 
     A negative slope on ``num_decode_requests`` is held at 0 (refit without it); a negative slope
@@ -57,16 +57,6 @@ class DecodePerfModel(FpmRegressor):
         self.kv_max = stats.Max()
 
     @property
-    def avg_decode_length(self) -> float:
-        """Moving average of KV tokens per decode request."""
-        return self.decode_length_average.get()
-
-    @property
-    def avg_num_decode(self) -> float:
-        """Moving average of decode requests per forward pass."""
-        return self.num_decode_average.get()
-
-    @property
     def max_observed_kv(self) -> int:
         """Largest ``sum_decode_kv_tokens`` seen in any FPM (0 before the first)."""
         value = self.kv_max.get()
@@ -77,11 +67,8 @@ class DecodePerfModel(FpmRegressor):
         return (float(s.num_decode_requests), float(s.sum_decode_kv_tokens))
 
     def _observe_averages(self, fpm: ForwardPassMetrics) -> None:
-        s = fpm.scheduled_requests
-        if s.num_decode_requests > 0:
-            self.decode_length_average.update(s.sum_decode_kv_tokens / s.num_decode_requests)
-        self.num_decode_average.update(s.num_decode_requests)
-        self.kv_max.update(s.sum_decode_kv_tokens)
+        self._observe_decode(fpm.scheduled_requests)
+        self.kv_max.update(fpm.scheduled_requests.sum_decode_kv_tokens)
 
     def estimate_next_itl(
         self, scheduled_decode_kv: float, queued_decode_kv: float

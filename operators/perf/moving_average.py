@@ -16,6 +16,8 @@ from collections import deque
 
 from river.stats.base import Univariate
 
+from schemas import ScheduledRequestMetrics
+
 
 class MovingAverage(Univariate):
     """Mean of the last ``window`` values; zeros before the first non-zero value are skipped.
@@ -61,3 +63,72 @@ class MovingAverage(Univariate):
     @property
     def name(self) -> str:
         return f"moving_average_{self.window}"
+
+
+class PrefillShape:
+    """Mixin: a perf model's moving averages of scheduled prefill work (spec §3.3).
+
+    ``avg_isl`` is the mean tokens per scheduled prefill request (under chunked prefill: the
+    chunk), ``avg_num_prefill`` the mean prefill requests per pass. The model sets
+    ``isl_average`` / ``num_prefill_average`` and calls :meth:`_observe_prefill` per FPM.
+
+    >>> from schemas import ScheduledRequestMetrics
+    >>> shape = PrefillShape()
+    >>> shape.isl_average, shape.num_prefill_average = MovingAverage(4), MovingAverage(4)
+    >>> shape._observe_prefill(ScheduledRequestMetrics(num_prefill_requests=2,
+    ...                                                sum_prefill_tokens=3000))
+    >>> shape.avg_isl, shape.avg_num_prefill
+    (1500.0, 2.0)
+    """
+
+    isl_average: MovingAverage
+    num_prefill_average: MovingAverage
+
+    @property
+    def avg_isl(self) -> float:
+        """Moving average of prefill tokens per scheduled prefill request."""
+        return self.isl_average.get()
+
+    @property
+    def avg_num_prefill(self) -> float:
+        """Moving average of scheduled prefill requests per forward pass."""
+        return self.num_prefill_average.get()
+
+    def _observe_prefill(self, s: ScheduledRequestMetrics) -> None:
+        if s.num_prefill_requests > 0:
+            self.isl_average.update(s.sum_prefill_tokens / s.num_prefill_requests)
+        self.num_prefill_average.update(s.num_prefill_requests)
+
+
+class DecodeShape:
+    """Mixin: a perf model's moving averages of scheduled decode work (spec §3.4).
+
+    ``avg_decode_length`` is the mean KV tokens per decode request, ``avg_num_decode`` the mean
+    decode requests per pass (heartbeats count as 0 once traffic was seen).
+
+    >>> from schemas import ScheduledRequestMetrics
+    >>> shape = DecodeShape()
+    >>> shape.decode_length_average, shape.num_decode_average = MovingAverage(4), MovingAverage(4)
+    >>> shape._observe_decode(ScheduledRequestMetrics(num_decode_requests=4,
+    ...                                               sum_decode_kv_tokens=8000))
+    >>> shape.avg_decode_length, shape.avg_num_decode
+    (2000.0, 4.0)
+    """
+
+    decode_length_average: MovingAverage
+    num_decode_average: MovingAverage
+
+    @property
+    def avg_decode_length(self) -> float:
+        """Moving average of KV tokens per decode request."""
+        return self.decode_length_average.get()
+
+    @property
+    def avg_num_decode(self) -> float:
+        """Moving average of decode requests per forward pass."""
+        return self.num_decode_average.get()
+
+    def _observe_decode(self, s: ScheduledRequestMetrics) -> None:
+        if s.num_decode_requests > 0:
+            self.decode_length_average.update(s.sum_decode_kv_tokens / s.num_decode_requests)
+        self.num_decode_average.update(s.num_decode_requests)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from operators.perf.basis import PerfModelBasis
-from operators.perf.moving_average import MovingAverage
+from operators.perf.moving_average import MovingAverage, PrefillShape
 from operators.perf.regression import (
     FpmRegressor,
     chunked_prefill_seconds,
@@ -15,7 +15,7 @@ from operators.perf.regression import (
 from schemas import ForwardPassMetrics
 
 
-class PrefillPerfModel(FpmRegressor):
+class PrefillPerfModel(PrefillShape, FpmRegressor):
     """Online OLS of prefill wall time on ``sum_prefill_tokens`` (1-D).
 
     Moving averages (window ``max_num_fpm_samples``): ``avg_isl`` (prefill tokens per scheduled
@@ -58,24 +58,11 @@ class PrefillPerfModel(FpmRegressor):
         self.isl_average = MovingAverage(max_num_fpm_samples)
         self.num_prefill_average = MovingAverage(max_num_fpm_samples)
 
-    @property
-    def avg_isl(self) -> float:
-        """Moving average of prefill tokens per scheduled prefill request."""
-        return self.isl_average.get()
-
-    @property
-    def avg_num_prefill(self) -> float:
-        """Moving average of scheduled prefill requests per forward pass."""
-        return self.num_prefill_average.get()
-
     def _features_of(self, fpm: ForwardPassMetrics) -> tuple[float, ...]:
         return (float(fpm.scheduled_requests.sum_prefill_tokens),)
 
     def _observe_averages(self, fpm: ForwardPassMetrics) -> None:
-        s = fpm.scheduled_requests
-        if s.num_prefill_requests > 0:
-            self.isl_average.update(s.sum_prefill_tokens / s.num_prefill_requests)
-        self.num_prefill_average.update(s.num_prefill_requests)
+        self._observe_prefill(fpm.scheduled_requests)
 
     def estimate_next_ttft(
         self,
