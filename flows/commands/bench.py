@@ -7,21 +7,14 @@ import json
 import sys
 
 from bench.closed_loop import bench_table, run_bench
-from flows.commands.replay import add_scenario_args, scenario_from_args
-from schemas import ConfigError
+from flows.commands.replay import add_scenario_args, announced_scenario
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        scenario, config = scenario_from_args(args)
-    except (ConfigError, ValueError, OSError) as exc:
-        print(f"flowplanner bench: {exc}", file=sys.stderr)
+    found = announced_scenario(args, "bench on")
+    if found is None:
         return 2
-    print(
-        f"bench on {scenario.label}: {len(scenario.requests):,} requests over "
-        f"{scenario.end_s:,.0f} s, seed {scenario.seed}",
-        file=sys.stderr,
-    )
+    scenario, config = found
     outcomes = run_bench(
         scenario,
         config,

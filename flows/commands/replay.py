@@ -94,18 +94,30 @@ def write_html(path: str, outcome: Outcome, scenario: Scenario, config: PlannerC
     return write_report(path, page)
 
 
-def replay_once(args: argparse.Namespace, default_report: str | None = None) -> int:
-    """Run one closed-loop replay and print/write its results (also used by ``demo``)."""
+def announced_scenario(
+    args: argparse.Namespace, doing: str
+) -> tuple[Scenario, PlannerConfig] | None:
+    """The scenario of ``args``, announced on stderr; ``None`` (after saying why) if unusable."""
     try:
         scenario, config = scenario_from_args(args)
     except (ConfigError, ValueError, OSError) as exc:
-        print(f"flowplanner: {exc}", file=sys.stderr)
-        return 2
+        print(f"flowplanner {args.command}: {exc}", file=sys.stderr)
+        return None
     print(
-        f"replaying {scenario.label}: {len(scenario.requests):,} requests over "
-        f"{scenario.end_s:,.0f} s, deployment {scenario.deployment!r} ({config.mode})",
+        f"{doing} {scenario.label}: {len(scenario.requests):,} requests over "
+        f"{scenario.end_s:,.0f} s, deployment {scenario.deployment!r} ({config.mode}), "
+        f"seed {scenario.seed}",
         file=sys.stderr,
     )
+    return scenario, config
+
+
+def replay_once(args: argparse.Namespace, default_report: str | None = None) -> int:
+    """Run one closed-loop replay and print/write its results (also used by ``demo``)."""
+    found = announced_scenario(args, "replaying")
+    if found is None:
+        return 2
+    scenario, config = found
     bar = ProgressBar(scenario.end_s, enabled=not args.quiet)
     outcome = run_planner(scenario, config, on_step=bar.update)
     bar.close()
