@@ -12,7 +12,7 @@ import time
 
 from connectors.kafka import read_decisions
 from tests.flow.runner import write_config
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 
 def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):

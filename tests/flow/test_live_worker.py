@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from connectors.kafka import read_decisions
 from tests.flow.runner import flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 
 def wait_for_decisions(bootstrap: str, topic: str, count: int, timeout: float = 60.0):

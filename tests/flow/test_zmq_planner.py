@@ -14,7 +14,7 @@ import urllib.request
 from schemas import ForwardPassMetrics
 from tests.flow.runner import read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 SECONDS = 20.0
 

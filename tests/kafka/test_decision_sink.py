@@ -18,7 +18,7 @@ from connectors.kafka import (
 )
 from tests.kafka.samples import make_decision, topic_partitions, write_raw
 from tests.services.kafka import tansu_broker
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 
 def run_flow(flow: Dataflow, workers: int) -> None:

@@ -14,7 +14,7 @@ from bytewax.testing import TestingSink, cluster_main, poll_next_batch, run_main
 from connectors.kafka import KafkaEventSource, ensure_topic
 from schemas import RawEvent
 from tests.kafka.samples import event_line, write_raw
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 
 def read_all(source: KafkaEventSource, workers: int = 1, recovery: Path | None = None) -> list:

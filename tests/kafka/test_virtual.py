@@ -17,7 +17,7 @@ from operators.ack_gate import AckGate
 from schemas import DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
 from tests.kafka.samples import make_decision, write_raw
-from tests.services.ports import free_port
+from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
 

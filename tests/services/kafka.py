@@ -17,11 +17,9 @@ Tansu quirks worth knowing (measured with confluent-kafka 2.16 and Tansu 0.6):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,7 +31,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.services.ports import free_port
+from tests.services.process import die_with_parent, free_port, stop, tail
 
 STARTUP_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 0.5
@@ -68,23 +66,6 @@ def tansu_binary() -> Path:
     return path
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: SIGKILL it when the test process dies.
-    PR_SET_PDEATHSIG = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _answers_metadata(bootstrap: str) -> bool:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     try:
@@ -92,13 +73,6 @@ def _answers_metadata(bootstrap: str) -> bool:
     except KafkaException:
         return False
     return True
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _start(binary: Path, port: int, log: Path) -> subprocess.Popen:
@@ -118,7 +92,7 @@ def _start(binary: Path, port: int, log: Path) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             env={**os.environ, "RUST_LOG": os.environ.get("TANSU_RUST_LOG", "warn")},
         )
 
@@ -143,7 +117,7 @@ def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
                     if time.monotonic() > deadline:
                         raise BrokerStartError(
                             f"Tansu on {bootstrap} did not answer metadata within "
-                            f"{startup_timeout_s:g} s; log:\n{_tail(log)}"
+                            f"{startup_timeout_s:g} s; log:\n{tail(log)}"
                         )
                     time.sleep(0.05)
                 if process.poll() is not None:
@@ -152,9 +126,9 @@ def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
                 yield bootstrap
                 return
             finally:
-                _stop(process)
+                stop(process, STOP_TIMEOUT_S)
         raise BrokerStartError(
-            f"Tansu exited at start-up {PORT_ATTEMPTS} times; last log:\n{_tail(log)}"
+            f"Tansu exited at start-up {PORT_ATTEMPTS} times; last log:\n{tail(log)}"
         )
 
 

@@ -13,10 +13,8 @@ Install: ``make services`` (``apt-get install prometheus``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -31,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.services.ports import free_port
+from tests.services.process import die_with_parent, free_port, stop, tail
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -140,35 +138,12 @@ class PrometheusServer:
         return value
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: SIGKILL it when the test process dies.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 @contextlib.contextmanager
@@ -196,7 +171,7 @@ def prometheus_server(
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             try:
                 deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -204,7 +179,7 @@ def prometheus_server(
                     if time.monotonic() > deadline:
                         raise PrometheusStartError(
                             f"Prometheus on {url} not ready within {STARTUP_TIMEOUT_S:g} s; "
-                            f"log:\n{_tail(log)}"
+                            f"log:\n{tail(log)}"
                         )
                     time.sleep(0.05)
                 if process.poll() is not None:
@@ -212,9 +187,9 @@ def prometheus_server(
                 yield PrometheusServer(url, process)
                 return
             finally:
-                _stop(process)
+                stop(process, STOP_TIMEOUT_S)
         raise PrometheusStartError(
-            f"Prometheus exited at start-up {PORT_ATTEMPTS} times; last log:\n{_tail(log)}"
+            f"Prometheus exited at start-up {PORT_ATTEMPTS} times; last log:\n{tail(log)}"
         )
 
 
