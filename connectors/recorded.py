@@ -3,18 +3,17 @@
 Reading is a bytewax source with one partition per file; its resume state is the number of
 lines consumed, so a recovered run continues where it stopped. Lines are handed to the flow
 undecoded (``schemas.RawEvent``) so that a malformed line becomes a dead letter that names the
-file and line number, never a crash. Writing uses bytewax's ``FileSink`` (truncated on resume).
+file and line number, never a crash. (Writing: ``connectors.console.JsonlFileSink``.)
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-from pydantic import BaseModel
 
 from connectors.pipeline_metrics import EVENTS_IN
 from schemas import RawEvent
@@ -90,21 +89,3 @@ class RecordedSource(FixedPartitionedSource[RawEvent, int]):
         self, step_id: str, for_part: str, resume_state: int | None
     ) -> _RecordedPartition:
         return _RecordedPartition(Path(for_part), resume_state)
-
-
-def write_jsonl(path: str | Path, records: Iterable[BaseModel]) -> int:
-    """Write pydantic records as JSON lines; returns how many were written.
-
-    >>> import tempfile, os
-    >>> from schemas import ClockEvent
-    >>> p = os.path.join(tempfile.mkdtemp(), "out.jsonl")
-    >>> write_jsonl(p, [ClockEvent(deployment="d", time=1.0)])
-    1
-    """
-    count = 0
-    with open(path, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(record.model_dump_json())
-            out.write("\n")
-            count += 1
-    return count

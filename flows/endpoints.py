@@ -3,7 +3,8 @@
 Inputs (``--input``, repeatable):
   ``PATH``                                      recorded JSONL (``.gz`` ok), replayed on event time
   ``kafka://HOST:PORT/TOPIC``                   an event topic, followed (live)
-  ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay)
+  ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay;
+                                                also ``start=end``, see connectors.kafka.url)
   ``zmq+tcp://HOST:PORT?deployment=D&role=R``   an engine FPM publisher (live; ``zmq+ipc://`` too)
   ``prometheus://HOST:PORT?deployment=D``       traffic observations from Prometheus (live;
                                                 options ``model``, ``namespace``; no HOST:PORT
@@ -33,12 +34,8 @@ from bytewax.outputs import Sink
 
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
-from connectors.kafka import (
-    KafkaConnectorError,
-    KafkaDecisionSink,
-    KafkaEventSource,
-    ensure_topic,
-)
+from connectors.kafka import KafkaConnectorError, ensure_topic
+from connectors.kafka.url import KafkaUrl
 from connectors.prometheus import (
     PrometheusClient,
     PrometheusSettings,
@@ -78,11 +75,11 @@ def _only(query: dict[str, str], allowed: set[str], address: str) -> None:
         raise EndpointError(f"{address!r}: unknown option(s) {', '.join(sorted(unknown))}")
 
 
-def _kafka_target(netloc: str, path: str, address: str) -> tuple[str, str]:
-    topic = path.strip("/")
-    if not netloc or not topic:
-        raise EndpointError(f"expected kafka://HOST:PORT/TOPIC, got {address!r}")
-    return netloc, topic
+def _kafka_url(address: str) -> KafkaUrl:
+    try:
+        return KafkaUrl.parse(address)
+    except ValueError as exc:
+        raise EndpointError(str(exc)) from exc
 
 
 def wire(
@@ -97,11 +94,9 @@ def wire(
         if scheme in ("", "file"):
             wiring.inputs.append(RecordedSource([address.removeprefix("file://")]))
         elif scheme == "kafka":
-            _only(query, {"until"}, address)
-            bootstrap, topic = _kafka_target(netloc, path, address)
-            until_end = query.get("until") == "end"
-            wiring.inputs.append(KafkaEventSource(bootstrap, topic, until_end=until_end))
-            wiring.live |= not until_end
+            url = _kafka_url(address)
+            wiring.inputs.append(url.event_source())
+            wiring.live |= not url.until_end
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
             url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
@@ -135,19 +130,19 @@ def wire(
         elif scheme in ("", "file"):
             wiring.decision_sinks.append(JsonlFileSink(address.removeprefix("file://")))
         elif scheme == "kafka":
-            _only(query, set(), address)
-            wiring.decision_sinks.append(KafkaDecisionSink(*_kafka_target(netloc, path, address)))
+            wiring.decision_sinks.append(_kafka_url(address).decision_sink())
         elif scheme == "virtual+kafka":
-            _only(query, {"acks"}, address)
-            bootstrap, topic = _kafka_target(netloc, path, address)
-            if "acks" not in query:
+            acks = query.pop("acks", None)
+            if acks is None:
                 raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")
-            wiring.decision_sinks.append(KafkaDecisionSink(bootstrap, topic))
+            rest = "&".join(f"{k}={v}" for k, v in query.items())
+            url = _kafka_url(f"kafka://{netloc}{path}" + (f"?{rest}" if rest else ""))
+            wiring.decision_sinks.append(url.decision_sink())
             try:  # the orchestrator may not have acknowledged anything yet
-                ensure_topic(bootstrap, query["acks"])
+                ensure_topic(url.bootstrap, acks)
             except KafkaConnectorError as exc:
                 raise EndpointError(f"{address!r}: {exc}") from exc
-            wiring.acks = AckSource(bootstrap, query["acks"])
+            wiring.acks = AckSource(url.bootstrap, acks)
             wiring.live = True
         elif scheme == "dgd":
             _dgd(address, netloc, path, query, configs, wiring)
