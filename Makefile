@@ -29,6 +29,7 @@ services:
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test: $(STAMP) services lint
 	$(BIN)/pytest

@@ -82,9 +82,7 @@ def _kafka_url(address: str) -> KafkaUrl:
         raise EndpointError(str(exc)) from exc
 
 
-def wire(
-    inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig]
-) -> Wiring:
+def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig]) -> Wiring:
     """Resolve every address; raises :class:`EndpointError` naming a bad one."""
     wiring = Wiring()
     zmq_endpoints: list[EndpointSpec] = []
@@ -110,8 +108,10 @@ def wire(
         else:
             raise EndpointError(f"unsupported input {address!r}")
     if traffic:
-        intervals = {s.deployment: configs[s.deployment].throughput_adjustment_interval_seconds
-                     for s in traffic}
+        intervals = {
+            s.deployment: configs[s.deployment].throughput_adjustment_interval_seconds
+            for s in traffic
+        }
         try:
             wiring.inputs.append(PrometheusTrafficInput(traffic, intervals))
         except ValueError as exc:
@@ -188,7 +188,5 @@ def _dgd(
         options["host"] = query["host"]
     interval = timedelta(seconds=float(query.get("interval", 10)))
     wiring.decision_sinks.append(DgdSink.from_target(target, deployment=deployment, **options))
-    wiring.inputs.append(
-        DgdInventorySource.from_target(target, deployment, interval, **options)
-    )
+    wiring.inputs.append(DgdInventorySource.from_target(target, deployment, interval, **options))
     wiring.live = True

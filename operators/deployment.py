@@ -269,9 +269,7 @@ class DeploymentPlanner:
 
     @staticmethod
     def _fresh_quantiles() -> dict[str, list[stats.Quantile]]:
-        return {
-            series: [stats.Quantile(q) for q in QUANTILES] for series in ("isl", "osl")
-        }
+        return {series: [stats.Quantile(q) for q in QUANTILES] for series in ("isl", "osl")}
 
     def _quantile_values(self, series: str) -> dict[str, float] | None:
         values = {

@@ -70,9 +70,7 @@ def fold_event(window: TickWindow, event: Event) -> TickWindow:
         window.rows.setdefault(key, []).append(fpm_to_row(event.time, engine.fpm))
     elif isinstance(event, FpmBatchEvent):
         batch = event.payload
-        window.rows.setdefault((batch.role, batch.worker_id, batch.dp_rank), []).extend(
-            batch.rows
-        )
+        window.rows.setdefault((batch.role, batch.worker_id, batch.dp_rank), []).extend(batch.rows)
     elif isinstance(event, RequestEvent):
         window.requests.append(event.payload)
     elif isinstance(event, InventoryEvent):
@@ -115,9 +113,7 @@ def merge_capabilities(
     """
     if old is None or new is None:
         return new or old
-    return WorkerCapabilities(
-        prefill=new.prefill or old.prefill, decode=new.decode or old.decode
-    )
+    return WorkerCapabilities(prefill=new.prefill or old.prefill, decode=new.decode or old.decode)
 
 
 def evenly_spaced(rows: list[FpmRow], count: int) -> list[FpmRow]:

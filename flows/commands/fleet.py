@@ -42,8 +42,10 @@ def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDeci
 def run(args: argparse.Namespace) -> int:
     scenario, _config = scenario_from_args(args)
     fleet = scenario.fleet()
-    publishers = {"prefill": FpmPublisher(args.prefill_publish),
-                  "decode": FpmPublisher(args.decode_publish)}
+    publishers = {
+        "prefill": FpmPublisher(args.prefill_publish),
+        "decode": FpmPublisher(args.decode_publish),
+    }
     bootstrap, events_topic = args.kafka, args.events_topic
     for topic in (events_topic, args.decisions_topic):
         ensure_topic(bootstrap, topic)

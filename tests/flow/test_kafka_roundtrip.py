@@ -27,17 +27,29 @@ def test_decisions_written_by_the_flow_are_read_back(tmp_path, kafka_bootstrap, 
     publish(kafka_bootstrap, events_topic, [*lines, "{broken"])
 
     # reference: the same stream from a file
-    done = flowplanner("run", "--config", str(config), "--input", str(stream),
-                       "--output", str(tmp_path / "file.jsonl"))
+    done = flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        str(stream),
+        "--output",
+        str(tmp_path / "file.jsonl"),
+    )
     assert done.returncode == 0, done.stderr
     expected = read_jsonl(tmp_path / "file.jsonl")
     assert expected
 
     done = flowplanner(
-        "run", "--config", str(config),
-        "--input", f"kafka://{kafka_bootstrap}/{events_topic}?until=end",
-        "--output", f"kafka://{kafka_bootstrap}/{decisions_topic}",
-        "--dead-letters", str(tmp_path / "dead.jsonl"),
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{events_topic}?until=end",
+        "--output",
+        f"kafka://{kafka_bootstrap}/{decisions_topic}",
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
     )
     assert done.returncode == 0, done.stderr
     (dead,) = read_jsonl(tmp_path / "dead.jsonl")
