@@ -30,7 +30,7 @@ from schemas.events import Role
 
 Mode = Literal["disagg", "agg", "prefill", "decode"]
 OptimizationTarget = Literal["sla", "throughput", "latency"]
-PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "selector"]
+PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -99,6 +99,8 @@ class PlannerConfig(BaseModel):
     max_throughput_scaling_replicas: Annotated[int, Field(gt=0)] = 8
     throughput_metrics_source: Literal["frontend", "router"] = "frontend"
     load_predictor: PredictorName = "arima"
+    """Spec §7; ``periodic`` (a short cycle found in the series' autocorrelation) is *ours*, and
+    ``selector`` mixes every other kind (:mod:`operators.predictors.selector`)."""
     load_predictor_log1p: bool = False
     load_predictor_warmup_trace: str | None = None
     kalman_q_level: Positive = 1.0

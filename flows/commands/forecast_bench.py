@@ -29,6 +29,7 @@ def _as_json(result: BenchResult) -> dict:
         "singles": {name: score(s) for name, s in result.singles.items()},
         "selector": score(result.selector),
         "options": {name: score(s) for name, s in result.options.items()},
+        "hindsight_constant": score(result.hindsight),
         "best_single": result.best_single[0],
         "ratio": result.ratio,
     }

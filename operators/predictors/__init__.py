@@ -7,10 +7,11 @@ from operators.predictors.base import Predictor
 from operators.predictors.constant import ConstantPredictor
 from operators.predictors.holt_winters import HoltWintersPredictor
 from operators.predictors.kalman import KalmanPredictor
+from operators.predictors.periodic import PeriodicPredictor
 from operators.predictors.selector import SelectorPredictor
 from schemas import PlannerConfig
 
-SINGLE_PREDICTORS = ("constant", "arima", "kalman", "holt_winters")
+SINGLE_PREDICTORS = ("constant", "arima", "kalman", "holt_winters", "periodic")
 """The single-model kinds; the ``selector`` runs one of each."""
 
 
@@ -45,6 +46,8 @@ def build_single(kind: str, config: PlannerConfig) -> Predictor:
         )
     if kind == "holt_winters":
         return HoltWintersPredictor(season_length=season_length(config))
+    if kind == "periodic":
+        return PeriodicPredictor()
     raise ValueError(f"unknown load predictor {kind!r}; expected one of {SINGLE_PREDICTORS}")
 
 
@@ -54,7 +57,7 @@ def build_predictor(config: PlannerConfig) -> Predictor:
     >>> build_predictor(PlannerConfig(load_predictor="constant")).forecast()
     0.0
     >>> build_predictor(PlannerConfig(load_predictor="selector")).names
-    ['constant', 'arima', 'kalman', 'holt_winters']
+    ['constant', 'arima', 'kalman', 'holt_winters', 'periodic']
     """
     if config.load_predictor == "selector":
         return SelectorPredictor(
@@ -69,6 +72,7 @@ __all__ = [
     "ConstantPredictor",
     "HoltWintersPredictor",
     "KalmanPredictor",
+    "PeriodicPredictor",
     "Predictor",
     "SelectorPredictor",
     "build_predictor",

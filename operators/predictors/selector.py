@@ -46,6 +46,9 @@ the validation ratios:
 * ``learning_rate`` 0.1 / 0.3 / 1: 0.880 / 0.873 / 0.875; ``loss_half_life`` 12 / 24 / 48 /
   96: 0.875 / 0.873 / 0.873 / 0.876; ``scale_half_life`` 3 / 6 / 12: 0.872 / 0.873 / 0.875;
   without the ``quantile`` margins: 0.874 (but a worst ratio of 1.00 instead of 0.97);
+* added later, the ``periodic`` candidate (a cycle found in the autocorrelation): on the real
+  validation series (Azure ISL/OSL at 60 s, counts at 20 s) the selector's loss fell 1.1 %
+  (geometric mean), on the goal series 1.1 % (2.7 % on Azure code, which has a 290 s cycle);
 * dropped after measuring: a ``quantile`` margin from 4 or 8 residuals (worse), pooling the
   standardised residuals of all candidates (worse on short series), online pinball-gradient
   (ACI-style) additive or multiplicative offsets (no better than the margins), exponentially

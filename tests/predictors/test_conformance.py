@@ -21,6 +21,7 @@ from operators.predictors import (
     ConstantPredictor,
     HoltWintersPredictor,
     KalmanPredictor,
+    PeriodicPredictor,
     Predictor,
     SelectorPredictor,
 )
@@ -31,11 +32,13 @@ FACTORIES: dict[str, Callable[[], Predictor]] = {
     "kalman_log1p": lambda: KalmanPredictor(log1p=True, min_points=3),
     "arima": lambda: ArimaPredictor(refit_every=12),
     "holt_winters": lambda: HoltWintersPredictor(season_length=6, refit_every=12),
+    "periodic": PeriodicPredictor,
     "selector": lambda: SelectorPredictor(
         candidates=(
             ConstantPredictor(),
             KalmanPredictor(min_points=3),
             HoltWintersPredictor(season_length=6, refit_every=12),
+            PeriodicPredictor(),
         )
     ),
     "selector_selection": lambda: SelectorPredictor(

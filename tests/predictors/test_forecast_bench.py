@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.forecast import Series, format_result, read_rates, read_trace_series, run_series
+from bench.forecast import (
+    Series,
+    format_result,
+    hindsight_constant,
+    read_rates,
+    read_trace_series,
+    run_series,
+)
 from flows.commands import forecast_bench
 from operators.predictors import build_single
 from schemas import PlannerConfig
@@ -56,6 +63,20 @@ def test_candidates_inside_the_selector_forecast_like_standalone_predictors() ->
         assert standalone == score, kind
 
 
+def test_hindsight_constant_beats_every_other_fixed_forecast() -> None:
+    values = [float((i * 53) % 17 + (40 if i % 7 == 0 else 0)) for i in range(50)]
+    series = Series("synthetic", values, 60.0)
+    result = run_series(series)
+    best = hindsight_constant(values[1:])
+    for level in [best + d for d in (-1.0, -0.5, 0.5, 1.0)] + values:
+        other = type(result.hindsight)()
+        for y in values[1:]:
+            other.add(y, level)
+        assert result.hindsight.loss <= other.loss + 1e-12
+    assert result.hindsight.points == result.selector.points == 49
+    assert "hindsight constant" in format_result(result)
+
+
 def test_read_rates_converts_rates_to_counts_per_interval(tmp_path: Path) -> None:
     series = read_rates(rates_csv(tmp_path / "r.csv", 5))
     assert series.interval_s == 600
@@ -93,7 +114,7 @@ def test_cli_json_over_rates_and_a_trace(tmp_path: Path, capsys: pytest.CaptureF
     ]
     first = results[0]
     assert first["points"] == 40 and first["interval_s"] == 600
-    assert set(first["singles"]) == {"constant", "arima", "kalman", "holt_winters"}
+    assert set(first["singles"]) == {"constant", "arima", "kalman", "holt_winters", "periodic"}
     best = min(s["loss"] for s in first["singles"].values())
     assert first["ratio"] == pytest.approx(first["selector"]["loss"] / best)
     assert all(0 <= s["under_rate"] <= 1 for s in first["singles"].values())

@@ -12,6 +12,7 @@ from operators.predictors import (
     ConstantPredictor,
     HoltWintersPredictor,
     KalmanPredictor,
+    PeriodicPredictor,
     SelectorPredictor,
     build_predictor,
     season_length,
@@ -235,6 +236,53 @@ def test_holt_winters_season_length_from_config() -> None:
     assert build_predictor(cfg).season_length == 144
 
 
+# --- periodic (ours) ----------------------------------------------------------------------------
+
+
+def bursts(count: int, period: float, seed: int) -> list[float]:
+    """On/off load: a burst of about 300 requests every ``period`` intervals, noise around it."""
+    rng = random.Random(seed)
+    out = []
+    for t in range(count):
+        phase = (t % period) / period
+        out.append(max(0.0, (300.0 if phase < 0.4 else 40.0) + rng.gauss(0, 40)))
+    return out
+
+
+def test_periodic_finds_a_cycle_that_is_not_a_whole_number_of_intervals() -> None:
+    series = bursts(160, period=4.8, seed=3)  # as the Azure code trace: 290 s at 60 s
+    p = PeriodicPredictor()
+    errors, mean_errors = [], []
+    for t, y in enumerate(series):
+        if t >= 40:
+            errors.append(abs(p.forecast() - y))
+            mean_errors.append(abs(sum(p.values) / len(p.values) - y))
+            assert p.period in (5, 10, 14, 15, 19, 24, 29, 34, 38, 43, 48, 53)  # multiples of 4.8
+        p.learn_one(y)
+    assert sum(errors) < 0.7 * sum(mean_errors)
+
+
+def test_periodic_without_a_cycle_forecasts_the_mean() -> None:
+    rng = random.Random(11)
+    p = PeriodicPredictor()
+    for _ in range(200):
+        p.learn_one(100 + rng.gauss(0, 10))
+    assert p.forecast() == pytest.approx(sum(p.values) / len(p.values))
+    assert p.period is None
+    short = PeriodicPredictor()
+    for y in (10, 30, 10, 30):  # fewer than min_points: the mean, no cycle yet
+        short.learn_one(y)
+    assert short.forecast() == 20.0 and short.period is None
+
+
+def test_periodic_keeps_one_window() -> None:
+    p = PeriodicPredictor(window=48)
+    for t in range(200):
+        p.learn_one(sine(t, period=6))
+    assert len(p.values) == 48
+    assert p.forecast() == pytest.approx(sine(200, period=6), rel=0.05) and p.period == 6
+
+
 # --- selector (ours) ----------------------------------------------------------------------------
 
 
@@ -318,6 +366,7 @@ def test_build_predictor_kinds() -> None:
         ("arima", ArimaPredictor),
         ("kalman", KalmanPredictor),
         ("holt_winters", HoltWintersPredictor),
+        ("periodic", PeriodicPredictor),
         ("selector", SelectorPredictor),
     ):
         assert isinstance(build_predictor(PlannerConfig(load_predictor=kind)), cls)

@@ -85,7 +85,9 @@ def test_selector_warm_start_propagates_idle_skip_to_candidates() -> None:
     assert [list(c.values) for c in selector.candidates] == stored
 
 
-@pytest.mark.parametrize("kind", ["constant", "arima", "kalman", "holt_winters", "selector"])
+@pytest.mark.parametrize(
+    "kind", ["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
+)
 def test_idle_carry_forward_for_every_predictor_kind(kind: str) -> None:
     """Spec §7.1: idle windows after traffic push the last ISL/OSL; leading idle seeds nothing."""
     forecaster = TrafficForecaster.from_config(PlannerConfig(load_predictor=kind))
