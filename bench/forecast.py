@@ -46,7 +46,11 @@ GOAL_RATIO = 0.85
 
 @dataclass
 class Series:
-    """One series to forecast: a name, its points (one per interval) and the interval."""
+    """One series to forecast: a name, its points (one per interval) and the interval.
+
+    >>> Series("api", [120.0, 130.0, 90.0], interval_s=60.0).values[-1]
+    90.0
+    """
 
     name: str
     values: list[float]
@@ -55,7 +59,12 @@ class Series:
 
 @dataclass
 class BenchResult:
-    """Scores of one series: single predictors, selector options, the selector."""
+    """Scores of one series: single predictors, selector options, the selector.
+
+    >>> result = run_series(Series("steady", [100.0] * 12, 60.0))
+    >>> result.best_single[1], result.selector.loss, result.hindsight.loss
+    (0.0, 0.0, 0.0)
+    """
 
     series: Series
     singles: dict[str, ForecastScore] = field(default_factory=dict)

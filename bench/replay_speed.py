@@ -38,7 +38,11 @@ GOALS = {1: 1500.0, 10: 250.0}
 
 @dataclass(frozen=True)
 class Scenario:
-    """A static fleet replaying the trace ``scale`` times superimposed."""
+    """A static fleet replaying the trace ``scale`` times superimposed.
+
+    >>> SCENARIOS[2].scale, SCENARIOS[2].prefill, SCENARIOS[2].decode
+    (10, 4, 8)
+    """
 
     name: str
     scale: int
@@ -57,7 +61,13 @@ SCENARIOS = (
 
 @dataclass(frozen=True)
 class Measurement:
-    """One scenario's run."""
+    """One scenario's run.
+
+    >>> m = Measurement(SCENARIOS[0], simulated_s=3600, cpu_s=2.0, wall_s=3.0, rows=0,
+    ...                 events=0, requests=0, sla=None)
+    >>> m.speed, m.wall_speed
+    (1800.0, 1200.0)
+    """
 
     scenario: Scenario
     simulated_s: float
