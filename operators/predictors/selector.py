@@ -46,6 +46,11 @@ the validation ratios:
 * ``learning_rate`` 0.1 / 0.3 / 1: 0.880 / 0.873 / 0.875; ``loss_half_life`` 12 / 24 / 48 /
   96: 0.875 / 0.873 / 0.873 / 0.876; ``scale_half_life`` 3 / 6 / 12: 0.872 / 0.873 / 0.875;
   without the ``quantile`` margins: 0.874 (but a worst ratio of 1.00 instead of 0.97);
+* the real validation series are reproducible with ``flowplanner forecast-bench``: ``--trace
+  tests/data/traces/azure_2023_code.csv --trace tests/data/traces/azure_2023_conv.csv`` with
+  ``--series isl,osl`` and with ``--interval 20``, and ``--rates
+  tests/data/rates/servegen_language_m-mid_10min.csv --rate-column active_clients`` (the
+  synthetic ones were generated ad hoc and are not kept);
 * added later, the ``periodic`` candidate (a cycle found in the autocorrelation): on the real
   validation series (Azure ISL/OSL at 60 s, counts at 20 s) the selector's loss fell 1.1 %
   (geometric mean), on the goal series 1.1 % (2.7 % on Azure code, which has a 290 s cycle);
