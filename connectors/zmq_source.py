@@ -116,7 +116,7 @@ def endpoint_specs(
 
 # --- the wire decoder ---------------------------------------------------------------------------
 
-_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Count = Annotated[int, msgspec.Meta(ge=0)]  # msgpack itself stops at MAX_COUNT (u64)
 _Finite = Annotated[float, msgspec.Meta(ge=0.0, le=1.7976931348623157e308)]  # rejects NaN, inf
 
 
@@ -181,7 +181,7 @@ class FpmWireDecoder:
         """Decode one payload received at ``time``."""
         try:
             m = self._decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             fpm = self.verdict(bytes(payload))
             return fpm.worker_id, fpm.dp_rank, fpm_to_row(time, fpm)
         # the wire struct has the schema's attribute names, so the schema's row layout applies
@@ -195,7 +195,8 @@ class FpmWireDecoder:
         except ValidationError as exc:
             raise FpmDecodeError(f"invalid FPM: {describe_validation_error(exc)}") from None
         except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ...)
-            raise FpmDecodeError(f"undecodable FPM payload (not msgpack): {exc}") from None
+            detail = str(exc) or type(exc).__name__  # msgpack's StackError has no message
+            raise FpmDecodeError(f"undecodable FPM payload (not msgpack): {detail}") from None
 
 
 # --- engine discovery and expiry ----------------------------------------------------------------

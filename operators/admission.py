@@ -47,6 +47,8 @@ class Admission:
                 event = parse_event(item.data)
             except ValidationError as exc:
                 return self._reject(item, f"invalid event: {describe_validation_error(exc)}")
+            except Exception as exc:  # a validator's own failure must not stop the flow
+                return self._reject(item, f"invalid event: {type(exc).__name__}: {exc}")
         else:
             event = item
         config = self.configs.get(event.deployment)

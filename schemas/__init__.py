@@ -41,12 +41,18 @@ from schemas.events import (
     fpm_to_row,
     parse_event,
 )
-from schemas.fpm import ForwardPassMetrics, QueuedRequestMetrics, ScheduledRequestMetrics
+from schemas.fpm import (
+    MAX_COUNT,
+    ForwardPassMetrics,
+    QueuedRequestMetrics,
+    ScheduledRequestMetrics,
+)
 
 __all__ = [
     "EVENT_ADAPTER",
     "FPM_BATCH_COLUMNS",
     "LOAD_REASONS",
+    "MAX_COUNT",
     "THROUGHPUT_REASONS",
     "AckEvent",
     "Acknowledgement",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.events import TrafficObservation
+from schemas.events import EventTime, TrafficObservation
 
 LoadReason = Literal[
     "unset",
@@ -119,7 +119,7 @@ class DecisionAck(BaseModel):
     schema_version: Literal[1] = 1
     deployment: str = Field(min_length=1)
     acked_decision_id: int = Field(ge=0)
-    time: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    time: EventTime | None = None
 
 
 class DeadLetter(BaseModel):

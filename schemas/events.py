@@ -17,6 +17,7 @@ from typing import Annotated, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from schemas.fpm import (
+    MAX_COUNT,
     Count,
     ForwardPassMetrics,
     NonNegativeFinite,
@@ -28,6 +29,14 @@ Role = Literal["prefill", "decode"]
 """Engine role. Aggregated engines report as ``decode`` (reference spec §1.2)."""
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+MAX_EVENT_TIME_S = 1e11
+"""Event times are seconds (Unix time live): 1e11 s is the year 5138, far past any real clock
+and far below what a ``datetime`` holds. It rejects the common producer mistake of Unix time in
+milliseconds (1.7e12), which would otherwise leave the planner's clock millennia ahead."""
+
+EventTime = Annotated[float, Field(ge=0.0, le=MAX_EVENT_TIME_S, allow_inf_nan=False)]
+"""An event time in seconds, 0 to :data:`MAX_EVENT_TIME_S`."""
 
 _PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
 
@@ -183,8 +192,8 @@ class FpmBatch(BaseModel):
     def _rows_are_valid(self) -> FpmBatch:
         last = -math.inf
         for i, row in enumerate(self.rows):
-            if not all(v >= 0 and math.isfinite(v) for v in row):
-                raise ValueError(f"row {i}: values must be finite and >= 0")
+            if not all(_row_value_ok(v) for v in row):
+                raise ValueError(f"row {i}: values must be finite, >= 0 and counts <= {MAX_COUNT}")
             if row[0] < last:
                 raise ValueError(f"row {i}: rows must be in event-time order")
             last = row[0]
@@ -193,6 +202,14 @@ class FpmBatch(BaseModel):
     def fpm(self, index: int) -> ForwardPassMetrics:
         """Row ``index`` as a ForwardPassMetrics."""
         return fpm_from_row(self.worker_id, self.dp_rank, self.rows[index])
+
+
+def _row_value_ok(value: float) -> bool:
+    """A row value is finite and >= 0, and an integer is a count that fits (checked before any
+    float conversion: ``math.isfinite(10**400)`` raises)."""
+    if isinstance(value, int):
+        return 0 <= value <= MAX_COUNT
+    return value >= 0 and math.isfinite(value)
 
 
 def fpm_from_row(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:
@@ -266,7 +283,7 @@ class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     deployment: Annotated[str, Field(min_length=1)]
-    time: NonNegativeFinite
+    time: EventTime
 
 
 class FpmEvent(_Envelope):
@@ -277,10 +294,23 @@ class FpmEvent(_Envelope):
 
 
 class FpmBatchEvent(_Envelope):
-    """Many forward passes of one engine; ``time`` is the event time of the last row."""
+    """Many forward passes of one engine; ``time`` is the event time of the last row.
+
+    Every row's time must be at most the event's ``time``: a row from the future would keep
+    its engine alive (engines expire by the time of their last pass) long after it went away.
+    """
 
     type: Literal["fpm_batch"] = "fpm_batch"
     payload: FpmBatch
+
+    @model_validator(mode="after")
+    def _rows_not_after_the_event(self) -> FpmBatchEvent:
+        rows = self.payload.rows
+        if rows and rows[-1][0] > self.time:
+            raise ValueError(
+                f"row {len(rows) - 1}: time {rows[-1][0]:g} is after the event's time {self.time:g}"
+            )
+        return self
 
 
 class InventoryEvent(_Envelope):

@@ -4,6 +4,9 @@ Field names and defaults are exactly those of the reference schema, so a payload
 real engine (msgpack map with string keys) or exported as JSON decodes unchanged. Counts and token
 sums must be non-negative integers and every float must be finite: a record that breaks this is
 rejected with a ``pydantic.ValidationError`` naming the field, never silently repaired.
+Unknown fields and ``version`` values are accepted, as the reference's own decoder does: an
+engine one schema version ahead must not blind the planner (the fields it reads are unchanged
+between versions 0 and 1).
 """
 
 from __future__ import annotations
@@ -13,8 +16,12 @@ from typing import Annotated, Any
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field
 
-Count = Annotated[int, Field(ge=0)]
-"""A non-negative integer count or token sum."""
+MAX_COUNT = 2**64 - 1
+"""The largest count a producer can send: the reference's Rust engines write u64 (msgpack's
+largest integer too). Anything larger is a broken producer, not a big engine."""
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+"""A non-negative integer count or token sum (at most :data:`MAX_COUNT`)."""
 
 NonNegativeFinite = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 """A finite float >= 0 (seconds, variances)."""

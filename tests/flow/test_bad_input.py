@@ -36,8 +36,23 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
             node[leaf] = value
         return json.dumps(event)
 
+    def batch_event(row_time: float, kv_tokens: int) -> str:
+        row = [row_time, 0, 0.5, 0, 0, 0.0, 0, 64, kv_tokens, 0.0, 0, 0, 0.0, 0, 0, 0.0]
+        payload = {"role": "decode", "worker_id": "w0", "rows": [row]}
+        return json.dumps(
+            {"type": "fpm_batch", "deployment": "alpha", "time": t, "payload": payload}
+        )
+
     return [
         ('{"type": "fpm", "deployment": "alpha", "time": ', "Invalid JSON"),
+        # Unix time in milliseconds: would move the planner's clock millennia ahead
+        (json.dumps({"type": "clock", "deployment": "alpha", "time": 1.7e12}), "clock.time"),
+        (
+            fpm_event(**{"payload.fpm.scheduled_requests.sum_decode_kv_tokens": 10**400}),
+            "sum_decode_kv_tokens",
+        ),
+        (batch_event(t, 10**400), "counts <="),
+        (batch_event(t + 1e9, 90000), "after the event's time"),  # would never expire
         ("this is not json at all", "Invalid JSON"),
         (fpm_event(**{"payload.fpm.wall_time": "slow"}), "wall_time"),
         (

@@ -145,3 +145,12 @@ def test_valid_payloads_round_trip_exactly_on_the_fast_path(
         assert (worker, rank, row) == (fpm.worker_id, fpm.dp_rank, fpm_to_row(3.5, fpm))
         from_row = encode_row(fpm.worker_id, fpm.dp_rank, fpm_to_row(0.0, fpm))
         assert FpmWireDecoder().decode(from_row, 3.5) == (worker, rank, row)
+
+
+@pytest.mark.parametrize("depth", [5000, 50000])
+def test_deeply_nested_payload_is_an_fpm_error_not_a_crash(depth: int) -> None:
+    # a 5 KB payload nests deeper than msgspec recurses: it raised RecursionError, which
+    # escaped the source and stopped the flow
+    payload = b"\x81\xa1x" + b"\x91" * depth + b"\xc0"  # {"x": [[[...[nil]...]]]}
+    with pytest.raises(FpmDecodeError, match="FPM"):
+        FpmWireDecoder().decode(payload, 1.0)
