@@ -14,6 +14,8 @@ virtual connector), a decision is only sent once the previous one is acknowledge
 
 from __future__ import annotations
 
+import math
+
 from collections import deque
 from dataclasses import dataclass
 
@@ -98,7 +100,12 @@ class DeploymentPlanner:
         self.latest: dict[EngineId, FpmRow] = {}
         self.inventory: WorkerCounts | None = None
         self.training: dict[Role, list[ForwardPassMetrics]] = {}
-        keep = int(max(config.throughput_adjustment_interval_seconds, window_s) / window_s) + 1
+        longest = max(
+            config.throughput_adjustment_interval_seconds,
+            config.load_rate_window_seconds or 0.0,  # the load tick's rate window
+            window_s,
+        )
+        keep = math.ceil(longest / window_s) + 1
         self.request_windows: deque[RequestStats] = deque(maxlen=keep)
         self.requests_seen = False
         self.traffic_events: deque[tuple[float, TrafficObservation]] = deque(maxlen=16)

@@ -196,3 +196,25 @@ def test_a_burst_the_rate_fits_buys_one_replica_not_a_proportional_step() -> Non
     assert burst_tick(machine(), rps=0.5 * 2 * ENGINE_RPS).scale_to.num_prefill == 3
     # and a rate above what two engines carry sizes the step by the rate: ceil(4.5) = 5
     assert burst_tick(machine(), rps=4.5 * ENGINE_RPS).scale_to.num_prefill == 5
+
+
+@pytest.mark.parametrize("throughput_interval", [20.0, 180.0])
+def test_the_rate_window_keeps_every_request_window_it_reads(throughput_interval: float) -> None:
+    # the deployment kept only a throughput interval of 5 s request windows: with a 20 s
+    # interval, 30 s of traffic summed 25 s of requests and under-stated the rate by a sixth
+    from operators.deployment import DeploymentPlanner
+    from operators.window import TickWindow
+    from schemas import RequestRecord
+
+    config = PlannerConfig(
+        mode="prefill",
+        throughput_adjustment_interval_seconds=throughput_interval,
+        load_adjustment_interval_seconds=5,
+        load_rate_window_seconds=30,
+    )
+    planner = DeploymentPlanner("d", config, window_s=5.0)
+    for i in range(1, 13):  # one minute at 2 req/s
+        window = TickWindow(requests=[RequestRecord(isl=1000, osl=100) for _ in range(10)])
+        planner.on_window(5.0 * i, window)
+    traffic = planner.traffic_over(30.0, 60.0)
+    assert traffic is not None and traffic.num_req / traffic.duration_s == pytest.approx(2.0)
