@@ -15,7 +15,6 @@ virtual connector), a decision is only sent once the previous one is acknowledge
 from __future__ import annotations
 
 import math
-
 from collections import deque
 from dataclasses import dataclass
 

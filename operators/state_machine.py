@@ -590,7 +590,11 @@ class PlannerStateMachine:
             diag.throughput_decision_reason = "model_not_ready"
             return self._hold_at_min_endpoints(diag)
 
-        targets = {role: c.replicas for role, c in sized.items() if c.replicas is not None}
+        targets = {
+            role: self._change_capped(role, c.replicas)
+            for role, c in sized.items()
+            if c.replicas is not None
+        }
         if self.config.enable_load_scaling:
             self._lower_bounds.update(targets)
             self._set_throughput_reason(diag, "set_lower_bound")
@@ -602,6 +606,18 @@ class PlannerStateMachine:
         else:
             targets = {role: self._budget_single(role, n) for role, n in targets.items()}
         return self._throughput_target(targets, "scale", diag)
+
+    def _change_capped(self, role: Role, desired: int) -> int:
+        """Spec §5.4: one observation moves a role at most ``max_throughput_scaling_replicas``
+        from its ready count, then the endpoint floor (which may exceed the cap). The cap is
+        taken from the ready count each time, so re-evaluating an observation never ratchets;
+        with no count known there is nothing to cap against."""
+        current = self.inventory.ready(role)
+        if current is None:
+            return desired
+        cap = self.config.max_throughput_scaling_replicas
+        bounded = min(max(desired, max(0, current - cap)), current + cap)
+        return max(bounded, self._min_endpoint(role))
 
     def _capacity(self, role: Role, demand_rps: float, isl: float, osl: float) -> Capacity:
         cfg = self.config

@@ -97,6 +97,8 @@ class PlannerConfig(BaseModel):
         ),
     )
     max_throughput_scaling_replicas: Annotated[int, Field(gt=0)] = 8
+    """Spec §5.4: one throughput observation moves a role at most this many replicas from its
+    ready count (the endpoint floor may exceed it)."""
     throughput_metrics_source: Literal["frontend", "router"] = "frontend"
     load_predictor: PredictorName = "arima"
     """Spec §7; ``periodic`` (a short cycle found in the series' autocorrelation) is *ours*, and

@@ -454,14 +454,13 @@ class TestCase14KvHitRate:
 
     def test_a_high_hit_rate_needs_fewer_prefill_replicas(self):
         replicas = {}
-        for hit in (0.0, 0.8):
+        for hit, ready in ((0.0, 30), (0.8, 5)):  # ready: the §5.4 change cap (8) stays out
             machine = prefill_core(enable_load_scaling=False)
             traffic = TrafficObservation(
                 duration_s=60, num_req=500, isl=4000, osl=150, kv_hit_rate=hit
             )
-            effects = run_tick(
-                machine, now_s=60.0, traffic=traffic, counts=WorkerCounts(ready_num_prefill=1)
-            )
+            counts = WorkerCounts(ready_num_prefill=ready)
+            effects = run_tick(machine, now_s=60.0, traffic=traffic, counts=counts)
             replicas[hit] = effects.scale_to.num_prefill
         # no hit: 4000 tokens = 2048 + 1952 → 4.004 s → 8.33 rps / 0.2498 = 34
         # hit 0.8: 800 tokens → 0.802 s → 8.33 rps / 1.2469 = 7
@@ -478,7 +477,8 @@ def test_case17_agg_throughput_only_decides():
     assert target.num_prefill is None and target.num_decode >= 1
     rps = effects.diagnostics.engine_rps_decode
     assert effects.diagnostics.engine_rps_prefill == rps
-    assert target.num_decode == math.ceil((100 / 60) / rps)
+    assert math.ceil((100 / 60) / rps) == 54
+    assert target.num_decode == 1 + 8  # §5.4: at most max_throughput_scaling_replicas per tick
 
 
 class TestCase18Diagnostics:

@@ -242,6 +242,40 @@ class TestQuantileSizing:
         assert machine.forecaster.last_shape == self.SHAPE
 
 
+class TestChangeCap:
+    """Spec §5.4 / §16.5: ``max_throughput_scaling_replicas`` (8) per observation, from the
+    ready count; the endpoint floor may exceed it. Engine: 0.998 req/s at ISL 1000."""
+
+    def tick(self, machine, num_req: float, ready: int, now_s: float = 60.0):
+        counts = WorkerCounts(ready_num_prefill=ready)
+        return run_tick(machine, now_s=now_s, traffic=window(num_req, 1000, 150), counts=counts)
+
+    def machine(self, **overrides):
+        machine = core(mode="prefill", **overrides)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        return machine
+
+    def test_scale_up_is_capped_from_the_ready_count(self):
+        machine = self.machine(enable_load_scaling=False)
+        assert self.tick(machine, 6000, ready=10).scale_to.num_prefill == 18  # raw 101
+        capped = self.machine(enable_load_scaling=False, max_throughput_scaling_replicas=3)
+        assert self.tick(capped, 6000, ready=10).scale_to.num_prefill == 13
+
+    def test_lower_bounds_are_capped_and_do_not_ratchet(self):
+        machine = self.machine()
+        for now_s in (60.0, 120.0):  # the same observation twice, the fleet still at 10
+            self.tick(machine, 6000, ready=10, now_s=now_s)
+            assert machine.throughput_lower_bounds["prefill"] == 18
+
+    def test_scale_down_is_capped_too(self):
+        machine = self.machine(enable_load_scaling=False)
+        assert self.tick(machine, 1, ready=64).scale_to.num_prefill == 56  # raw 1
+
+    def test_the_endpoint_floor_may_exceed_the_cap(self):
+        machine = self.machine(enable_load_scaling=False, prefill_min_endpoint=30)
+        assert self.tick(machine, 1, ready=1).scale_to.num_prefill == 30
+
+
 class TestReasons:
     def test_throughput_disabled_on_a_throughput_tick(self):
         machine = core(mode="prefill", enable_throughput_scaling=False)
@@ -322,9 +356,10 @@ def test_real_profile_bootstrap_sizes_a_disagg_fleet_under_the_budget():
         for role, fpms in profile_to_fpms(profile).items()
     }
     assert loaded == {"prefill": 17, "decode": 41}
-    counts = WorkerCounts(ready_num_prefill=1, ready_num_decode=1)
     outcomes = []
-    for num_req in (600, 6_000, 30_000):
+    # ready counts from which the raw sizing is within the §5.4 change cap (8)
+    for num_req, ready in ((600, (1, 1)), (6_000, (1, 1)), (30_000, (30, 10))):
+        counts = WorkerCounts(ready_num_prefill=ready[0], ready_num_decode=ready[1])
         effects = run_tick(machine, now_s=60.0, traffic=window(num_req, 3000, 150), counts=counts)
         diag = effects.diagnostics
         raw = (
