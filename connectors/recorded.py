@@ -1,91 +1,178 @@
 """Recorded event streams: JSONL files (optionally gzipped), one event envelope per line.
 
-Reading is a bytewax source with one partition per file; its resume state is the number of
-lines consumed, so a recovered run continues where it stopped. Lines are handed to the flow
-undecoded (``schemas.RawEvent``) so that a malformed line becomes a dead letter that names the
-file and line number, never a crash. (Writing: ``connectors.console.JsonlFileSink``.)
+Reading is a bytewax source with a single partition. Lines are handed to the flow undecoded,
+as bytes (``schemas.RawEvent``), so that a malformed line — bad JSON, invalid UTF-8 — becomes a
+dead letter that names the file and line number, never a crash. A ``.gz`` file that is cut
+short or corrupt ends in one ``schemas.DeadLetter`` naming the file and the line where the
+stream breaks; the lines before it are used. (Writing: ``connectors.console.JsonlFileSink``.)
+
+Several files (e.g. one per engine, or per recorder) are read as ONE time-ordered stream: each
+recording is ordered by event time, and the files are merged on ``(time, file index, line
+number)``, where the time is the line's top-level ``"time"`` field. A line without a usable
+time (unparsable, missing or not a number) keeps the key of the line before it in its file, so
+it stays with its neighbours and admission dead-letters it there. Merging matters because the
+planner's watermark follows the newest event time seen: files read side by side in chunks would
+let one file's chunk push the watermark past the other file's events, which would then be
+dropped as late (and depend on how the runtime interleaves the reads).
+
+The resume state is the number of lines consumed from each file (by path), so a recovered run
+continues where it stopped, with the same merge order.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
-from collections.abc import Sequence
+import heapq
+import itertools
+import json
+import math
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.pipeline_metrics import EVENTS_IN
-from schemas import RawEvent
+from schemas import DeadLetter, RawEvent
 
 BATCH_LINES = 1000
 """Lines per source batch (bytewax throughput collapses with tiny batches)."""
 
+PARTITION = "recorded"
+"""The source's one partition: all files are merged into one ordered stream."""
 
-def open_text(path: Path) -> io.TextIOBase:
-    """Open a text file, transparently gunzipping ``*.gz``."""
+ResumeState = dict[str, int]
+"""Lines consumed per file path."""
+
+MergeKey = tuple[float, int, int]
+"""``(event time, file index, line number)``: the merge order of several recordings."""
+
+_UNREADABLE = (EOFError, zlib.error, gzip.BadGzipFile)
+"""What reading a cut or corrupt ``.gz`` file raises."""
+
+
+def open_recording(path: Path) -> BinaryIO:
+    """Open a recording for reading bytes, transparently gunzipping ``*.gz``."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rb")
+    return open(path, "rb")
 
 
-class _RecordedPartition(StatefulSourcePartition[RawEvent, int]):
-    def __init__(self, path: Path, resume_state: int | None) -> None:
-        self._path = path
-        self._source = str(path)
-        self._file = open_text(path)
-        self._line = 0
-        for _ in range(resume_state or 0):
-            self._file.readline()
-            self._line += 1
+def line_time(line: bytes, previous: float) -> float:
+    """The top-level ``"time"`` of a JSON line, else ``previous`` (keeps the line in place).
 
-    def next_batch(self) -> list[RawEvent]:
-        batch = []
-        for _ in range(BATCH_LINES):
-            line = self._file.readline()
+    >>> line_time(b'{"type": "clock", "time": 12.5}', 0.0)
+    12.5
+    >>> line_time(b'{"type": "clock", "time": "soon"}', 3.0), line_time(b"{oops", 3.0)
+    (3.0, 3.0)
+    """
+    try:
+        time = json.loads(line).get("time")
+        value = float(time) if not isinstance(time, bool) else math.nan
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return previous
+    return value if math.isfinite(value) else previous
+
+
+def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
+    """The dead letter that ends a file whose compressed stream breaks at ``position``.
+
+    >>> unreadable("a.jsonl.gz", 7, EOFError("ended early")).reason
+    'truncated input: a.jsonl.gz is cut at line 7 (ended early); nothing after it is read'
+    """
+    if isinstance(exc, EOFError):
+        what = f"truncated input: {source} is cut at line {position}"
+    else:
+        what = f"corrupt input: {source} is unreadable from line {position}"
+    return DeadLetter(
+        source=source, position=position, reason=f"{what} ({exc}); nothing after it is read"
+    )
+
+
+def _read_file(
+    path: Path, index: int, skip: int, timed: bool
+) -> Iterator[tuple[MergeKey, RawEvent | DeadLetter]]:
+    """The non-blank lines of one file after line ``skip``, with their merge keys."""
+    source, line_no, time = str(path), 0, -math.inf
+    with open_recording(path) as file:
+        while True:
+            try:
+                line = file.readline()
+            except _UNREADABLE as exc:
+                line_no += 1
+                if line_no > skip:  # else it was emitted before the run was resumed
+                    yield (time, index, line_no), unreadable(source, line_no, exc)
+                return
             if not line:
-                break
-            self._line += 1
-            if line.strip():
-                batch.append(RawEvent(self._source, self._line, line))
-        if not batch and not line:
+                return
+            line_no += 1
+            if not line.strip():
+                continue
+            if timed:
+                time = line_time(line, time)
+            if line_no > skip:
+                yield (time, index, line_no), RawEvent(source, line_no, line)
+
+
+class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeState]):
+    def __init__(self, paths: list[Path], resume_state: ResumeState | None) -> None:
+        self._consumed = {str(p): (resume_state or {}).get(str(p), 0) for p in paths}
+        timed = len(paths) > 1  # one file needs no merge, so no parsing here
+        self._files = [_read_file(p, i, self._consumed[str(p)], timed) for i, p in enumerate(paths)]
+        merged = heapq.merge(*self._files, key=lambda keyed: keyed[0])
+        self._items = (item for _key, item in merged)
+
+    def next_batch(self) -> list[RawEvent | DeadLetter]:
+        batch = list(itertools.islice(self._items, BATCH_LINES))
+        if not batch:
             raise StopIteration
+        for item in batch:
+            self._consumed[item.source] = item.position
         EVENTS_IN.labels(source="recorded").inc(len(batch))
         return batch
 
-    def snapshot(self) -> int:
-        return self._line
+    def snapshot(self) -> ResumeState:
+        return dict(self._consumed)
 
     def close(self) -> None:
-        self._file.close()
+        for file in self._files:
+            file.close()
 
 
-class RecordedSource(FixedPartitionedSource[RawEvent, int]):
-    """Replay recorded JSONL(.gz) event files, one partition per file.
+class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState]):
+    """Replay recorded JSONL(.gz) event files as one stream, merged on event time.
 
     >>> import tempfile, os
     >>> from bytewax.testing import run_main
     >>> from bytewax.dataflow import Dataflow
     >>> import bytewax.operators as op
     >>> from bytewax.testing import TestingSink
-    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "s.jsonl")
-    >>> _ = open(p, "w").write('{"a": 1}\\n\\n{"b": 2}\\n')
+    >>> d = tempfile.mkdtemp(); a, b = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
+    >>> _ = open(a, "w").write('{"time": 1}\\n\\n{"time": 3}\\n')
+    >>> _ = open(b, "w").write('{"time": 2}\\n')
     >>> out = []; flow = Dataflow("doc")
-    >>> op.output("out", op.input("in", flow, RecordedSource([p])), TestingSink(out))
-    >>> run_main(flow); [(e.position, e.data.strip()) for e in out]
-    [(1, '{"a": 1}'), (3, '{"b": 2}')]
+    >>> op.output("out", op.input("in", flow, RecordedSource([a, b])), TestingSink(out))
+    >>> run_main(flow); [(os.path.basename(e.source), e.position) for e in out]
+    [('a.jsonl', 1), ('b.jsonl', 1), ('a.jsonl', 3)]
+    >>> out[0].data
+    b'{"time": 1}\\n'
     """
 
     def __init__(self, paths: Sequence[str | Path]) -> None:
         self.paths = [Path(p) for p in paths]
+        if not self.paths:
+            raise ValueError("no recorded streams given")
         missing = [str(p) for p in self.paths if not p.is_file()]
         if missing:
             raise FileNotFoundError(f"recorded stream not found: {', '.join(missing)}")
+        if len({str(p) for p in self.paths}) < len(self.paths):
+            raise ValueError("a recorded stream is given twice")
 
     def list_parts(self) -> list[str]:
-        return [str(p) for p in self.paths]
+        return [PARTITION]
 
     def build_part(
-        self, step_id: str, for_part: str, resume_state: int | None
+        self, step_id: str, for_part: str, resume_state: ResumeState | None
     ) -> _RecordedPartition:
-        return _RecordedPartition(Path(for_part), resume_state)
+        return _RecordedPartition(self.paths, resume_state)

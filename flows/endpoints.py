@@ -1,7 +1,9 @@
 """Where ``flowplanner run`` reads and writes: addresses → bytewax sources and sinks.
 
 Inputs (``--input``, repeatable):
-  ``PATH``                                      recorded JSONL (``.gz`` ok), replayed on event time
+  ``PATH``                                      recorded JSONL (``.gz`` ok), replayed on event time;
+                                                several files are merged into one stream
+                                                ordered by event time (connectors.recorded)
   ``kafka://HOST:PORT/TOPIC``                   an event topic, followed (live)
   ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay;
                                                 also ``start=end``, see connectors.kafka.url)
@@ -25,8 +27,10 @@ Decision outputs (``--output``, repeatable):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import cast
 from urllib.parse import parse_qs, urlsplit
 
 from bytewax.inputs import Source
@@ -46,7 +50,7 @@ from connectors.recorded import RecordedSource
 from connectors.virtual import AckSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
-from schemas import PlannerConfig
+from schemas import PlannerConfig, Role
 
 
 class EndpointError(ValueError):
@@ -87,10 +91,14 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     wiring = Wiring()
     zmq_endpoints: list[EndpointSpec] = []
     traffic: list[PrometheusTrafficSource] = []
+    recorded: list[str] = []
+    recorded_at = 0
     for address in inputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
-            wiring.inputs.append(RecordedSource([address.removeprefix("file://")]))
+            if not recorded:
+                recorded_at = len(wiring.inputs)
+            recorded.append(address.removeprefix("file://"))
         elif scheme == "kafka":
             url = _kafka_url(address)
             wiring.inputs.append(url.event_source())
@@ -98,15 +106,19 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
             url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
-            zmq_endpoints.append(
-                EndpointSpec(url, query.get("deployment", ""), query.get("role", "decode"))
-            )
+            deployment, role = _zmq_target(address, query, configs)
+            zmq_endpoints.append(EndpointSpec(url, deployment, role))
             wiring.live = True
         elif scheme == "prometheus":
             traffic.append(_prometheus(address, netloc, query, configs))
             wiring.live = True
         else:
             raise EndpointError(f"unsupported input {address!r}")
+    if recorded:  # one source: the files are read as one time-ordered stream
+        try:
+            wiring.inputs.insert(recorded_at, RecordedSource(recorded))
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from exc
     if traffic:
         intervals = {
             s.deployment: configs[s.deployment].throughput_adjustment_interval_seconds
@@ -151,6 +163,39 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     return wiring
 
 
+def _zmq_target(
+    address: str, query: dict[str, str], configs: dict[str, PlannerConfig]
+) -> tuple[str, Role]:
+    """The configured deployment and role an FPM publisher's engines belong to."""
+    deployment = query.get("deployment")
+    if deployment not in configs:
+        known = ", ".join(sorted(configs))
+        raise EndpointError(
+            f"{address!r}: say which configured deployment its engines serve "
+            f"(?deployment=NAME, one of {known})"
+        )
+    role = query.get("role", "decode")
+    roles = configs[deployment].roles
+    if role not in roles:
+        raise EndpointError(
+            f"{address!r}: role {role!r} is not part of mode {configs[deployment].mode!r} "
+            f"of {deployment!r} (one of {', '.join(roles)})"
+        )
+    return deployment, cast(Role, role)
+
+
+def _interval(address: str, query: dict[str, str], default: float) -> timedelta:
+    """The ``interval`` option in seconds: a finite number > 0."""
+    text = query.get("interval")
+    try:
+        seconds = default if text is None else float(text)
+        if math.isfinite(seconds) and seconds > 0:
+            return timedelta(seconds=seconds)
+    except (ValueError, OverflowError):  # not a number, or beyond what a timedelta holds
+        pass
+    raise EndpointError(f"{address!r}: interval must be a finite number of seconds > 0")
+
+
 def _prometheus(
     address: str, netloc: str, query: dict[str, str], configs: dict[str, PlannerConfig]
 ) -> PrometheusTrafficSource:
@@ -186,7 +231,7 @@ def _dgd(
     options = {"mode": configs[deployment].mode, "backend": query.get("backend", "vllm")}
     if "host" in query:
         options["host"] = query["host"]
-    interval = timedelta(seconds=float(query.get("interval", 10)))
+    interval = _interval(address, query, default=10.0)
     wiring.decision_sinks.append(DgdSink.from_target(target, deployment=deployment, **options))
     wiring.inputs.append(DgdInventorySource.from_target(target, deployment, interval, **options))
     wiring.live = True

@@ -1,0 +1,61 @@
+"""``flowplanner run`` addresses: what cannot work is refused at startup with an
+``EndpointError`` naming the address, never accepted to fail (or crash) once running."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from connectors.dgd_dataflow import DgdInventorySource
+from connectors.recorded import RecordedSource
+from connectors.zmq_source import EndpointSpec, ZmqFpmSource
+from flows.endpoints import EndpointError, wire
+from schemas import PlannerConfig
+
+CONFIGS = {"llama": PlannerConfig(mode="agg"), "split": PlannerConfig(mode="disagg")}
+DGD = "dgd://ns/graph?deployment=llama&host=http://127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("zmq+tcp://127.0.0.1:29999?deployment=typo&role=decode", "configured deployment"),
+        ("zmq+tcp://127.0.0.1:29999?role=decode", "configured deployment"),
+        ("zmq+tcp://127.0.0.1:29999?deployment=llama&role=prefill", "role 'prefill' is not part"),
+        ("zmq+ipc:///tmp/fpm?deployment=split&role=router", "role 'router' is not part"),
+    ],
+)
+def test_an_fpm_publisher_must_belong_to_a_configured_deployment_and_role(address, message):
+    with pytest.raises(EndpointError, match=message) as caught:
+        wire([address], ["-"], CONFIGS)
+    assert address in str(caught.value)
+
+
+def test_a_valid_fpm_publisher_is_wired():
+    wiring = wire(["zmq+tcp://127.0.0.1:29999?deployment=split&role=prefill"], ["-"], CONFIGS)
+    [source] = wiring.inputs
+    assert isinstance(source, ZmqFpmSource) and wiring.live
+    assert source.endpoints == [EndpointSpec("tcp://127.0.0.1:29999", "split", "prefill")]
+
+
+@pytest.mark.parametrize("interval", ["inf", "-inf", "nan", "0", "-5", "soon", "1e300"])
+def test_a_dgd_poll_interval_must_be_a_finite_positive_number(interval):
+    with pytest.raises(EndpointError, match="interval must be a finite number of seconds > 0"):
+        wire([], [f"{DGD}&interval={interval}"], CONFIGS)
+
+
+def test_a_dgd_poll_interval_is_read_in_seconds():
+    [source] = wire([], [f"{DGD}&interval=2.5"], CONFIGS).inputs
+    assert isinstance(source, DgdInventorySource)
+    assert source.interval == timedelta(seconds=2.5)
+
+
+def test_recorded_files_become_one_source(tmp_path: Path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"
+    a.write_text(""), b.write_bytes(b"")
+    [source] = wire([str(a), f"file://{b}"], ["-"], CONFIGS).inputs
+    assert isinstance(source, RecordedSource) and source.paths == [a, b]
+    with pytest.raises(EndpointError, match="given twice"):
+        wire([str(a), str(a)], ["-"], CONFIGS)

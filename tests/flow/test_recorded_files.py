@@ -1,0 +1,196 @@
+"""Recorded files through the real bytewax runtime: undecodable bytes and cut ``.gz`` files are
+dead letters (the rest of the file is used), and several files read as one time-ordered stream
+make the same decisions as the single file they were split from, with any number of workers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+import bytewax.operators as op
+import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.recovery import RecoveryConfig, init_db_dir
+from bytewax.testing import TestingSink, run_main
+
+import connectors.recorded
+from connectors.recorded import RecordedSource
+from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
+
+
+def run(config: Path, inputs: list[Path], out: Path, workers: int = 1) -> dict:
+    """Run ``flowplanner run``; decisions, ticks, dead letters and the summary line."""
+    args = ["run", "--config", str(config)]
+    for path in inputs:
+        args += ["--input", str(path)]
+    files = {name: out / f"{name}.jsonl" for name in ("decisions", "ticks", "dead")}
+    done = flowplanner(
+        *args,
+        "--output",
+        str(files["decisions"]),
+        "--ticks",
+        str(files["ticks"]),
+        "--dead-letters",
+        str(files["dead"]),
+        "-w",
+        str(workers),
+    )
+    assert done.returncode == 0, done.stderr
+    return {name: read_jsonl(path) for name, path in files.items()} | {"stderr": done.stderr}
+
+
+def clock_line(deployment: str, time: float) -> str:
+    return json.dumps({"type": "clock", "deployment": deployment, "time": time, "payload": {}})
+
+
+def test_invalid_utf8_lines_are_dead_letters_and_the_rest_is_used(tmp_path):
+    lines = [json.dumps(e).encode() for e in decode_ramp("alpha", engines=2, seconds=60)]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_bytes(b"\n".join(lines) + b"\n")
+    mixed_lines, bad_positions = [], []
+    for i, line in enumerate(lines):
+        mixed_lines.append(line)
+        if i % 50 == 49:  # a worker id with a stray byte, and a line of binary noise
+            mixed_lines.append(line.replace(b'"worker_id": "w', b'"worker_id": "\xff'))
+            mixed_lines.append(b"\xfe\xff\x00\x9c garbage")
+            bad_positions += [len(mixed_lines) - 1, len(mixed_lines)]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b"\n".join(mixed_lines) + b"\n")
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    (tmp_path / "c").mkdir(), (tmp_path / "m").mkdir()
+
+    want = run(config, [clean], tmp_path / "c")
+    got = run(config, [mixed], tmp_path / "m")
+
+    assert [(d["source"], d["position"]) for d in got["dead"]] == [
+        (str(mixed), p) for p in bad_positions
+    ]
+    assert all(d["reason"].startswith("invalid event: Invalid JSON") for d in got["dead"])
+    assert want["decisions"], "the clean ramp must decide something"
+    assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
+    assert f"{len(mixed_lines)} events in, {len(bad_positions)} dead-lettered" in got["stderr"]
+
+
+def test_a_cut_gz_recording_uses_its_lines_and_ends_in_one_dead_letter(tmp_path):
+    events = decode_ramp("alpha", engines=2, seconds=120)
+    whole = "".join(json.dumps(e) + "\n" for e in events).encode()
+    compressed = gzip.compress(whole)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(compressed[: len(compressed) * 3 // 4])
+    readable = zlib.decompressobj(wbits=31).decompress(cut.read_bytes())
+    complete = readable.count(b"\n")  # lines wholly before the cut
+    prefix = tmp_path / "prefix.jsonl"
+    prefix.write_bytes(readable[: readable.rfind(b"\n") + 1])
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    (tmp_path / "p").mkdir(), (tmp_path / "g").mkdir()
+
+    want = run(config, [prefix], tmp_path / "p")
+    got = run(config, [cut], tmp_path / "g")
+
+    assert 0 < complete < len(events)
+    [dead] = got["dead"]
+    assert (dead["source"], dead["position"]) == (str(cut), complete + 1)
+    assert dead["reason"].startswith(f"truncated input: {cut} is cut at line {complete + 1}")
+    assert want["decisions"], "the readable part must decide something"
+    assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
+    assert f"{complete + 1} events in, 1 dead-lettered" in got["stderr"]
+
+
+def worker_of(event: dict) -> str:
+    """The engine a forward pass came from; the deployment's other events go with w0."""
+    return event["payload"]["fpm"]["worker_id"] if event["type"] == "fpm" else "w0"
+
+
+@pytest.fixture(scope="module")
+def split_by_worker(tmp_path_factory):
+    """One 300 s ramp of 3 engines as one file, and split into one file per engine (the
+    deployment's state events in the first): each file longer than a source batch."""
+    root = tmp_path_factory.mktemp("split")
+    events = decode_ramp("alpha", engines=3, seconds=300)
+    events.append({"type": "clock", "deployment": "alpha", "time": 305.0, "payload": {}})
+    write_stream(root / "whole.jsonl", events)
+    parts = [root / f"w{k}.jsonl" for k in range(3)]
+    for k, part in enumerate(parts):
+        write_stream(part, [e for e in events if worker_of(e) == f"w{k}"])
+    assert min(len(p.read_text().splitlines()) for p in parts) > connectors.recorded.BATCH_LINES
+    config = write_config(
+        root / "c.yaml", {"alpha": DECODE_CONFIG | {"allowed_lateness_seconds": 30}}
+    )
+    (root / "whole").mkdir()
+    return root, config, parts, run(config, [root / "whole.jsonl"], root / "whole")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_files_split_by_worker_decide_like_the_unsplit_recording(split_by_worker, workers):
+    root, config, parts, whole = split_by_worker
+    out = root / f"split{workers}"
+    out.mkdir()
+
+    got = run(config, parts, out, workers)
+
+    assert whole["dead"] == [] and got["dead"] == []
+    assert whole["decisions"], "the ramp must decide something"
+    assert got["decisions"] == whole["decisions"]
+    assert got["ticks"] == whole["ticks"]
+
+
+def read_all(source: RecordedSource, recovery: Path | None = None) -> list:
+    out: list = []
+    flow = Dataflow("recorded_in")
+    op.output("out", op.input("in", flow, source), TestingSink(out))
+    run_main(flow, recovery_config=recovery and RecoveryConfig(str(recovery)))
+    return out
+
+
+def positions(items: list) -> list[tuple[str, int]]:
+    return [(Path(item.source).name, item.position) for item in items]
+
+
+def test_merged_files_resume_where_they_stopped(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(f"{clock_line('x', 1)}\n{{oops\n\n{clock_line('x', 4)}\n")
+    b.write_text(f"{clock_line('x', 2)}\n{clock_line('x', 3)}\n")
+    merged = [("a.jsonl", 1), ("a.jsonl", 2), ("b.jsonl", 1), ("b.jsonl", 2), ("a.jsonl", 4)]
+    assert positions(read_all(RecordedSource([a, b]))) == merged
+
+    # stopped after any batch, a new partition from the snapshot continues the same order
+    monkeypatch.setattr(connectors.recorded, "BATCH_LINES", 2)
+    first = RecordedSource([a, b]).build_part("in", "recorded", None)
+    head = first.next_batch()
+    state = first.snapshot()
+    first.close()
+    rest = RecordedSource([a, b]).build_part("in", "recorded", state)
+    tail = rest.next_batch() + rest.next_batch()
+    with pytest.raises(StopIteration):
+        rest.next_batch()
+    rest.close()
+    assert (state, positions(head + tail)) == ({str(a): 2, str(b): 0}, merged)
+
+    # through the runtime's recovery: a rerun reads only what was appended since
+    init_db_dir(tmp_path, 1)
+    assert len(read_all(RecordedSource([a, b]), tmp_path)) == len(merged)
+    with a.open("a") as fh:
+        fh.write(clock_line("x", 6) + "\n")
+    with b.open("a") as fh:
+        fh.write(clock_line("x", 5) + "\n")
+    again = read_all(RecordedSource([a, b]), tmp_path)
+    assert positions(again) == [("b.jsonl", 3), ("a.jsonl", 5)]
+
+
+def test_a_cut_gz_file_is_reported_once_across_a_resume(tmp_path):
+    path = tmp_path / "s.jsonl.gz"
+    data = gzip.compress("".join(clock_line("x", t) + "\n" for t in range(2000)).encode())
+    path.write_bytes(data[: len(data) // 2])
+    init_db_dir(tmp_path, 1)
+
+    first = read_all(RecordedSource([path]), tmp_path)
+    again = read_all(RecordedSource([path]), tmp_path)
+
+    *lines, dead = first
+    assert [item.position for item in lines] == list(range(1, len(lines) + 1))
+    assert (dead.source, dead.position) == (str(path), len(lines) + 1)
+    assert dead.reason.startswith("truncated input")
+    assert again == []
