@@ -193,7 +193,14 @@ def least_squares(
     relaxable: frozenset[int] = frozenset(),
     names: Sequence[str] = (),
 ) -> FitOutcome:
-    """Exact OLS with intercept; negative slopes on ``relaxable`` features are held at zero.
+    """Exact OLS with intercept; a negative slope on a ``relaxable`` feature is clipped to zero
+    (spec §3.1: the other coefficients and the intercept stay those of the full fit), on any
+    other feature it rejects the fit. A negative slope whose contribution over the observed
+    range is below ``NEGLIGIBLE_CONTRIBUTION_S`` counts as zero (rounding, not a trend).
+
+    >>> fit = least_squares([(1.0, 1.0), (2.0, 1.0), (3.0, 2.0)], [0.3, 0.5, 0.5], {1}).fit
+    >>> [round(c, 12) for c in fit.coefficients], round(fit.intercept, 12)  # full fit: 0.2, -0.2
+    ([0.2, 0.0], 0.3)
 
     >>> fit = least_squares([(1.0,), (2.0,), (3.0,)], [0.3, 0.5, 0.7]).fit
     >>> round(fit.coefficients[0], 12), round(fit.intercept, 12)
@@ -205,30 +212,16 @@ def least_squares(
     y = np.asarray(ys, dtype=float)
     if x.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
         raise ValueError("least_squares needs a non-empty (n, k) feature matrix and n targets")
-    k = x.shape[1]
-    active = list(range(k))
-    while True:
-        coef = np.zeros(k)
-        y_mean = float(np.mean(y))
-        if active:
-            sub = x[:, active]
-            sub_mean = np.mean(sub, axis=0)
-            solution = np.linalg.lstsq(sub - sub_mean, y - y_mean, rcond=None)[0]
-            coef[active] = solution
-            intercept = y_mean - float(sub_mean @ solution)
-        else:
-            intercept = y_mean
-        scale = np.max(np.abs(x), axis=0)
-        for i in active:
-            if coef[i] < 0.0 and coef[i] * scale[i] > -NEGLIGIBLE_CONTRIBUTION_S:
-                coef[i] = 0.0
-        negative = [i for i in active if coef[i] < 0.0]
-        hard = [i for i in negative if i not in relaxable]
-        if hard:
-            slopes = ", ".join(
-                f"{names[i] if i < len(names) else f'#{i}'}={coef[i]:.3g}" for i in hard
-            )
-            return FitOutcome(None, f"negative coefficients ({slopes}): model rejected")
-        if not negative:
-            return FitOutcome(LinearFit(tuple(float(c) for c in coef), float(intercept)))
-        active = [i for i in active if i not in negative]
+    x_mean = np.mean(x, axis=0)
+    y_mean = float(np.mean(y))
+    coef = np.linalg.lstsq(x - x_mean, y - y_mean, rcond=None)[0]
+    intercept = y_mean - float(x_mean @ coef)
+    scale = np.max(np.abs(x), axis=0)
+    negligible = (coef < 0.0) & (coef * scale > -NEGLIGIBLE_CONTRIBUTION_S)
+    coef[negligible] = 0.0
+    hard = [i for i in range(x.shape[1]) if coef[i] < 0.0 and i not in relaxable]
+    if hard:
+        slopes = ", ".join(f"{names[i] if i < len(names) else f'#{i}'}={coef[i]:.3g}" for i in hard)
+        return FitOutcome(None, f"negative coefficients ({slopes}): model rejected")
+    coef = np.maximum(coef, 0.0)  # only relaxable slopes can still be negative here
+    return FitOutcome(LinearFit(tuple(float(c) for c in coef), float(intercept)))
