@@ -561,7 +561,8 @@ def sla_agg_proposals(
 ) -> tuple[LoadProposal | None, LoadProposal]:
     """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
     ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
-    :func:`combine_agg` never mistakes a veto for a missing signal."""
+    :func:`combine_agg` never mistakes a veto for a missing signal. With ``queue_aware``
+    (ours) the TTFT consolidation check also hands the survivors the queued decode KV."""
     if not model.has_sufficient_data() or n == 0:
         return None, LoadProposal(None, "insufficient_data")
     engines = list(fpms.values())
@@ -584,14 +585,10 @@ def sla_agg_proposals(
                 checks = []
                 for f in engines:
                     post_q = int(f.queued_requests.sum_prefill_tokens * c)
-                    # The survivor inherits scheduled AND queued decode KV of the removed one.
-                    post_dkv = int(
-                        (
-                            f.scheduled_requests.sum_decode_kv_tokens
-                            + f.queued_requests.sum_decode_kv_tokens
-                        )
-                        * c
-                    )
+                    # Spec §4.6: the scheduled decode KV grows by c. Ours (queue_aware): the
+                    # survivor also inherits the removed engine's queued decode KV.
+                    queued_dkv = f.queued_requests.sum_decode_kv_tokens if queue_aware else 0
+                    post_dkv = int((f.scheduled_requests.sum_decode_kv_tokens + queued_dkv) * c)
                     own = _ms(model.estimate_next_ttft(0, mbt, post_dkv, kv_hit_rate))
                     post = _ms(model.estimate_next_ttft(post_q, mbt, post_dkv, kv_hit_rate))
                     checks.append(_ttft_check(post, own, ttft_sla_ms, sensitivity))

@@ -298,8 +298,9 @@ AGG_CONSOLIDATION_TRAINING = [
 
 
 class TestCase16AggConsolidation:
-    def tick(self, ttft_ms: float, sched_kv: int, queued_kv: int = 0):
-        machine = core(agg_caps(max_kv_tokens=100_000), mode="agg", ttft_ms=ttft_ms, itl_ms=1000.0)
+    def tick(self, ttft_ms: float, sched_kv: int, queued_kv: int = 0, **overrides):
+        caps = agg_caps(max_kv_tokens=100_000)
+        machine = core(caps, mode="agg", ttft_ms=ttft_ms, itl_ms=1000.0, **overrides)
         machine.load_benchmark_fpms("decode", AGG_CONSOLIDATION_TRAINING)
         effects = run_tick(
             machine,
@@ -324,8 +325,12 @@ class TestCase16AggConsolidation:
         own_post = machine.agg_model.estimate_next_ttft(0, 2048, 60_000)
         assert own_post * 1000 == pytest.approx(628.14, abs=0.01)
 
-    def test_queued_decode_kv_counts_toward_the_survivor(self):
+    def test_queued_decode_kv_counts_toward_the_survivor_when_queue_aware(self):
+        # spec §4.6: only the scheduled decode KV moves to the survivor (5 000 · 2: allowed)
         _, effects = self.tick(500.0, 5_000, queued_kv=25_000)
+        assert effects.scale_to.num_decode == 1
+        # ours: the queued KV moves too (30 000 · 2 leaves the TTFT no budget)
+        _, effects = self.tick(500.0, 5_000, queued_kv=25_000, queue_aware_estimates=True)
         assert effects.scale_to is None
         assert effects.diagnostics.load_decision_reason == "scale_down_refused_consolidation"
 
