@@ -316,6 +316,10 @@ class PlannerStateMachine:
     def _load_single(
         self, role: Role, fpms: Fpms | None, diag: TickDiagnostics
     ) -> ScaleTarget | None:
+        """Prefill-only or decode-only mode (spec §4.7). Ours: a rule without an opinion keeps
+        the current count and the floors still apply to it — as §4.7 has it for disagg and agg;
+        the reference returns ``None`` here, so in single mode its throughput floor would act
+        only on ticks where the load rule happens to have an opinion."""
         n = self.inventory.ready(role)
         if self.inventory.scaling_in_progress(role):
             self._set_load_reason(diag, "scaling_in_progress")
