@@ -49,6 +49,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "prefill_capacity_batching": False,
     "load_rate_window_seconds": 0.0,
     "perf_model_basis": "linear",
+    "fpm_samples_per_engine_per_tick": 1,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""

@@ -166,3 +166,37 @@ def test_loader_names_every_bad_field(tmp_path):
     good = tmp_path / "planner.yaml"
     good.write_text("deployments:\n  d:\n    optimization_target: sla\n    mode: agg\n")
     assert load_config(good)["d"].mode == "agg"
+
+
+# fields marked *ours* that need no reference value: off by default, a parameter of another
+# *ours* feature, or pipeline plumbing the reference does not have
+OURS_WITHOUT_REFERENCE_VALUE = {
+    "seasonal_period_seconds": "Holt-Winters only (the reference uses Prophet)",
+    "capacity_isl_quantile": "off (None) by default",
+    "capacity_osl_quantile": "off (None) by default",
+    "load_rate_utilization": "a parameter of load_rate_window_seconds",
+    "allowed_lateness_seconds": "event-time plumbing",
+    "engine_silence_seconds": "event-time plumbing",
+}
+
+
+def test_reference_variant_turns_off_every_behaviour_of_ours() -> None:
+    import ast
+    import inspect
+    import itertools
+
+    from schemas.config import REFERENCE_BEHAVIOUR
+
+    body = ast.parse(inspect.getsource(PlannerConfig)).body[0].body
+    ours = {
+        field.target.id
+        for field, doc in itertools.pairwise(body)
+        if isinstance(field, ast.AnnAssign)
+        and isinstance(doc, ast.Expr)
+        and isinstance(doc.value, ast.Constant)
+        and str(doc.value.value).startswith("*ours*")
+    }
+    assert "fpm_samples_per_engine_per_tick" in ours  # the parse finds them
+    assert ours - set(OURS_WITHOUT_REFERENCE_VALUE) == set(REFERENCE_BEHAVIOUR)
+    reference = PlannerConfig().reference_variant()
+    assert all(getattr(reference, k) == v for k, v in REFERENCE_BEHAVIOUR.items())
