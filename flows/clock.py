@@ -35,7 +35,17 @@ def _system_now() -> datetime:
 @dataclass
 class ClockState:
     """What a clock remembers (snapshot by bytewax): newest event time, when it was seen
-    (system time), and the watermark so far."""
+    (system time), and the watermark so far.
+
+    >>> clock = PlannerClock(lambda t: EPOCH + timedelta(seconds=t), timedelta(seconds=1))
+    >>> logic = clock.build(None)
+    >>> _ = logic.on_item(12)
+    >>> state = logic.snapshot()
+    >>> (state.newest - EPOCH).seconds, (state.watermark - EPOCH).seconds
+    (12, 11)
+    >>> clock.build(state).on_item(5)[1] == state.watermark  # resumed: the watermark holds
+    True
+    """
 
     newest: datetime = EPOCH
     seen_at: datetime = EPOCH

@@ -59,7 +59,14 @@ class EndpointError(ValueError):
 
 @dataclass
 class Wiring:
-    """Sources and sinks for one run, and whether its clock is the system's (live)."""
+    """Sources and sinks for one run, and whether its clock is the system's (live).
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile(suffix=".jsonl") as recorded:
+    ...     wiring = wire([recorded.name], ["-"], {"llama": PlannerConfig()})
+    >>> [type(s).__name__ for s in wiring.inputs + wiring.decision_sinks], wiring.live
+    (['RecordedSource', 'LineSink'], False)
+    """
 
     inputs: list[Source] = field(default_factory=list)
     decision_sinks: list[Sink] = field(default_factory=list)

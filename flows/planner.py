@@ -87,7 +87,19 @@ def window_seconds(configs: dict[str, PlannerConfig]) -> float:
 
 @dataclass
 class PlannerSinks:
-    """Where the flow's outputs go (each list may be empty)."""
+    """Where the flow's outputs go (each list may be empty).
+
+    >>> from bytewax.testing import TestingSink, TestingSource, run_main
+    >>> from schemas import ClockEvent
+    >>> events = [ClockEvent(deployment="llama", time=0), ClockEvent(deployment="llama", time=6),
+    ...           ClockEvent(deployment="x", time=7)]  # "x" is not a configured deployment
+    >>> ticks, dead = [], []
+    >>> sinks = PlannerSinks(ticks=[TestingSink(ticks)], dead_letters=[TestingSink(dead)])
+    >>> configs = {"llama": PlannerConfig(mode="decode")}
+    >>> run_main(build_flow(configs, [TestingSource(events)], sinks))
+    >>> [(r.time, r.ran_load) for r in ticks], [d.reason for d in dead]
+    ([(5.0, True)], ["unknown deployment 'x'"])
+    """
 
     decisions: list[Sink] = field(default_factory=list)
     ticks: list[Sink] = field(default_factory=list)

@@ -44,7 +44,14 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 @dataclass
 class RequestStats:
-    """Request counts and sums of one window (mergeable)."""
+    """Request counts and sums of one window (mergeable).
+
+    >>> window = RequestStats(end_s=5.0)
+    >>> window.add(RequestRecord(isl=3000, osl=150, kv_hit_rate=0.5))
+    >>> window.add(RequestRecord(isl=1000, osl=50))  # no hit rate: not in the hit-rate mean
+    >>> window.count, window.sum_isl / window.count, window.sum_hit / window.hits
+    (2, 2000.0, 0.5)
+    """
 
     end_s: float
     count: int = 0

@@ -316,7 +316,14 @@ def easy_decode_proposal(
 
 @dataclass(frozen=True)
 class ScaleDownCheck:
-    """Outcome of a consolidation check: may we drop one replica, and did a check refuse?"""
+    """Outcome of a consolidation check: may we drop one replica, and did a check refuse?
+
+    >>> check = flat_scale_down([70.0, 75.0], 100.0, 0.8)  # all below 100 ms × 0.8
+    >>> check.allowed, check.refused
+    (True, False)
+    >>> sla_step([70.0, 75.0], 100.0, 2, 1, check)
+    LoadProposal(desired=1, reason='scale_down', estimate_ms=75.0)
+    """
 
     allowed: bool
     refused: bool

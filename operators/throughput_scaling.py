@@ -69,7 +69,15 @@ class AggCapacityModel(Protocol):
 @dataclass(frozen=True)
 class Capacity:
     """Replicas one role needs (``None`` = the perf model cannot answer yet) and the engine
-    rate and latency behind it (latency in ms: TTFT for prefill/agg, ITL for decode)."""
+    rate and latency behind it (latency in ms: TTFT for prefill/agg, ITL for decode).
+
+    >>> class Engine:  # a perf model whose engine serves 2 req/s at 180 ms TTFT
+    ...     def find_best_engine_prefill_rps(self, sla_ms, isl, max_tokens=None, max_reqs=None):
+    ...         return 2.0, 180.0
+    >>> prefill_capacity(Engine(), 5.0, 3000, kv_hit_rate=None, ttft_sla_ms=500,
+    ...                  max_num_batched_tokens=None, min_endpoint=1)  # 5 req/s demand
+    Capacity(replicas=3, engine_rps=2.0, latency_ms=180.0)
+    """
 
     replicas: int | None
     engine_rps: float | None = None

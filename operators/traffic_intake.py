@@ -24,7 +24,12 @@ from schemas import PlannerConfig, TrafficObservation
 
 @dataclass(frozen=True)
 class LoadForecast:
-    """Forecast of the next throughput window: request count (not a rate), mean ISL and OSL."""
+    """Forecast of the next throughput window: request count (not a rate), mean ISL and OSL.
+
+    >>> forecast = LoadForecast(num_req=120.0, isl=3000.0, osl=150.0)
+    >>> forecast.num_req / 60  # demand over a 60 s window, in requests per second
+    2.0
+    """
 
     num_req: float
     isl: float

@@ -287,7 +287,13 @@ class _Envelope(BaseModel):
 
 
 class FpmEvent(_Envelope):
-    """An engine's forward pass."""
+    """An engine's forward pass.
+
+    >>> e = parse_event('{"type": "fpm", "deployment": "llama", "time": 12.5, "payload": '
+    ...                 '{"role": "decode", "fpm": {"worker_id": "w1", "wall_time": 0.021}}}')
+    >>> type(e).__name__, e.payload.role, e.payload.fpm.worker_id, e.payload.fpm.wall_time
+    ('FpmEvent', 'decode', 'w1', 0.021)
+    """
 
     type: Literal["fpm"] = "fpm"
     payload: EngineFpm
@@ -298,6 +304,14 @@ class FpmBatchEvent(_Envelope):
 
     Every row's time must be at most the event's ``time``: a row from the future would keep
     its engine alive (engines expire by the time of their last pass) long after it went away.
+
+    >>> from pydantic import ValidationError
+    >>> row = (9.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> try:
+    ...     FpmBatchEvent(deployment="d", time=5.0, payload=FpmBatch(role="decode", rows=[row]))
+    ... except ValidationError as err:
+    ...     print(err.errors()[0]["msg"])
+    Value error, row 0: time 9 is after the event's time 5
     """
 
     type: Literal["fpm_batch"] = "fpm_batch"
@@ -314,42 +328,77 @@ class FpmBatchEvent(_Envelope):
 
 
 class InventoryEvent(_Envelope):
-    """The deployment's worker counts changed or were re-read."""
+    """The deployment's worker counts changed or were re-read.
+
+    >>> e = parse_event('{"type": "inventory", "deployment": "d", "time": 1, '
+    ...                 '"payload": {"ready_num_decode": 2, "expected_num_decode": 3}}')
+    >>> type(e).__name__, e.payload.ready_num_decode, e.payload.expected_num_decode
+    ('InventoryEvent', 2, 3)
+    """
 
     type: Literal["inventory"] = "inventory"
     payload: WorkerCounts
 
 
 class CapabilitiesEvent(_Envelope):
-    """Engine capabilities were discovered."""
+    """Engine capabilities were discovered.
+
+    >>> e = parse_event('{"type": "capabilities", "deployment": "d", "time": 1, '
+    ...                 '"payload": {"decode": {"max_kv_tokens": 100000}}}')
+    >>> type(e).__name__, e.payload.decode.max_kv_tokens, e.payload.prefill
+    ('CapabilitiesEvent', 100000, None)
+    """
 
     type: Literal["capabilities"] = "capabilities"
     payload: WorkerCapabilities
 
 
 class TrafficEvent(_Envelope):
-    """A traffic observation (e.g. from Prometheus)."""
+    """A traffic observation (e.g. from Prometheus).
+
+    >>> e = parse_event('{"type": "traffic", "deployment": "d", "time": 60, "payload": '
+    ...                 '{"duration_s": 60, "num_req": 120, "isl": 3000, "osl": 150}}')
+    >>> type(e).__name__, e.payload.num_req / e.payload.duration_s, e.payload.kv_hit_rate
+    ('TrafficEvent', 2.0, None)
+    """
 
     type: Literal["traffic"] = "traffic"
     payload: TrafficObservation
 
 
 class RequestEvent(_Envelope):
-    """A finished request (for traffic windows built inside the dataflow)."""
+    """A finished request (for traffic windows built inside the dataflow).
+
+    >>> e = parse_event('{"type": "request", "deployment": "d", "time": 3.5, '
+    ...                 '"payload": {"isl": 3000, "osl": 150}}')
+    >>> type(e).__name__, e.time, e.payload.isl, e.payload.osl
+    ('RequestEvent', 3.5, 3000, 150)
+    """
 
     type: Literal["request"] = "request"
     payload: RequestRecord
 
 
 class AckEvent(_Envelope):
-    """An acknowledgement from the virtual connector's orchestrator (releases held decisions)."""
+    """An acknowledgement from the virtual connector's orchestrator (releases held decisions).
+
+    >>> e = parse_event('{"type": "ack", "deployment": "d", "time": 1, '
+    ...                 '"payload": {"acked_decision_id": 3}}')
+    >>> type(e).__name__, e.payload.acked_decision_id
+    ('AckEvent', 3)
+    """
 
     type: Literal["ack"] = "ack"
     payload: Acknowledgement
 
 
 class ClockEvent(_Envelope):
-    """Nothing happened except that event time reached ``time`` (advances the planner's clock)."""
+    """Nothing happened except that event time reached ``time`` (advances the planner's clock).
+
+    >>> e = parse_event('{"type": "clock", "deployment": "d", "time": 30}')
+    >>> type(e).__name__, e.time, e.payload
+    ('ClockEvent', 30.0, {})
+    """
 
     type: Literal["clock"] = "clock"
     payload: dict[str, None] = Field(default_factory=dict, max_length=0)

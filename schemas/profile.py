@@ -12,7 +12,19 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class PrefillProfile(BaseModel):
-    """Prefill sweep: TTFT (ms) and throughput per GPU (tokens/s) at each ISL."""
+    """Prefill sweep: TTFT (ms) and throughput per GPU (tokens/s) at each ISL.
+
+    >>> p = PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
+    ...                    prefill_thpt_per_gpu=[5000, 27500])
+    >>> dict(zip(p.prefill_isl, p.prefill_ttft))  # ISL → TTFT (ms)
+    {100.0: 20.0, 1100.0: 40.0}
+    >>> from pydantic import ValidationError
+    >>> try:
+    ...     PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20], prefill_thpt_per_gpu=[5])
+    ... except ValidationError as err:
+    ...     print(err.errors()[0]["msg"])
+    Value error, prefill profile arrays must have equal length
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -28,7 +40,13 @@ class PrefillProfile(BaseModel):
 
 
 class DecodeProfile(BaseModel):
-    """Decode sweep: ITL (ms) and throughput per GPU at (KV usage fraction, context length)."""
+    """Decode sweep: ITL (ms) and throughput per GPU at (KV usage fraction, context length).
+
+    >>> d = DecodeProfile(x_kv_usage=[0.1, 0.5], y_context_length=[1000, 4000], z_itl=[6, 21],
+    ...                   z_thpt_per_gpu=[900, 3800], max_kv_tokens=100_000)
+    >>> [(u * d.max_kv_tokens, itl) for u, itl in zip(d.x_kv_usage, d.z_itl)]  # KV → ITL ms
+    [(10000.0, 6.0), (50000.0, 21.0)]
+    """
 
     model_config = ConfigDict(frozen=True)
 

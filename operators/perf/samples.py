@@ -181,7 +181,14 @@ class LinearFit:
 
 @dataclass(frozen=True)
 class FitOutcome:
-    """A fit, or the reason there is none (``fit is None``)."""
+    """A fit, or the reason there is none (``fit is None``).
+
+    >>> FitOutcome(LinearFit(coefficients=(0.2,), intercept=0.1)).fit.predict((2.0,))
+    0.5
+    >>> rejected = least_squares([(1.0,), (2.0,), (3.0,)], [0.7, 0.5, 0.3], names=("isl",))
+    >>> rejected.fit is None, rejected.reason
+    (True, 'negative coefficients (isl=-0.2): model rejected')
+    """
 
     fit: LinearFit | None
     reason: str = ""
