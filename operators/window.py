@@ -60,6 +60,28 @@ class TickWindow:
     acks: list[int] = field(default_factory=list)
     events: int = 0
 
+    def __deepcopy__(self, memo: dict[int, object]) -> TickWindow:
+        """The copy bytewax snapshots every epoch (10 s), recovery or not: the containers are
+        copied, their items — row tuples, frozen models — are immutable and shared. Copying
+        every row deeply cost more CPU than the rest of the flow at 100 k FPM/s.
+
+        >>> import copy
+        >>> w = TickWindow(rows={("decode", "w1", 0): [(1.0, 0, 0.02) + (0,) * 13]})
+        >>> c = copy.deepcopy(w)
+        >>> c.rows[("decode", "w1", 0)].append(c.rows[("decode", "w1", 0)][0])
+        >>> len(w.rows[("decode", "w1", 0)]), c.rows == w.rows
+        (1, False)
+        """
+        return TickWindow(
+            rows={engine: list(rows) for engine, rows in self.rows.items()},
+            inventory=self.inventory,
+            capabilities=self.capabilities,
+            traffic=list(self.traffic),
+            requests=list(self.requests),
+            acks=list(self.acks),
+            events=self.events,
+        )
+
 
 def fold_event(window: TickWindow, event: Event) -> TickWindow:
     """Add one event to the window (events arrive in event-time order)."""
