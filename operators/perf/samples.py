@@ -41,7 +41,9 @@ class BucketedSampleStore:
     ``hi <= lo``), where ``lo``/``hi`` are the smallest/largest values ever seen on that axis.
     When a bound moves, every stored sample is re-bucketed. On overflow the oldest sample of the
     bucket holding the most samples is dropped; among equally fat buckets, the one whose oldest
-    sample is the oldest loses it (a total order, so retirement is deterministic).
+    sample is the oldest loses it (ours: the reference takes the first fattest bucket in its
+    dict's order, which depends on the history of re-bucketing; ours is a total order on the
+    samples themselves, so retirement is deterministic and FIFO among equals).
 
     >>> store = BucketedSampleStore(ndim=1, max_samples=3, buckets_per_axis=2)
     >>> for tokens in (100.0, 110.0, 120.0, 1000.0):

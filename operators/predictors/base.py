@@ -23,10 +23,10 @@ class Predictor(ABC):
     to 0 (demand, ISL and OSL are never negative).
 
     :meth:`forecast` never raises and never returns a negative or non-finite number: when the
-    model behind a predictor cannot produce a forecast (an exception, a non-finite value, or a
-    value above ``PLAUSIBLE_FACTOR`` times the largest recent value) it falls back to the last
-    stored value and records why in :attr:`fallback_reason` (``None`` when the last forecast came
-    from the model).
+    model behind a predictor cannot produce a forecast (an exception, a non-finite value, or —
+    ours, not in the reference — a value above ``PLAUSIBLE_FACTOR`` times the largest recent
+    value) it falls back to the last stored value and records why in :attr:`fallback_reason`
+    (``None`` when the last forecast came from the model).
 
     The constructor stores parameters only (same-named attributes, so :meth:`params` and
     :meth:`clone` work as in river); state is plain attributes that pickle.
