@@ -95,14 +95,9 @@ class _FleetPartition(StatefulSourcePartition[Event, None]):
 class FleetSource(FixedPartitionedSource[Event, None]):
     """The simulated fleet as the planner flow's input (one partition).
 
-    >>> from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
-    >>> profile = PerformanceProfile(
-    ...     prefill=PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
-    ...                            prefill_thpt_per_gpu=[5000, 27500]),
-    ...     decode=DecodeProfile(x_kv_usage=[0.001, 0.5], y_context_length=[1000, 1000],
-    ...                          z_itl=[5, 25], z_thpt_per_gpu=[200, 9000], max_kv_tokens=10**6))
-    >>> from sim.fleet import FleetSpec
-    >>> loop = ClosedLoop(FleetSim(FleetSpec(profile=profile), []), end_s=10.0, step_s=5.0)
+    >>> from flows.scenario import fleet_spec
+    >>> spec = fleet_spec(PlannerConfig(mode="disagg"))  # the shipped H200 profile
+    >>> loop = ClosedLoop(FleetSim(spec, []), end_s=10.0, step_s=5.0)
     >>> part = FleetSource(loop).build_part("fleet_in", "fleet", None)
     >>> [e.type for e in part.next_batch()], loop.awaiting  # one window, ended by a clock
     (['clock', 'capabilities', 'inventory', 'fpm_batch', 'fpm_batch', 'clock'], 5.0)
@@ -130,14 +125,9 @@ class _ActuatorPartition(StatelessSinkPartition[TickRecord]):
 class FleetActuator(DynamicSink[TickRecord]):
     """The simulated fleet as the planner flow's actuator (takes tick records).
 
-    >>> from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
-    >>> profile = PerformanceProfile(
-    ...     prefill=PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
-    ...                            prefill_thpt_per_gpu=[5000, 27500]),
-    ...     decode=DecodeProfile(x_kv_usage=[0.001, 0.5], y_context_length=[1000, 1000],
-    ...                          z_itl=[5, 25], z_thpt_per_gpu=[200, 9000], max_kv_tokens=10**6))
-    >>> from sim.fleet import FleetSpec
-    >>> loop = ClosedLoop(FleetSim(FleetSpec(profile=profile), []), end_s=10.0, step_s=5.0)
+    >>> from flows.scenario import fleet_spec
+    >>> spec = fleet_spec(PlannerConfig(mode="disagg"))  # the shipped H200 profile
+    >>> loop = ClosedLoop(FleetSim(spec, []), end_s=10.0, step_s=5.0)
     >>> _ = loop.next_events()  # the source waits for the planner's record of [0, 5)
     >>> record = TickRecord(deployment="sim", time=5.0)
     >>> FleetActuator(loop).build("ticks", 0, 1).write_batch([record])

@@ -71,14 +71,8 @@ class Scenario:
     ``spec`` carries the fleet's initial size; ``end_s`` is when the replay stops (the trace's
     span plus a drain margin).
 
-    >>> from schemas.profile import DecodeProfile, PrefillProfile
-    >>> profile = PerformanceProfile(
-    ...     prefill=PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
-    ...                            prefill_thpt_per_gpu=[5000, 27500]),
-    ...     decode=DecodeProfile(x_kv_usage=[0.001, 0.5], y_context_length=[1000, 1000],
-    ...                          z_itl=[5, 25], z_thpt_per_gpu=[200, 9000], max_kv_tokens=10**6))
     >>> requests = [TraceRequest(arrival_s=t, isl=500, osl=20) for t in (0.0, 45.0, 90.0)]
-    >>> scenario = Scenario(requests, fleet_spec(PlannerConfig(mode="agg"), profile))
+    >>> scenario = Scenario(requests, fleet_spec(PlannerConfig(mode="agg")))
     >>> scenario.end_s  # span 135 s → whole minutes (180 s) + 60 s drain margin
     240.0
     """
@@ -126,14 +120,8 @@ def fleet_spec(
 class Outcome:
     """One replay: its score, the planner's ticks (none for fixed policies), and its speed.
 
-    >>> from schemas.profile import DecodeProfile, PrefillProfile
-    >>> profile = PerformanceProfile(
-    ...     prefill=PrefillProfile(prefill_isl=[100, 1100], prefill_ttft=[20, 40],
-    ...                            prefill_thpt_per_gpu=[5000, 27500]),
-    ...     decode=DecodeProfile(x_kv_usage=[0.001, 0.5], y_context_length=[1000, 1000],
-    ...                          z_itl=[5, 25], z_thpt_per_gpu=[200, 9000], max_kv_tokens=10**6))
     >>> requests = [TraceRequest(arrival_s=t, isl=500, osl=20) for t in (0.0, 45.0, 90.0)]
-    >>> scenario = Scenario(requests, fleet_spec(PlannerConfig(mode="agg"), profile))
+    >>> scenario = Scenario(requests, fleet_spec(PlannerConfig(mode="agg")))
     >>> out = run_schedule(scenario, [(0.0, 0, 1)], name="static-1")  # one engine, 240 s
     >>> out.name, out.result.num_finished, round(out.result.gpu_hours, 4), out.records
     ('static-1', 3, 0.0667, [])
