@@ -9,15 +9,20 @@ as a pure state machine over event time, with three choices made explicit:
   is held; a newer one replaces it (only the newest intent is ever sent). The held decision is
   released the moment the acknowledgement arrives, not at the next tick.
 * **Nothing new, nothing sent.** A decision whose targets equal those of the decision in flight
-  cancels the hold: the environment is already working on exactly that.
+  cancels the hold: the environment is already working on exactly that. Once that decision is
+  acknowledged, the same targets are sent again if the planner asks for them (the reference
+  skips any unchanged decision): the planner only decides when the replicas it sees differ
+  from its target, so a repeat means the fleet drifted after applying it (a worker died).
 * **The gate owns the decision ids.** Released decisions are renumbered
   ``max(last emitted, acknowledged) + 1``, so the ids a consumer sees are consecutive even when
   held decisions were replaced, and never reuse an id the environment already acknowledged
   (a planner that restarts without state and reads the acknowledgement topic continues after
   it).
 
-Waiting is measured in event time from the moment the current hold began (the first decision
-held since the last release). A decision released by the timeout carries a ``note`` saying it
+Waiting is measured in event time from the first decision held since the last release, as the
+reference measures from its first skip; a hold cancelled by a decision equal to the one in
+flight does not restart it, so a planner that keeps changing its mind cannot postpone the
+timeout forever. A decision released by the timeout carries a ``note`` saying it
 proceeded without acknowledgement; one released by an acknowledgement notes how long it waited.
 """
 
@@ -83,11 +88,11 @@ class AckGate:
         if not self.waiting:
             return self._release(decision, None)
         if _targets(decision) == self.in_flight:
-            self._clear_hold()
+            self.held = None  # the wait keeps running from the first hold
             return None
-        if self.held is None:
+        if self.hold_since is None:
             self.hold_since = decision.time
-        else:
+        if self.held is not None and _targets(self.held) != _targets(decision):
             self.replaced += 1
         self.held = decision
         return self.advance(decision.time)

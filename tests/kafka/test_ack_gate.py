@@ -113,6 +113,39 @@ def test_wait_starts_when_the_hold_begins_not_when_the_last_decision_was_sent() 
     assert gate.advance(6800.0) is not None
 
 
+def test_a_planner_changing_its_mind_cannot_postpone_the_timeout() -> None:
+    # decision 1 (4) is never acknowledged; the planner flaps 5, 4, 5, 4 … once a minute: each 4
+    # cancels the hold, but the wait still counts from the first hold (60 s)
+    gate = AckGate(max_wait_seconds=1800)
+    gate.offer(decision(0.0, 4))
+    released = []
+    for minute in range(1, 60):
+        now = 60.0 * minute
+        sent = gate.offer(decision(now, 5 if minute % 2 else 4)) or gate.advance(now)
+        if sent is not None:
+            released.append((now, sent.num_decode))
+    assert released[0] == (1860.0, 5)
+
+
+def test_repeating_the_held_decision_is_not_replacing_it() -> None:
+    gate = AckGate(max_wait_seconds=1800)
+    gate.offer(decision(0.0, 3))
+    for minute in range(1, 31):
+        gate.offer(decision(60.0 * minute, 5))
+    sent = gate.advance(1860.0)
+    assert sent is not None
+    assert sent.note == "proceeded without acknowledgement of decision 1 after waiting 1800 s"
+
+
+def test_the_same_targets_are_sent_again_once_acknowledged() -> None:
+    # the planner repeats a target only when the fleet drifted from it after applying it
+    gate = AckGate()
+    gate.offer(decision(0.0, 4))
+    gate.acknowledge(1, now=10.0)
+    sent = gate.offer(decision(20.0, 4))
+    assert sent is not None and (sent.decision_id, sent.num_decode) == (2, 4)
+
+
 def test_existing_note_is_kept() -> None:
     gate = AckGate(max_wait_seconds=10)
     gate.offer(decision(0.0, 3))
