@@ -11,7 +11,10 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
 * A series that took part in the window but is stale at evaluation time (its scrape target
   stopped answering, so Prometheus marked it stale) makes the count unknown as well: a dead
   frontend would otherwise read as a quiet one and fabricate a "confirmed idle" window.
-* A failed query (connection refused, timeout, HTTP or PromQL error) → unknown. No retries.
+* A failed query (connection refused, timeout, HTTP or PromQL error, a truncated or malformed
+  response: wrong shape, a non-string label value, a value that is not a number) → unknown.
+  No retries.
+* A request count that is NaN, infinite or negative → unknown (``bad_count``).
 * ISL/OSL are ``increase(_sum)/increase(_count)``. NaN (no completed request) or missing is
   normalised to 0 only when the request count is exactly 0 (a confirmed idle window, spec §17
   item 3); with requests in the window it makes the observation unknown.
@@ -34,6 +37,7 @@ or are given explicitly.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -62,7 +66,7 @@ MetricsSource = Literal["frontend", "router"]
 
 
 class PrometheusQueryError(RuntimeError):
-    """A query that did not produce a result (network, HTTP, or PromQL error)."""
+    """A query that did not produce a result (network, HTTP, PromQL error, malformed response)."""
 
 
 @dataclass(frozen=True)
@@ -161,19 +165,91 @@ class PrometheusClient:
             ) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as exc:
-            detail = exc.read(500).decode(errors="replace")
+            try:
+                detail = exc.read(500).decode(errors="replace")
+            except (OSError, http.client.HTTPException) as read_error:
+                detail = f"(body unreadable: {read_error!r})"
             raise PrometheusQueryError(f"HTTP {exc.code} for {promql!r}: {detail}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise PrometheusQueryError(f"cannot query Prometheus: {exc}") from None
+        except (
+            urllib.error.URLError,
+            OSError,
+            http.client.HTTPException,  # truncated body (IncompleteRead), bad status line, ...
+            ValueError,  # not JSON (UnicodeDecodeError included)
+            RecursionError,  # JSON nested too deep to decode
+        ) as exc:
+            reason = f"{type(exc).__name__}: {exc}".strip()
+            raise PrometheusQueryError(f"cannot query Prometheus: {reason}") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else body
             raise PrometheusQueryError(f"query {promql!r} failed: {error}")
-        data = body.get("data", {})
-        if data.get("resultType") == "scalar":
-            return [({}, float(data["result"][1]))]
-        if data.get("resultType") != "vector":
-            raise PrometheusQueryError(f"query {promql!r}: expected a vector, got {data}")
-        return [(item["metric"], float(item["value"][1])) for item in data["result"]]
+        try:
+            return instant_samples(body.get("data"))
+        except _MalformedResponse as exc:
+            raise PrometheusQueryError(f"query {promql!r}: malformed response: {exc}") from None
+
+
+class _MalformedResponse(ValueError):
+    """The ``data`` of a successful query response is not the shape of an instant query."""
+
+
+def instant_samples(data: object) -> list[Sample]:
+    """Samples of an instant query's ``data`` (a vector, or a scalar as one unlabelled sample).
+
+    Every label value must be a string and every sample value a number (Prometheus sends it as
+    a string: ``"12"``, ``"NaN"``, ``"+Inf"``); anything else raises :class:`_MalformedResponse`.
+
+    >>> instant_samples({"resultType": "vector",
+    ...                  "result": [{"metric": {"model": "m"}, "value": [1.5, "12"]}]})
+    [({'model': 'm'}, 12.0)]
+    >>> instant_samples({"resultType": "vector", "result": [{"metric": {"model": None},
+    ...                  "value": [1.5, "12"]}]})
+    Traceback (most recent call last):
+    ...
+    connectors.prometheus._MalformedResponse: label 'model' is None, not a string
+    """
+    if not isinstance(data, dict):
+        raise _MalformedResponse(f"data is {_short(data)}, not an object")
+    result_type, result = data.get("resultType"), data.get("result")
+    if result_type == "scalar":
+        return [({}, _sample_value(result))]
+    if result_type != "vector":
+        raise _MalformedResponse(f"expected a vector, got {_short(data)}")
+    if not isinstance(result, list):
+        raise _MalformedResponse(f"vector result is {_short(result)}, not a list")
+    samples: list[Sample] = []
+    for item in result:
+        if not isinstance(item, dict):
+            raise _MalformedResponse(f"vector element is {_short(item)}, not an object")
+        samples.append((_sample_labels(item.get("metric")), _sample_value(item.get("value"))))
+    return samples
+
+
+def _sample_labels(metric: object) -> dict[str, str]:
+    if not isinstance(metric, dict):
+        raise _MalformedResponse(f"sample labels are {_short(metric)}, not an object")
+    for name, value in metric.items():
+        if not isinstance(value, str):
+            raise _MalformedResponse(f"label {name!r} is {_short(value)}, not a string")
+    return metric
+
+
+def _sample_value(value: object) -> float:
+    if not (isinstance(value, list) and len(value) == 2):
+        raise _MalformedResponse(f"sample value is {_short(value)}, not [time, value]")
+    number = value[1]
+    if isinstance(number, str):
+        try:
+            return float(number)
+        except ValueError:
+            raise _MalformedResponse(f"sample value {_short(number)} is not a number") from None
+    if isinstance(number, int | float) and not isinstance(number, bool):
+        return float(number)
+    raise _MalformedResponse(f"sample value {_short(number)} is not a number")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:117]}..."
 
 
 def window_literal(seconds: float) -> str:
@@ -196,6 +272,26 @@ def namespace_label(namespace: str) -> str:
     'dynamo_prod'
     """
     return namespace.replace("-", "_")
+
+
+def _number(value: float) -> str:
+    """A value as Prometheus spells it (``NaN``, ``+Inf``, ``-Inf``, else ``%g``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:g}"
+
+
+def _stale_count(count: float | None, metric: str) -> None:
+    """Raise unknown when series of ``metric`` went stale in the window (or the count is bad)."""
+    if count is None or count == 0:
+        return
+    if not (math.isfinite(count) and count > 0):
+        raise _Unknown("bad_count", f"stale-series count of {metric} is {_number(count)}")
+    raise _Unknown(
+        "stale_series", f"{count:g} {metric} series stopped being scraped within the window"
+    )
 
 
 class _Unknown(Exception):
@@ -260,12 +356,14 @@ class PrometheusTrafficSource:
                 num_req, isl, osl = self._frontend(window, at)
             else:
                 num_req, isl, osl = self._router(window, at)
+            if not (math.isfinite(num_req) and num_req >= 0):
+                raise _Unknown("bad_count", f"request count is {_number(num_req)}, not a count")
             if num_req == 0:  # confirmed idle: NaN or missing lengths mean "no request"
                 isl = 0.0 if isl is None or math.isnan(isl) else isl
                 osl = 0.0 if osl is None or math.isnan(osl) else osl
             for name, value in (("ISL", isl), ("OSL", osl)):
                 if value is None or not math.isfinite(value):
-                    state = "missing" if value is None else "NaN"
+                    state = "missing" if value is None else _number(value)
                     raise _Unknown(
                         "lengths_unknown", f"{name} is {state} while {num_req:g} requests arrived"
                     )
@@ -273,15 +371,16 @@ class PrometheusTrafficSource:
             return self._unknown(unknown.kind, str(unknown))
         except PrometheusQueryError as exc:
             return self._unknown("query_failed", f"query failed: {exc}")
-        self.last_unknown_reason = None
         assert isl is not None and osl is not None
-        return TrafficObservation(
+        observation = TrafficObservation(
             duration_s=window_s,
             num_req=num_req,
             isl=max(isl, 0.0),
             osl=max(osl, 0.0),
             kv_hit_rate=self.kv_hit_rate(window_s, at),
         )
+        self.last_unknown_reason = None  # only once the read really produced an observation
+        return observation
 
     def _unknown(self, kind: str, reason: str) -> None:
         self.last_unknown_reason = reason
@@ -300,11 +399,7 @@ class PrometheusTrafficSource:
                 stale = self._frontend_sum(
                     f"increase({metric}[{window}]) unless {metric}", at, count=True
                 )
-                if stale:
-                    raise _Unknown(
-                        "stale_series",
-                        f"{stale:g} {metric} series stopped being scraped within the window",
-                    )
+                _stale_count(stale, metric)
                 break
         if num_req is None:
             raise _Unknown("no_data", "no dynamo_frontend request counter series match")
@@ -360,11 +455,7 @@ class PrometheusTrafficSource:
             raise _Unknown("no_data", f"no router request counter series for {sel or 'any'}")
         for metric in (started, total):
             stale = self._scalar(f"count(increase({metric}[{window}]) unless {metric})", at)
-            if stale:
-                raise _Unknown(
-                    "stale_series",
-                    f"{stale:g} {metric} series stopped being scraped within the window",
-                )
+            _stale_count(stale, metric)
         return (
             num_req,
             self._router_mean("input_sequence_tokens", window, at),

@@ -1,0 +1,232 @@
+"""Malformed Prometheus answers are unknown traffic with a reason, never an exception or zero.
+
+A real HTTP server (stdlib ``http.server`` on a loopback port) answers the Prometheus query API
+with crafted bodies a real Prometheus would not produce — a truncated body, a broken status line,
+responses of the wrong shape, a request count that is NaN, infinite or negative — which is what a
+proxy, a half-dead sidecar or a buggy federation layer can put in front of the planner. After
+each bad answer a good one must give an observation again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import bytewax.operators as op
+import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, run_main
+from prometheus_client import REGISTRY
+
+from connectors.prometheus import (
+    PrometheusClient,
+    PrometheusSettings,
+    PrometheusTrafficInput,
+    PrometheusTrafficSource,
+)
+from schemas import TrafficEvent, TrafficObservation
+
+LABELS = {"model": "llama", "dynamo_namespace": "ns"}
+TRUNCATED = "truncated"  # headers promise 1000 bytes, the body stops after 15
+BAD_STATUS_LINE = "bad status line"  # not HTTP at all
+
+Answer = tuple[int, object] | str
+Responder = Callable[[str], Answer]
+
+
+def vector(*samples: tuple[object, object]) -> dict[str, object]:
+    result = [{"metric": metric, "value": [1000.0, value]} for metric, value in samples]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def frontend(num_req: object = "10") -> Responder:
+    """A frontend with ``num_req`` started requests of mean ISL 1000 and OSL 100."""
+
+    def answer(promql: str) -> Answer:
+        if "unless" in promql:  # the stale-series check: none went stale
+            return 200, vector()
+        if "requests_started_total" in promql:
+            return 200, vector((LABELS, num_req))
+        for name, total in (("input_sequence_tokens", "10000"), ("output_sequence_tokens", "1000")):
+            if f"{name}_sum" in promql:
+                return 200, vector((LABELS, total))
+            if f"{name}_count" in promql:
+                return 200, vector((LABELS, "10"))
+        return 200, vector()  # no KV hit rate series
+
+    return answer
+
+
+GOOD = TrafficObservation(duration_s=60.0, num_req=10, isl=1000, osl=100)
+
+
+def first_query(bad: Answer) -> Responder:
+    """The request-count query gets ``bad``; every other query a good frontend answer."""
+    good = frontend()
+
+    def answer(promql: str) -> Answer:
+        is_count = "requests_started_total" in promql and "unless" not in promql
+        return bad if is_count else good(promql)
+
+    return answer
+
+
+class CraftedPrometheus:
+    """A loopback HTTP server answering ``/api/v1/query`` with whatever ``responder`` says."""
+
+    def __init__(self) -> None:
+        self.responder: Responder = frontend()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                answer = server.responder(query["query"][0])
+                self.close_connection = True
+                if answer == BAD_STATUS_LINE:
+                    self.wfile.write(b"garbage, not HTTP\r\n\r\n")
+                    return
+                if answer == TRUNCATED:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b'{"status":"succ')
+                    return
+                status, body = answer
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        self._thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> Iterator[CraftedPrometheus]:
+    server = CraftedPrometheus()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def new_source(prometheus: CraftedPrometheus) -> PrometheusTrafficSource:
+    client = PrometheusClient(PrometheusSettings(endpoint=prometheus.url, timeout_s=5))
+    return PrometheusTrafficSource(
+        client,
+        deployment=f"dep-{uuid.uuid4().hex[:8]}",
+        model="llama",
+        namespace="ns",
+        worker_suffix=None,
+    )
+
+
+def unknown_count(deployment: str, reason: str) -> float:
+    labels = {"deployment": deployment, "reason": reason}
+    return REGISTRY.get_sample_value("flowplanner_traffic_unknown_total", labels) or 0.0
+
+
+NULL_DATA = {"status": "success", "data": None}
+NO_RESULT = {"status": "success", "data": {"resultType": "vector"}}
+NO_VALUE = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": LABELS}]}}
+NO_METRIC = {"status": "success", "data": {"resultType": "vector", "result": [{"value": [0, "1"]}]}}
+
+BAD_ANSWERS = {
+    "truncated body": (first_query(TRUNCATED), "query_failed", "IncompleteRead"),
+    "bad status line": (first_query(BAD_STATUS_LINE), "query_failed", "BadStatusLine"),
+    "data null": (first_query((200, NULL_DATA)), "query_failed", "data is None"),
+    "no result": (first_query((200, NO_RESULT)), "query_failed", "vector result is None"),
+    "no value": (first_query((200, NO_VALUE)), "query_failed", "sample value is None"),
+    "no metric": (first_query((200, NO_METRIC)), "query_failed", "sample labels are None"),
+    "value not a number": (frontend(num_req="abc"), "query_failed", "'abc' is not a number"),
+    "null model label": (
+        first_query((200, vector(({"model": None, "dynamo_namespace": "ns"}, "3")))),
+        "query_failed",
+        "label 'model' is None, not a string",
+    ),
+    "length query truncated": (
+        lambda q: TRUNCATED if "output_sequence_tokens_count" in q else frontend()(q),
+        "query_failed",
+        "IncompleteRead",
+    ),
+    "count NaN": (frontend(num_req="NaN"), "bad_count", "request count is NaN, not a count"),
+    "count +Inf": (frontend(num_req="+Inf"), "bad_count", "request count is +Inf, not a count"),
+    "count negative": (frontend(num_req="-5"), "bad_count", "request count is -5, not a count"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS))
+def test_a_malformed_answer_is_unknown_with_a_reason_then_a_good_one_reads_again(
+    prometheus: CraftedPrometheus, case: str
+) -> None:
+    responder, reason, explanation = BAD_ANSWERS[case]
+    source = new_source(prometheus)
+    source.last_unknown_reason = "an older reason"
+
+    prometheus.responder = responder
+    assert source.observe(60.0, at=1000.0) is None
+    assert unknown_count(source.deployment, reason) == 1
+    assert source.last_unknown_reason is not None
+    assert source.last_unknown_reason != "an older reason"
+    assert explanation in source.last_unknown_reason
+
+    prometheus.responder = frontend()
+    assert source.observe(60.0, at=1000.0) == GOOD
+    assert source.last_unknown_reason is None
+    assert unknown_count(source.deployment, reason) == 1  # the good read counted nothing
+
+
+def test_an_idle_window_still_reads_zero_with_nan_lengths(prometheus: CraftedPrometheus) -> None:
+    def idle(promql: str) -> Answer:
+        if "unless" in promql:
+            return 200, vector()
+        if "_sum" in promql or "_count" in promql or "requests_started_total" in promql:
+            return 200, vector((LABELS, "0"))
+        return 200, vector()
+
+    source = new_source(prometheus)
+    prometheus.responder = idle
+    assert source.observe(60.0, at=1000.0) == TrafficObservation(
+        duration_s=60.0, num_req=0, isl=0, osl=0
+    )
+    assert source.last_unknown_reason is None
+
+
+def test_the_bytewax_input_counts_a_truncated_answer_as_unknown(
+    prometheus: CraftedPrometheus,
+) -> None:
+    source = new_source(prometheus)
+    source.last_unknown_reason = "an older reason"
+    prometheus.responder = first_query(TRUNCATED)
+    out: list[TrafficEvent] = []
+    flow = Dataflow("traffic_malformed_test")
+    traffic = PrometheusTrafficInput(
+        [source], interval_seconds=60.0, first_read_after_seconds=0, max_polls=1
+    )
+    op.output("out", op.input("traffic", flow, traffic), TestingSink(out))
+
+    run_main(flow)
+
+    assert out == []
+    assert unknown_count(source.deployment, "query_failed") == 1
+    assert "IncompleteRead" in (source.last_unknown_reason or "")
