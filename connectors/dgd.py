@@ -15,10 +15,19 @@ Start-up validation (:meth:`DgdActuator.validate`)
     else raises :class:`DgdValidationError` naming what is missing or ambiguous and listing the
     services present (spec §17 item 8: name mismatches must fail loudly, not divide by zero).
 
+Reading the DGD
+    A GET that succeeds but does not return a DGD object (an ingress's HTML error page, a JSON
+    list, an object without ``metadata.resourceVersion``, a body that is not UTF-8) is a failed
+    read, retried like a 5xx: :meth:`DgdActuator.read` then raises
+    :class:`DgdUnavailableError`, ``validate`` :class:`DgdValidationError`, and ``apply``
+    returns ``failed``.
+
 Inventory (:meth:`DgdActuator.read_inventory`)
     ``ready`` = ``status.services[s].availableReplicas`` (else ``readyReplicas``), ``expected``
     = ``spec.services[s].replicas``, ``scaling_in_progress`` unless
     ``spec == updatedReplicas == ready`` on a status that has observed the current generation.
+    A service gone from the spec, or whose ``replicas`` is not a non-negative integer, has an
+    unknown (``None``) expected count; that is logged as a warning when it starts or changes.
 
 Applying a decision (:meth:`DgdActuator.apply`)
     One JSON merge patch (``Content-Type: application/merge-patch+json``)::
@@ -29,16 +38,20 @@ Applying a decision (:meth:`DgdActuator.apply`)
     carrying only the roles whose target differs from the spec (equal → ``no_change``). The
     ``resourceVersion`` precondition makes the patch apply to exactly the state the checks
     below were made on; a 409 Conflict (someone else wrote in between) means re-read, re-check,
-    re-patch. It is skipped, with a reason, when the DGD ``Ready`` condition is not ``"True"``
-    (``skipped_not_ready``) or when any managed service is still rolling out a previous change
-    (``skipped_in_flight``: never stack a second change on one in flight, spec §17 item 10).
+    re-patch. It fails, with a reason, when a managed service is gone from the spec or its
+    ``replicas`` is not a non-negative integer. It is skipped, with a reason, when the DGD
+    ``Ready`` condition is not ``"True"`` (``skipped_not_ready``) or when any managed service is
+    still rolling out a previous change (``skipped_in_flight``: never stack a second change on
+    one in flight, spec §17 item 10).
     One exception (spec §17 item 7): a target that only *retracts* an unfinished scale-up (the
     spec asks for more than are ready and the target lies between ready and spec) is applied
-    even then, so pods stuck Pending for lack of GPUs can be given back. 409 and 429/5xx and
-    connection errors are retried with bounded exponential backoff (``Retry-After`` honoured,
-    capped); other errors (403, 404, 422) are not. ``apply`` never raises on API errors: it
-    returns an :class:`ApplyResult` that the flow logs and counts
-    (``flowplanner_dgd_actions_total{dgd, outcome}``).
+    even then, so pods stuck Pending for lack of GPUs can be given back. 409 and 429/5xx,
+    timeouts, connection errors and malformed answers are retried with bounded exponential
+    backoff (``Retry-After`` honoured, capped); other errors (403, 404, 422) are not. A PATCH
+    that got no answer (timeout, dropped connection, unreadable response) may have committed:
+    if the re-read then shows the targets in place, the outcome is ``applied``, with a note.
+    ``apply`` never raises on API errors: it returns an :class:`ApplyResult` that the flow logs
+    and counts (``flowplanner_dgd_actions_total{dgd, outcome}``).
 
 RBAC the planner's service account needs (namespace-scoped Role)::
 
@@ -87,6 +100,7 @@ from connectors.dgd_graph import (
     resolve_services,
     roles_for_mode,
     service_state,
+    spec_problems,
     worker_counts,
 )
 from schemas import Role, ScalingDecision, WorkerCounts
@@ -185,15 +199,18 @@ def kube_api_client(
 ) -> k8s.ApiClient:
     """An API client: explicit ``host`` (+ bearer token), else in-cluster, else kubeconfig.
 
-    urllib3's own retry of a 429/503 carrying ``Retry-After`` is switched off (it would sleep
-    out of the actuator's sight); the actuator retries those itself, with its injectable
-    ``sleep``. Connection attempts are still retried (three times, immediately).
+    urllib3 retries only failed connection attempts (three times, immediately): a request
+    that reached the server is never re-sent by urllib3, neither on a read timeout nor on a
+    429/503 carrying ``Retry-After`` (it would sleep out of the actuator's sight). The
+    actuator's own bounded loop, with its injectable ``sleep``, retries those.
 
     >>> kube_api_client("http://127.0.0.1:1").configuration.host
     'http://127.0.0.1:1'
     """
     cfg = k8s.Configuration()
-    cfg.retries = urllib3.util.Retry(total=3, respect_retry_after_header=False)
+    cfg.retries = urllib3.util.Retry(
+        total=3, connect=3, read=False, other=0, respect_retry_after_header=False
+    )
     if host:
         cfg.host = host
         if token:
@@ -209,7 +226,30 @@ def kube_api_client(
     return k8s.ApiClient(cfg)
 
 
+class _MalformedResponseError(ValueError):
+    """A request succeeded but its answer is not a DGD object."""
+
+
+_REQUEST_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+"""What a request can raise: HTTP errors, transport errors, and an answer that cannot be
+decoded (``ValueError``: malformed JSON, not UTF-8, not a DGD)."""
+
+
+def _check_dgd(obj: object) -> dict[str, Any]:
+    """``obj`` if it looks like a stored object (a JSON object with a resourceVersion)."""
+    if not isinstance(obj, dict):
+        raise _MalformedResponseError(f"a {type(obj).__name__}, not an object: {str(obj)[:80]!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not metadata.get("resourceVersion"):
+        raise _MalformedResponseError("an object without metadata.resourceVersion")
+    return obj
+
+
 def _error_text(err: Exception) -> str:
+    if isinstance(err, _MalformedResponseError):
+        return f"malformed response: {err}"
+    if isinstance(err, ValueError):
+        return f"malformed response: {type(err).__name__}: {err}"
     if isinstance(err, ApiException):
         message = err.reason or ""
         try:
@@ -234,7 +274,13 @@ def _retry_after(err: Exception) -> float | None:
 def _transient(err: Exception) -> bool:
     if isinstance(err, ApiException):
         return err.status in RETRYABLE_STATUS or not err.status
-    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
+    return isinstance(err, urllib3.exceptions.HTTPError | OSError | ValueError)
+
+
+def _answer_lost(err: Exception) -> bool:
+    """No HTTP status came back (timeout, dropped connection, unreadable answer): the request
+    may have been carried out."""
+    return not isinstance(err, ApiException) or not err.status
 
 
 class DgdActuator:
@@ -293,6 +339,7 @@ class DgdActuator:
         self._lock = threading.Lock()
         self._services: dict[Role, str] | None = None
         self._newest_decision: dict[str, int] = {}
+        self._spec_problems = ""
 
     @classmethod
     def from_environment(
@@ -326,13 +373,15 @@ class DgdActuator:
 
     # ------------------------------------------------------------------ reading
     def _get(self) -> dict[str, Any]:
-        return self._api.get_namespaced_custom_object(
-            DGD_GROUP,
-            DGD_VERSION,
-            self.namespace,
-            DGD_PLURAL,
-            self.name,
-            _request_timeout=self.request_timeout_s,
+        return _check_dgd(
+            self._api.get_namespaced_custom_object(
+                DGD_GROUP,
+                DGD_VERSION,
+                self.namespace,
+                DGD_PLURAL,
+                self.name,
+                _request_timeout=self.request_timeout_s,
+            )
         )
 
     def _backoff(self, attempt: int, err: Exception | None = None) -> float:
@@ -343,14 +392,14 @@ class DgdActuator:
         return delay
 
     def read(self, *, retry: bool = True) -> dict[str, Any]:
-        """The DGD object; transient errors are retried (if ``retry``), then
-        :class:`DgdUnavailableError`."""
+        """The DGD object; transient errors (malformed answers included) are retried (if
+        ``retry``), then :class:`DgdUnavailableError`."""
         attempts = self.max_attempts if retry else 1
         last: Exception | None = None
         for attempt in range(1, attempts + 1):
             try:
                 return self._get()
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            except _REQUEST_ERRORS as err:
                 last = err
                 if not _transient(err):
                     break
@@ -394,7 +443,8 @@ class DgdActuator:
         """Ready/expected replicas and in-progress flags per role, from the DGD.
 
         Raises :class:`DgdUnavailableError` when the DGD cannot be read (never reports a failed
-        read as zero workers).
+        read as zero workers). A role whose desired count the spec does not give has
+        ``expected`` ``None``; that is logged when it starts or its reason changes.
         """
         services = self.services
         try:
@@ -402,6 +452,10 @@ class DgdActuator:
         except DgdUnavailableError:
             DGD_READ_ERRORS.labels(dgd=self.dgd).inc()
             raise
+        problems = "; ".join(spec_problems(dgd, services.values()))
+        if problems and problems != self._spec_problems:
+            log.warning("DGD %s: expected replicas unknown: %s", self.dgd, problems)
+        self._spec_problems = problems
         return worker_counts(dgd, services)
 
     # ------------------------------------------------------------------ scaling
@@ -460,10 +514,11 @@ class DgdActuator:
         except DgdValidationError as err:
             return result("failed", str(err))
         last_error, last_status = "", None
+        lost: tuple[dict[str, int], str, str] | None = None  # patch, steps, why no answer
         for attempt in range(1, self.max_attempts + 1):
             try:
                 dgd = self._get()
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            except _REQUEST_ERRORS as err:
                 last_error = f"read: {_error_text(err)}"
                 last_status = err.status if isinstance(err, ApiException) else None
                 if not _transient(err):
@@ -472,6 +527,10 @@ class DgdActuator:
                     self.sleep(self._backoff(attempt, err))
                 continue
             patch, skip = self._plan(dgd, services, targets)
+            if not patch and lost is not None:
+                sent, steps, why = lost
+                note = f"the PATCH response was lost: {why}; the re-read shows it committed"
+                return result("applied", f"{steps} ({note})", sent)
             if not patch:
                 return result("no_change", "the DGD already asks for these replicas")
             if skip is not None:
@@ -481,6 +540,9 @@ class DgdActuator:
             }
             if self.resource_version_precondition:
                 body["metadata"] = {"resourceVersion": dgd["metadata"]["resourceVersion"]}
+            steps = ", ".join(
+                f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
+            )
             attempts += 1
             try:
                 self._api.patch_namespaced_custom_object(
@@ -493,17 +555,16 @@ class DgdActuator:
                     _content_type=MERGE_PATCH,
                     _request_timeout=self.request_timeout_s,
                 )
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            except _REQUEST_ERRORS as err:
                 last_error = f"patch: {_error_text(err)}"
                 last_status = err.status if isinstance(err, ApiException) else None
                 if not (_transient(err) or last_status == 409):
                     return result("failed", last_error, patch, last_status)
+                if _answer_lost(err):
+                    lost = (patch, steps, _error_text(err))
                 if attempt < self.max_attempts:
                     self.sleep(self._backoff(attempt, err))
                 continue
-            steps = ", ".join(
-                f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
-            )
             return result("applied", steps, patch)
         return result(
             "failed",
@@ -518,17 +579,16 @@ class DgdActuator:
     def _plan(
         self, dgd: dict[str, Any], services: dict[Role, str], targets: dict[Role, int]
     ) -> tuple[dict[str, int], tuple[Outcome, str] | None]:
-        """The services to patch and, if the patch must wait, why."""
+        """The services to patch and, if the patch must not be sent (yet), why."""
         states: dict[Role, ServiceState] = {
             role: service_state(dgd, name) for role, name in services.items()
         }
-        present = (dgd.get("spec") or {}).get("services") or {}
-        missing = [services[r] for r in targets if services[r] not in present]
         patch = {services[r]: n for r, n in targets.items() if states[r].spec_replicas != n}
-        if missing:
-            return patch, ("failed", f"service(s) {', '.join(missing)} no longer in the DGD")
         if not patch:
             return patch, None
+        problems = spec_problems(dgd, services.values())
+        if problems:
+            return patch, ("failed", "; ".join(problems))
         if self.allow_retraction and all(
             _retracts(states[r], n) for r, n in targets.items() if services[r] in patch
         ):

@@ -10,7 +10,9 @@ and whether a change is still rolling out (reference spec §11.1):
 * a service's ready count is ``status.services[s].availableReplicas`` if present, else
   ``readyReplicas``; it is *stable* when ``spec replicas == updatedReplicas == ready`` and the
   status describes the current spec (``status.observedGeneration >= metadata.generation``);
-* a missing ``spec.services[s].replicas`` means 1 (the operator's default).
+* a missing ``spec.services[s].replicas`` means 1 (the operator's default); a service absent
+  from ``spec.services``, or whose ``replicas`` is not a non-negative integer, has an unknown
+  (``None``) desired count, and :func:`spec_problems` says why.
 
 >>> dgd = {"metadata": {"generation": 2}, "spec": {"services": {
 ...     "Frontend": {"componentType": "frontend", "replicas": 1},
@@ -29,6 +31,7 @@ and whether a change is still rolling out (reference spec §11.1):
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -229,8 +232,8 @@ def service_state(dgd: dict[str, Any], name: str) -> ServiceState:
     >>> service_state(dgd, "w")
     ServiceState(name='w', spec_replicas=1, ready=0, updated=1, observed=True)
     """
-    spec = _services(dgd).get(name, {})
-    spec_replicas = _count(spec.get("replicas", 1))
+    spec = _services(dgd).get(name)
+    spec_replicas = None if spec is None else _count(spec.get("replicas", 1))
     status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
     all_status = status.get("services") if isinstance(status.get("services"), dict) else {}
     svc_status = all_status.get(name) if isinstance(all_status.get(name), dict) else None
@@ -257,10 +260,28 @@ def ready_condition(dgd: dict[str, Any]) -> tuple[str, str]:
     return "Unknown", "no Ready condition in status"
 
 
+def spec_problems(dgd: dict[str, Any], names: Collection[str]) -> list[str]:
+    """Why the spec gives no desired replica count for some of the services ``names``
+    (empty when it gives one for each).
+
+    >>> spec_problems({"spec": {"services": {"a": {"replicas": "1"}, "b": {}}}}, ["a", "b", "c"])
+    ['service(s) c no longer in the DGD', "a: spec replicas '1' is not a non-negative integer"]
+    """
+    services = _services(dgd)
+    missing = [name for name in names if name not in services]
+    problems = [f"service(s) {', '.join(missing)} no longer in the DGD"] if missing else []
+    for name in names:
+        value = services[name].get("replicas", 1) if name in services else 0
+        if _count(value) is None:
+            problems.append(f"{name}: spec replicas {value!r} is not a non-negative integer")
+    return problems
+
+
 def worker_counts(dgd: dict[str, Any], services: dict[Role, str]) -> WorkerCounts:
     """The planner's worker inventory from the DGD (roles not in ``services`` stay unknown).
 
-    A role whose service is not stable is flagged ``scaling_in_progress``.
+    A role whose service is not stable is flagged ``scaling_in_progress``; one whose desired
+    count the spec does not give (see :func:`spec_problems`) has ``expected`` ``None``.
     """
     fields: dict[str, Any] = {}
     for role, name in services.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -463,3 +464,59 @@ def test_apply_fails_clearly_when_a_service_disappears(dgd, make_actuator):
     assert result.outcome == "failed"
     assert result.reason == "service(s) VllmDecodeWorker no longer in the DGD"
     assert dgd.patches() == []
+
+
+def test_inventory_of_a_renamed_service_is_unknown_not_one(dgd, make_actuator, caplog):
+    """The decode service is renamed after start-up: its expected count is unknown (and said
+    so), not the operator's default of 1 for a service that has no ``replicas``."""
+    actuator = make_actuator()
+    actuator.validate()
+    body = {
+        "spec": {
+            "services": {
+                "VllmDecodeWorker": None,
+                "VllmDecodeWorkerV2": {"componentType": "worker", "replicas": 4},
+            }
+        }
+    }
+    dgd.server.handle(
+        "PATCH", dgd.path, {"content-type": MERGE_PATCH}, json.dumps(body).encode(), client=False
+    )
+    dgd.operator.converge()
+    with caplog.at_level("WARNING", logger="connectors.dgd"):
+        counts = actuator.read_inventory()
+        actuator.read_inventory()
+    assert counts.expected_num_decode is None and counts.ready_num_decode is None
+    assert counts.decode_scaling_in_progress
+    assert (counts.expected_num_prefill, counts.ready_num_prefill) == (1, 1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "DGD dynamo/vllm-disagg: expected replicas unknown: "
+        "service(s) VllmDecodeWorker no longer in the DGD"
+    ]  # said once, not on every poll
+
+
+def test_a_patch_whose_answer_is_lost_is_reported_applied(dgd, make_actuator, sleeps):
+    """The PATCH commits but its response comes after the client's timeout: the re-read finds
+    the targets in place, which is our write landing, not a no-op."""
+    released = threading.Event()
+
+    def answer_late(path: str, old: Any, new: Any) -> None:
+        if old is not None and new is not None and old["spec"] != new["spec"]:
+            released.wait(10.0)  # until the actuator has given up and backs off
+
+    def backoff(seconds: float) -> None:
+        sleeps.append(seconds)
+        released.set()
+
+    dgd.server.on_write(answer_late)
+    actuator = make_actuator(request_timeout_s=0.5)
+    actuator.sleep = backoff
+    result = actuator.apply(decision(decode=3))
+    assert result.outcome == "applied" and result.ok
+    assert result.patch == {"VllmDecodeWorker": 3} and result.attempts == 1
+    assert result.reason.startswith("VllmDecodeWorker 1 → 3 (the PATCH response was lost: ")
+    assert result.reason.endswith("; the re-read shows it committed)")
+    assert sleeps == [0.5]
+    assert [r.status for r in dgd.patches()] == [200]
+    assert spec_replicas(dgd)["VllmDecodeWorker"] == 3

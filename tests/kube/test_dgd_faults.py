@@ -1,0 +1,195 @@
+"""The DGD actuator against answers the test API server never gives: a 200 whose body is not a
+DGD, a spec a schema-less CRD would let through, and a server that never answers. Served by a
+scripted HTTP server (real sockets, the real ``kubernetes`` client); the well-formed DGD it
+serves is the one the test API server stores."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+from datetime import timedelta
+from typing import Any
+
+import bytewax.operators as op
+import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, TestingSource, run_main
+from prometheus_client import REGISTRY
+
+from connectors.dgd import (
+    ApplyResult,
+    DgdActuator,
+    DgdUnavailableError,
+    DgdValidationError,
+    kube_api_client,
+)
+from connectors.dgd_dataflow import DgdInventorySource, DgdSink
+from schemas import InventoryEvent, ScalingDecision
+
+from .conftest import DgdFixture
+from .scripted_server import HANG, Reply, ScriptedServer
+
+pytestmark = pytest.mark.services
+
+
+class Sleeps(list):
+    """Records the backoff delays instead of sleeping."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def decision(decision_id: int = 1, *, decode: int) -> ScalingDecision:
+    return ScalingDecision(
+        deployment="llama",
+        decision_id=decision_id,
+        time=float(decision_id),
+        num_decode=decode,
+        source="load",
+        reason="scale_up",
+    )
+
+
+def actuator(server: ScriptedServer, **options: Any) -> DgdActuator:
+    options.setdefault("sleep", Sleeps())
+    return DgdActuator(
+        kube_api_client(server.url), "dynamo", "vllm-disagg", mode="disagg", **options
+    )
+
+
+def with_changes(dgd: dict[str, Any], **paths: Any) -> dict[str, Any]:
+    """A copy of ``dgd`` with ``a__b__c=value`` set (``value`` ``DELETE``: removed)."""
+    out = copy.deepcopy(dgd)
+    for path, value in paths.items():
+        *parents, last = path.split("__")
+        node = out
+        for key in parents:
+            node = node[key]
+        if value == "DELETE":
+            del node[last]
+        else:
+            node[last] = value
+    return out
+
+
+def malformed_replies(good: dict[str, Any]) -> dict[str, Reply]:
+    return {
+        "html page": Reply(200, b"<html>502 Bad Gateway</html>", "text/html"),
+        "html labelled json": Reply(200, b"<html>502 Bad Gateway</html>"),
+        "not utf-8": Reply(200, b"\xff\xfe{}"),
+        "json list": Reply.json([good]),
+        "no resourceVersion": Reply.json(with_changes(good, metadata__resourceVersion="DELETE")),
+        "metadata null": Reply.json(with_changes(good, metadata=None)),
+    }
+
+
+MALFORMED = list(malformed_replies({"metadata": {"resourceVersion": "1"}}))
+
+
+@pytest.mark.parametrize("kind", MALFORMED)
+def test_malformed_dgd_reads_are_unavailable_not_crashes(dgd: DgdFixture, kind: str):
+    good = dgd.get()
+    bad = malformed_replies(good)[kind]
+    sleeps = Sleeps()
+    with ScriptedServer(Reply.json(good), default=bad) as server:
+        planner = actuator(server, sleep=sleeps, max_attempts=3)
+        assert planner.validate()["decode"] == "VllmDecodeWorker"  # the first, good read
+
+        with pytest.raises(DgdUnavailableError, match="malformed response"):
+            planner.read_inventory(retry=False)
+
+        result = planner.apply(decision(decode=2))
+        assert result.outcome == "failed" and "malformed response" in result.reason
+        assert result.attempts == 0 and sleeps == [0.5, 1.0]  # three reads, no PATCH
+        assert [m for m, _ in server.requests].count("PATCH") == 0
+
+        with pytest.raises(DgdValidationError, match="malformed response"):
+            actuator(server, max_attempts=1).validate()
+
+
+def counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture):
+    good = dgd.get()
+    html = Reply(200, b"<html>proxy error</html>", "text/html")
+    errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
+    with ScriptedServer(Reply.json(good), Reply.json(good), html, default=Reply.json(good)) as srv:
+        events: list[InventoryEvent] = []
+        flow = Dataflow("dgd_inventory_malformed")
+        source = DgdInventorySource(
+            lambda: actuator(srv),
+            "llama",
+            timedelta(milliseconds=1),
+            clock=itertools.count(100.0, 10.0).__next__,
+            max_polls=3,
+        )
+        op.output("out", op.input("inventory", flow, source), TestingSink(events))
+        run_main(flow)
+    assert len(srv.requests) == 4  # the validation and three polls
+    assert [e.time for e in events] == [100.0, 110.0]  # the malformed poll yielded nothing
+    assert all(e.payload.expected_num_decode == 1 for e in events)
+    errors_after = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
+    assert errors_after == errors_before + 1
+
+
+def test_sink_reports_a_malformed_read_as_failed(dgd: DgdFixture):
+    good = dgd.get()
+    html = Reply(200, b"<html>proxy error</html>", "text/html")
+    results: list[ApplyResult] = []
+    with ScriptedServer(Reply.json(good), default=html) as server:
+        flow = Dataflow("dgd_sink_malformed")
+        decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+        op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
+        run_main(flow)
+        assert "PATCH" not in [m for m, _ in server.requests]
+    [result] = results
+    assert result.outcome == "failed" and "malformed response" in result.reason
+
+
+def test_a_hung_read_is_sent_once_per_actuator_attempt(dgd: DgdFixture):
+    """urllib3 retries connecting only: a read timeout goes back to the actuator, whose own
+    bounded loop (``max_attempts``, with backoff) is the only retry of a request that
+    reached the server."""
+    sleeps = Sleeps()
+    with ScriptedServer(Reply.json(dgd.get()), default=HANG) as server:
+        planner = actuator(server, sleep=sleeps, request_timeout_s=0.3, max_attempts=2)
+        planner.validate()
+        with pytest.raises(DgdUnavailableError, match="timed out"):
+            planner.read_inventory(retry=False)
+        assert len(server.requests) == 2  # the validation, and one poll
+        result = planner.apply(decision(decode=2))
+        assert result.outcome == "failed" and "timed out" in result.reason
+        assert len(server.requests) == 4 and sleeps == [0.5]
+
+
+def test_non_integer_replicas_fail_the_apply_and_leave_inventory_unknown(dgd: DgdFixture, caplog):
+    text = with_changes(dgd.get(), spec__services__VllmDecodeWorker__replicas="1")
+    with ScriptedServer(default=Reply.json(text)) as server:
+        planner = actuator(server)
+        result = planner.apply(decision(decode=2))
+        assert result.outcome == "failed"
+        assert result.reason == "VllmDecodeWorker: spec replicas '1' is not a non-negative integer"
+        with caplog.at_level(logging.WARNING, logger="connectors.dgd"):
+            counts = planner.read_inventory()
+        assert counts.expected_num_decode is None and counts.decode_scaling_in_progress
+        assert counts.expected_num_prefill == 1 and not counts.prefill_scaling_in_progress
+        assert "expected replicas unknown" in caplog.text
+        assert "'1' is not a non-negative integer" in caplog.text
+
+
+def test_null_spec_leaves_expected_replicas_unknown(dgd: DgdFixture):
+    good = dgd.get()
+    with ScriptedServer(Reply.json(good), default=Reply.json(with_changes(good, spec=None))) as srv:
+        planner = actuator(srv)
+        planner.validate()
+        counts = planner.read_inventory()
+        assert (counts.expected_num_prefill, counts.expected_num_decode) == (None, None)
+        assert counts.ready_num_decode == 1 and counts.decode_scaling_in_progress
+        result = planner.apply(decision(decode=2))
+        assert result.outcome == "failed"
+        assert result.reason == (
+            "service(s) VllmPrefillWorker, VllmDecodeWorker no longer in the DGD"
+        )
