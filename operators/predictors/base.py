@@ -57,7 +57,7 @@ class Predictor(ABC):
         """Add the observation of one interval (applies the intake rules first)."""
         try:
             value = float(y)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             value = 0.0
         if not math.isfinite(value) or value < 0.0:
             value = 0.0

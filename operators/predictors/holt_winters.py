@@ -77,7 +77,8 @@ class HoltWintersPredictor(Predictor):
     @property
     def _season_ready(self) -> bool:
         m = self.season_length
-        return m >= 2 and len(self.values) >= max(2 * m, 12)
+        # statsmodels' heuristic initialisation needs 10 + 2·(m//2) points as well
+        return m >= 2 and len(self.values) >= max(2 * m, 12, 10 + 2 * (m // 2))
 
     # --- recursions ---------------------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class KalmanPredictor(Predictor):
         self._x = (level + k0 * innovation, trend + k1 * innovation)
         # P = (I - K H) P'
         self._p = (p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01)
+        if not all(math.isfinite(v) for v in (*self._x, *self._p)):
+            # an overflow (values near 1e308) would leave the filter NaN for good: start over
+            self._x, self._p = (z, 0.0), (1000.0, 0.0, 1000.0)
 
     def _forecast(self) -> float:
         if self._x is None or self._points < self.min_points:

@@ -46,6 +46,12 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def _positive_window(window: int) -> int:
+    if window < 1:
+        raise ValueError(f"a margin window must hold at least 1 residual, got {window}")
+    return window
+
+
 def gaussian_z(q: float) -> float:
     """The ``q``-quantile of a zero-mean normal variable in units of its mean ``|value|``.
 
@@ -71,7 +77,7 @@ class QuantileMargin:
         self, under_weight: float = UNDER_WEIGHT, window: int = 48, min_points: int = 16
     ) -> None:
         self.q = loss_quantile(under_weight)
-        self.window = window
+        self.window = _positive_window(window)
         self.min_points = min_points
         self.residuals: list[float] = []
 
@@ -113,7 +119,7 @@ class ScaledMargin:
     ) -> None:
         self.q = loss_quantile(under_weight)
         self.prior_z = gaussian_z(self.q)
-        self.window = window
+        self.window = _positive_window(window)
         self.prior_points = prior_points
         self.decay = 0.5 ** (1.0 / scale_half_life)
         self.scale_clip = scale_clip

@@ -67,11 +67,12 @@ class PeriodicPredictor(Predictor):
         mean = float(y.mean())
         self.period = None
         deviations = y - mean
-        variance = float(deviations @ deviations)
+        largest = float(np.max(np.abs(deviations)))
         longest = n // 3
-        if n < self.min_points or longest < 2 or variance <= 0.0:
+        if n < self.min_points or longest < 2 or not largest > 0.0:
             return mean
-        acf = np.correlate(deviations, deviations, "full")[n - 1 : n + longest] / variance
+        unit = deviations / largest  # squares of values above 1e154 would overflow
+        acf = np.correlate(unit, unit, "full")[n - 1 : n + longest] / float(unit @ unit)
         period = 2 + int(np.argmax(acf[2:]))
         z = NormalDist().inv_cdf(1.0 - self.significance / (longest - 1))
         if acf[period] <= z / math.sqrt(n):

@@ -19,6 +19,11 @@ from collections.abc import Iterable
 from schemas import TrafficObservation
 from schemas.trace import TraceRequest
 
+MAX_BUCKETS = 100_000
+"""A warm-up trace may span at most this many intervals (69 days at 60 s). The predictors keep
+far less history; a longer span is almost always mixed time units (one absolute Unix time in
+milliseconds among relative ones would ask for tens of millions of windows)."""
+
 
 def bucket_requests(
     rows: Iterable[tuple[float, float, float]], interval_s: float
@@ -47,6 +52,12 @@ def bucket_requests(
         return []
     origin = min(arrival for arrival, _, _ in table)
     width_ms = interval_s * 1000.0
+    span = math.floor((max(arrival for arrival, _, _ in table) - origin) / width_ms) + 1
+    if span > MAX_BUCKETS:
+        raise ValueError(
+            f"the trace spans {span} intervals of {interval_s:g} s from its first to its last "
+            f"arrival, more than {MAX_BUCKETS}: mixed time units?"
+        )
     count: dict[int, int] = {}
     isl_sum: dict[int, float] = {}
     osl_sum: dict[int, float] = {}
