@@ -5,7 +5,9 @@ and end-to-end latency. A request is *SLA-good* when it finished with TTFT ≤ `
 mean ITL ≤ ``itl_ms`` (single-token requests have no ITL and pass that half). Requests that did
 not finish by the end of the run, and requests rejected at arrival, are not good. Goodput is the
 output tokens of SLA-good requests per second of run, and per GPU (divided by the mean number of
-GPUs in use). A *reversal* is a scaling action of a role in the opposite direction of the role's
+GPUs in use). TTFT percentiles count a request that never got its first token at the time it
+had waited when the run ended (a lower bound: leaving it out would flatter a policy that starves
+requests). A *reversal* is a scaling action of a role in the opposite direction of the role's
 previous action, within 5 minutes of it.
 """
 
@@ -222,7 +224,7 @@ def score(
     max_replicas: dict[str, int] | None = None,
 ) -> RunResult:
     """Score a run (see the module docstring for the definitions)."""
-    _, ttft, itl, e2e = request_latencies(requests)
+    arrival, ttft, itl, e2e = request_latencies(requests)
     osl = np.array([r.osl for r in requests], dtype=np.int64)
     finished = ~np.isnan(e2e)
     single = osl <= 1
@@ -238,7 +240,8 @@ def score(
     for a in actions:
         if a.direction:
             by_role[a.role] = by_role.get(a.role, 0) + 1
-    t_mean, t50, t90, t99 = _pcts(ttft[~np.isnan(ttft)])
+    waited_ms = np.maximum(0.0, duration_s - arrival) * 1000.0
+    t_mean, t50, t90, t99 = _pcts(np.where(np.isnan(ttft), waited_ms, ttft))
     i_mean, i50, i90, i99 = _pcts(itl[~np.isnan(itl)])
     _, e50, e90, e99 = _pcts(e2e[finished])
     return RunResult(
