@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from connectors.dgd import DgdActuator, DgdUnavailableError, DgdValidationError, kube_api_client
-from schemas import ScalingDecision, WorkerCounts
+from schemas import WorkerCounts
+from tests.kube.decisions import decision
 
 from .apiserver import ApiServer
 from .conftest import DgdFixture, create_dgd, load_fixture
@@ -48,24 +49,6 @@ def make_actuator(dgd: DgdFixture, sleeps: Sleeps) -> Callable[..., DgdActuator]
         )
 
     return make
-
-
-def decision(
-    decision_id: int = 1,
-    *,
-    prefill: int | None = None,
-    decode: int | None = None,
-    deployment: str = "llama",
-) -> ScalingDecision:
-    return ScalingDecision(
-        deployment=deployment,
-        decision_id=decision_id,
-        time=float(decision_id),
-        num_prefill=prefill,
-        num_decode=decode,
-        source="load",
-        reason="scale_up",
-    )
 
 
 def spec_replicas(dgd: DgdFixture) -> dict[str, int]:

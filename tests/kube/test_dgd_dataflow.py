@@ -17,7 +17,8 @@ from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
-from schemas import DeadLetter, InventoryEvent, ScalingDecision, TickRecord, WorkerCounts
+from schemas import DeadLetter, InventoryEvent, TickRecord, WorkerCounts
+from tests.kube.decisions import decision
 
 from .conftest import DgdFixture
 
@@ -42,17 +43,6 @@ def factory(dgd: DgdFixture, **options: Any) -> Callable[[], DgdActuator]:
         )
 
     return build
-
-
-def decision(decision_id: int, decode: int, deployment: str = "llama") -> ScalingDecision:
-    return ScalingDecision(
-        deployment=deployment,
-        decision_id=decision_id,
-        time=float(decision_id),
-        num_decode=decode,
-        source="load",
-        reason="scale_up",
-    )
 
 
 def counter(name: str, **labels: str) -> float:

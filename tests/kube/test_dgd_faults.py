@@ -25,7 +25,8 @@ from connectors.dgd import (
     kube_api_client,
 )
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
-from schemas import InventoryEvent, ScalingDecision
+from schemas import InventoryEvent
+from tests.kube.decisions import decision
 
 from .conftest import DgdFixture
 from .scripted_server import HANG, Reply, ScriptedServer
@@ -38,17 +39,6 @@ class Sleeps(list):
 
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
-
-
-def decision(decision_id: int = 1, *, decode: int) -> ScalingDecision:
-    return ScalingDecision(
-        deployment="llama",
-        decision_id=decision_id,
-        time=float(decision_id),
-        num_decode=decode,
-        source="load",
-        reason="scale_up",
-    )
 
 
 def actuator(server: ScriptedServer, **options: Any) -> DgdActuator:
