@@ -219,6 +219,12 @@ class Engine:
             return self.pending_tokens
         return self.sum_base + self.B * self.S + self.waiting_need
 
+    def prefill_tokens_at(self, t: float) -> int:
+        """Prompt tokens not computed yet at ``t``: the queue's and the running iteration's (a
+        router that saw only the queue would take an engine busy with a long prompt for idle)."""
+        running = self._step_row[4] if self._act == _STEP and self.act_end > t else 0
+        return self.pending_tokens + running
+
     @property
     def kv_in_use(self) -> int:
         """KV tokens of the running batch (at the last completed iteration) plus held prefill."""

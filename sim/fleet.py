@@ -483,7 +483,7 @@ class FleetSim:
         prefill = role == "prefill"
         for eng in engines:
             if prefill:
-                cost = eng.pending_tokens
+                cost = eng.prefill_tokens_at(t)
             else:
                 eng.catch_up(t)
                 cost = eng.sum_base + eng.B * eng.S + eng.waiting_need

@@ -220,6 +220,18 @@ def test_requests_wait_for_a_replica(h200: PerformanceProfile) -> None:
     assert all(isinstance(e, RequestEvent) for e in events if e.time < 5.0 and e.type == "request")
 
 
+def test_prefill_routing_sees_the_iteration_in_progress(h200: PerformanceProfile) -> None:
+    # a long prompt keeps one prefill engine busy; the short prompts that follow go to the
+    # other, idle one (the router used to see only queued tokens: both looked empty)
+    reqs = [TraceRequest(arrival_s=0.0, isl=8000, osl=2)]
+    reqs += [TraceRequest(arrival_s=0.01 * (i + 1), isl=500, osl=2) for i in range(6)]
+    sim = FleetSim(FleetSpec(profile=h200, prefill_replicas=2, decode_replicas=1), reqs)
+    run(sim)
+    long_ttft = sim.requests[0].first_token - sim.requests[0].arrival
+    short_ttfts = [r.first_token - r.arrival for r in sim.requests[1:]]
+    assert all(t < long_ttft for t in short_ttfts)  # none waited behind the long prompt
+
+
 def test_rejected_requests_are_counted_not_lost(h200: PerformanceProfile) -> None:
     reqs = [
         TraceRequest(arrival_s=0.0, isl=500, osl=5),
