@@ -27,7 +27,10 @@ The model (chosen to reproduce every profile point exactly, and cheap to evaluat
 Error against the shipped profile (``tests/data/profiles/h200_llama3.1-8b-fp8_tp1``):
 0.000 % at all 17 prefill and all 41 decode points (interpolation through the points; checked
 in ``tests/sim/test_timing.py``), and one request on one engine reproduces the profile's TTFT
-and ITL within 0.3 %. Leave-one-out (each interior point predicted from the others, a measure
+and ITL within 0.3 % — except prompts longer than the engine's ``max_num_batched_tokens``
+(8 192 in the benchmark), which the engine prefills in chunks that each pay the iteration
+overhead ``c0``: +10 % at the profile's 8 236-token point, +5 % at 16 372 (the profile, taken
+with the engine's defaults, already contains its own chunking). Leave-one-out (each interior point predicted from the others, a measure
 of the error between points): prefill TTFT 3.5 % mean / 9.7 % max over 15 points; decode ITL
 3.9 % mean / 13.9 % max over 29 points (worst at context 8291, batch 19, between the batch-1
 point and the next sample of that row).
