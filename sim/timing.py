@@ -30,10 +30,10 @@ in ``tests/sim/test_timing.py``), and one request on one engine reproduces the p
 and ITL within 0.3 % — except prompts longer than the engine's ``max_num_batched_tokens``
 (8 192 in the benchmark), which the engine prefills in chunks that each pay the iteration
 overhead ``c0``: +10 % at the profile's 8 236-token point, +5 % at 16 372 (the profile, taken
-with the engine's defaults, already contains its own chunking). Leave-one-out (each interior point predicted from the others, a measure
-of the error between points): prefill TTFT 3.5 % mean / 9.7 % max over 15 points; decode ITL
-3.9 % mean / 13.9 % max over 29 points (worst at context 8291, batch 19, between the batch-1
-point and the next sample of that row).
+with the engine's defaults, already contains its own chunking). Leave-one-out (each interior
+point predicted from the others, a measure of the error between points): prefill TTFT 3.5 %
+mean / 9.7 % max over 15 points; decode ITL 3.9 % mean / 13.9 % max over 29 points (worst at
+context 8291, batch 19, between the batch-1 point and the next sample of that row).
 """
 
 from __future__ import annotations
