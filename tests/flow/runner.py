@@ -25,5 +25,15 @@ def flowplanner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     )
 
 
+def start_flowplanner(*args: str) -> subprocess.Popen[str]:
+    """The CLI as a long-lived process (a live worker, the fleet); stdout and stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

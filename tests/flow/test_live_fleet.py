@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import write_config
+from tests.flow.runner import start_flowplanner, write_config
 from tests.services.process import free_port
 
 
@@ -33,64 +31,48 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
             }
         },
     )
-    fleet = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "fleet",
-            "--config",
-            str(config),
-            "--synthetic",
-            "poisson",
-            "--rate",
-            "40",
-            "--duration",
-            "120",
-            "--kafka",
-            kafka_bootstrap,
-            "--events-topic",
-            events,
-            "--decisions-topic",
-            decisions,
-            "--prefill-publish",
-            prefill,
-            "--decode-publish",
-            decode,
-            "--startup-delay",
-            "5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    fleet = start_flowplanner(
+        "fleet",
+        "--config",
+        str(config),
+        "--synthetic",
+        "poisson",
+        "--rate",
+        "40",
+        "--duration",
+        "120",
+        "--kafka",
+        kafka_bootstrap,
+        "--events-topic",
+        events,
+        "--decisions-topic",
+        decisions,
+        "--prefill-publish",
+        prefill,
+        "--decode-publish",
+        decode,
+        "--startup-delay",
+        "5",
     )
     fleet_log: list[str] = []
     threading.Thread(target=lambda: fleet_log.extend(fleet.stderr), daemon=True).start()
     planner = None
     try:
         time.sleep(3.0)
-        planner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flows.cli",
-                "run",
-                "--config",
-                str(config),
-                "--input",
-                f"zmq+{prefill}?deployment=sim&role=prefill",
-                "--input",
-                f"zmq+{decode}?deployment=sim&role=decode",
-                "--input",
-                f"kafka://{kafka_bootstrap}/{events}",
-                "--output",
-                f"kafka://{kafka_bootstrap}/{decisions}",
-                "--dead-letters",
-                str(tmp_path / "dead.jsonl"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        planner = start_flowplanner(
+            "run",
+            "--config",
+            str(config),
+            "--input",
+            f"zmq+{prefill}?deployment=sim&role=prefill",
+            "--input",
+            f"zmq+{decode}?deployment=sim&role=decode",
+            "--input",
+            f"kafka://{kafka_bootstrap}/{events}",
+            "--output",
+            f"kafka://{kafka_bootstrap}/{decisions}",
+            "--dead-letters",
+            str(tmp_path / "dead.jsonl"),
         )
         deadline, seen = time.monotonic() + 120, []
         while time.monotonic() < deadline and not any(

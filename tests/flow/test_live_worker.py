@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import flowplanner, write_config
+from tests.flow.runner import flowplanner, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 from tests.services.process import free_port
 
@@ -53,28 +51,20 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
     assert producer.flush(30) == 0
 
     port = free_port()
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--config",
-            str(config),
-            "--input",
-            f"kafka://{kafka_bootstrap}/{events_topic}",
-            "--output",
-            f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
-            "--metrics-port",
-            str(port),
-            "--ticks",
-            str(tmp_path / "ticks.jsonl"),
-            "--dead-letters",
-            str(tmp_path / "dead.jsonl"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    worker = start_flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{events_topic}",
+        "--output",
+        f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
+        "--metrics-port",
+        str(port),
+        "--ticks",
+        str(tmp_path / "ticks.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
     )
     try:
         first = wait_for_decisions(kafka_bootstrap, decisions, 1)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
 from schemas import ForwardPassMetrics
-from tests.flow.runner import read_jsonl, write_config
+from tests.flow.runner import read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import free_port
 
@@ -58,28 +56,20 @@ def test_zmq_fpms_drive_decisions(tmp_path):
         + "\n"
     )
     port = free_port()
-    planner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--config",
-            str(config),
-            "--input",
-            f"zmq+{url}?deployment=alpha&role=decode",
-            "--input",
-            str(status),
-            "--output",
-            str(tmp_path / "decisions.jsonl"),
-            "--dead-letters",
-            str(tmp_path / "dead.jsonl"),
-            "--metrics-port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    planner = start_flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"zmq+{url}?deployment=alpha&role=decode",
+        "--input",
+        str(status),
+        "--output",
+        str(tmp_path / "decisions.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
+        "--metrics-port",
+        str(port),
     )
     engines = mp.get_context("spawn").Process(target=publish_engines, args=(url,))
     engines.start()

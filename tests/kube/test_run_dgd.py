@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 from confluent_kafka import Producer
 
-from tests.flow.runner import write_config
+from tests.flow.runner import start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 
 from .conftest import create_dgd
@@ -55,24 +53,16 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
         target=stream_decode_load, args=(kafka_bootstrap, kafka_topic, stop), daemon=True
     )
     producer.start()
-    planner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--config",
-            str(config),
-            "--input",
-            f"kafka://{kafka_bootstrap}/{kafka_topic}",
-            "--output",
-            f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
-            "--output",
-            str(tmp_path / "decisions.jsonl"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    planner = start_flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{kafka_topic}",
+        "--output",
+        f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
+        "--output",
+        str(tmp_path / "decisions.jsonl"),
     )
     try:
         deadline = time.monotonic() + 90
