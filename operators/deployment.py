@@ -108,7 +108,7 @@ class DeploymentPlanner:
         self.training: dict[Role, list[ForwardPassMetrics]] = {}
         longest = max(
             config.throughput_adjustment_interval_seconds,
-            config.load_rate_window_seconds or 0.0,  # the load tick's rate window
+            config.load_rate_window_seconds,  # the load tick's rate window
             window_s,
         )
         keep = math.ceil(longest / window_s) + 1
