@@ -98,3 +98,47 @@ def test_idle_carry_forward_for_every_predictor_kind(kind: str) -> None:
     assert forecaster.osl.values == [128.0] * 3
     if isinstance(forecaster.isl, SelectorPredictor):
         assert all(c.values == [512.0] * 3 for c in forecaster.isl.candidates)
+
+
+def test_dynamo_trace_buckets_from_the_raw_request_end_events() -> None:
+    """Spec §7.6 computed straight from the file: only ``request_end`` events, arrival
+    ``request.request_received_ms``, ISL ``request.replay.input_length``, OSL
+    ``request.output_tokens``, origin the earliest arrival, every interval emitted."""
+    import gzip
+    import json
+    import math
+
+    rows = []
+    with gzip.open(TRACES / "dynamo_request_trace_v1_sample.jsonl.gz", "rt") as f:
+        for line in f:
+            event = json.loads(line)["event"]
+            if event["event_type"] == "request_end":
+                request = event["request"]
+                rows.append(
+                    (
+                        request["request_received_ms"],
+                        request["replay"]["input_length"],
+                        request["output_tokens"],
+                    )
+                )
+    origin = min(r[0] for r in rows)
+    buckets: dict[int, list[tuple[int, int, int]]] = {}
+    for row in rows:
+        buckets.setdefault(math.floor((row[0] - origin) / 30_000), []).append(row)
+    expected = []
+    for index in range(max(buckets) + 1):
+        members = buckets.get(index, [])
+        n = len(members)
+        expected.append(
+            (
+                float(n),
+                sum(m[1] for m in members) / n if n else 0.0,
+                sum(m[2] for m in members) / n if n else 0.0,
+            )
+        )
+    obs = trace_observations(read_trace(TRACES / "dynamo_request_trace_v1_sample.jsonl.gz"), 30)
+    got = [(o.num_req, o.isl, o.osl) for o in obs]
+    assert len(got) == len(expected) and sum(n for n, _, _ in got) == 17
+    for (n, isl, osl), (en, eisl, eosl) in zip(got, expected, strict=True):
+        assert n == en and abs(isl - eisl) < 1e-9 * max(1.0, eisl)
+        assert abs(osl - eosl) < 1e-9 * max(1.0, eosl)
