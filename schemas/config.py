@@ -272,6 +272,17 @@ def _describe(error: ValidationError) -> str:
     return "invalid planner config:\n" + "\n".join(lines)
 
 
+def _yaml_position(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    parts = [getattr(error, "context", None), getattr(error, "problem", None)]
+    text = ", ".join(part for part in parts if part)
+    return text or str(error).splitlines()[0]
+
+
 def load_config(source: str | Path) -> dict[str, PlannerConfig]:
     """Load a config from a ``.yaml``/``.yml``/``.json`` file or an inline JSON string.
 
@@ -282,18 +293,39 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
     """
     text = str(source)
     if text.lstrip().startswith("{"):
-        raw = text
+        raw, where = text, "inline config"
         parse = json.loads
     else:
         path = Path(text)
         if not path.exists():
             raise ConfigError(f"config file not found: {path}")
-        raw = path.read_text()
+        if path.is_dir():
+            raise ConfigError(f"config {path} is a directory, not a file")
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config {path} is not UTF-8 text ({exc.reason})") from exc
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+        where = str(path)
         parse = json.loads if path.suffix == ".json" else yaml.safe_load
     try:
         data = parse(raw)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config is not valid JSON/YAML: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{where}:{exc.lineno}:{exc.colno}: config is not valid JSON: {exc.msg}"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{where}{_yaml_position(exc)}: config is not valid YAML: {_yaml_problem(exc)}"
+        ) from exc
+    if data is None:
+        raise ConfigError(f"{where} is empty: it needs a 'deployments' mapping")
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where}: config must be a mapping with a 'deployments' key, "
+            f"not a {type(data).__name__}"
+        )
     try:
         return dict(PlannerFile.model_validate(data).deployments)
     except ValidationError as exc:

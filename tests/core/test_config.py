@@ -200,3 +200,90 @@ def test_reference_variant_turns_off_every_behaviour_of_ours() -> None:
     assert ours - set(OURS_WITHOUT_REFERENCE_VALUE) == set(REFERENCE_BEHAVIOUR)
     reference = PlannerConfig().reference_variant()
     assert all(getattr(reference, k) == v for k, v in REFERENCE_BEHAVIOUR.items())
+
+
+class TestConfigFiles:
+    """A config file that cannot be read gives a one-line ConfigError naming the file."""
+
+    def _error(self, source) -> str:
+        with pytest.raises(ConfigError) as error:
+            load_config(source)
+        return str(error.value)
+
+    def test_empty_file(self, tmp_path):
+        path = tmp_path / "planner.yaml"
+        path.write_text("# nothing yet\n")
+        message = self._error(path)
+        assert str(path) in message and "empty" in message
+
+    def test_directory(self, tmp_path):
+        message = self._error(tmp_path)
+        assert str(tmp_path) in message and "directory" in message
+
+    def test_not_utf8(self, tmp_path):
+        path = tmp_path / "planner.yaml"
+        path.write_bytes(b"\xff\xfe deployments")
+        message = self._error(path)
+        assert str(path) in message and "UTF-8" in message
+
+    def test_yaml_syntax_error_names_the_file_and_line(self, tmp_path):
+        path = tmp_path / "planner.yaml"
+        path.write_text("deployments:\n  d: {mode: disagg\n")
+        message = self._error(path)
+        assert f"{path}:3:" in message
+        assert "<unicode string>" not in message and "\n" not in message
+
+    def test_json_syntax_error_names_the_file_and_line(self, tmp_path):
+        path = tmp_path / "planner.json"
+        path.write_text('{"deployments":\n  {"d": }}')
+        message = self._error(path)
+        assert f"{path}:2:" in message and "\n" not in message
+
+    def test_top_level_must_be_a_mapping_of_deployments(self, tmp_path):
+        path = tmp_path / "planner.yaml"
+        path.write_text("- d\n")
+        assert "deployments" in self._error(path)
+
+
+class TestLoopFlagsUnderEasyTargets:
+    """An easy target forces the loop flags (spec §4.1), but a wrong-typed flag is still a
+    mistake the user should hear about, not a value silently replaced."""
+
+    @pytest.mark.parametrize("field", ["enable_load_scaling", "enable_throughput_scaling"])
+    def test_wrong_type_is_rejected(self, field):
+        with pytest.raises(ValidationError, match=field):
+            PlannerConfig(**{field: "maybe"})
+
+    def test_right_type_is_still_forced(self):
+        config = PlannerConfig(enable_load_scaling="false", enable_throughput_scaling=True)
+        assert (config.enable_load_scaling, config.enable_throughput_scaling) == (True, False)
+
+
+class TestBudgetFeasibility:
+    """A budget below the minimum endpoints can never be met: the reference's clamp then
+    scales the deployment to zero (spec §8.1/§8.2), so the config is rejected up front."""
+
+    @pytest.mark.parametrize(
+        ("fields", "minimum"),
+        [
+            ({"mode": "disagg", "min_endpoint": 5, "max_gpu_budget": 2}, 10),
+            ({"mode": "agg", "min_endpoint": 3, "max_gpu_budget": 2}, 3),
+            ({"mode": "decode", "decode_engine_num_gpu": 4, "max_gpu_budget": 3}, 4),
+            ({"mode": "disagg", "prefill_min_endpoint": 2, "max_gpu_budget": 2}, 3),
+        ],
+    )
+    def test_infeasible_budget_is_rejected(self, fields, minimum):
+        with pytest.raises(ValidationError, match=f"max_gpu_budget.*{minimum}"):
+            sla(**fields)
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"mode": "disagg", "max_gpu_budget": 2},
+            {"mode": "disagg", "min_endpoint": 5, "max_gpu_budget": -1},
+            {"mode": "agg", "min_endpoint": 0, "max_gpu_budget": 0},
+            {"mode": "decode", "decode_engine_num_gpu": 4, "max_gpu_budget": 4},
+        ],
+    )
+    def test_feasible_or_disabled_budget_is_accepted(self, fields):
+        assert sla(**fields).max_gpu_budget == fields["max_gpu_budget"]
