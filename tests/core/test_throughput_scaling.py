@@ -6,8 +6,10 @@ Current-tree semantics (no latency-ratio SLA floor), G3 last-value KV hit rate /
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from connectors.profiles import load_profile
@@ -25,6 +27,7 @@ from operators.throughput_scaling import (
 from operators.traffic_intake import RuntimeMetadata, TrafficForecaster
 from schemas import (
     EngineCapabilities,
+    PlannerConfig,
     TrafficObservation,
     WorkerCapabilities,
     WorkerCounts,
@@ -371,3 +374,140 @@ def test_real_profile_bootstrap_sizes_a_disagg_fleet_under_the_budget():
     # 10 rps fits one engine each (no change); 100 rps needs (7, 3); 500 rps needs (33, 12) =
     # 45 GPUs, clamped to 16: prefill floor(33·16/45) = 11, decode the remaining 5
     assert outcomes == [((1, 1), None), ((7, 3), (7, 3)), ((33, 12), (11, 5))]
+
+
+class TestRequestWindows:
+    """Item 1a: request records aggregated per throughput interval inside the planner (the
+    tumbling windows of the dataflow feed ``DeploymentPlanner.on_window``)."""
+
+    @staticmethod
+    def planner():
+        from operators.deployment import DeploymentPlanner
+
+        config = PlannerConfig(
+            mode="prefill",
+            optimization_target="sla",
+            enable_load_scaling=False,
+            throughput_adjustment_interval_seconds=60,
+            load_adjustment_interval_seconds=5,
+        )
+        return DeploymentPlanner("d", config, window_s=5.0)
+
+    @staticmethod
+    def interval(planner, start_s: float, seed: int, scale: float):
+        from operators.window import TickWindow
+        from schemas import RequestRecord
+
+        rng = random.Random(seed)
+        isls, osls, hits, record = [], [], [], None
+        for i in range(1, 13):
+            requests = []
+            for j in range(50):
+                isl, osl = int(scale * rng.lognormvariate(7, 0.8)), rng.randint(10, 400)
+                isls.append(isl)
+                osls.append(osl)
+                hit = 0.2 + 0.4 * (j % 2) if j % 3 else None  # every third without a hit rate
+                if hit is not None:
+                    hits.append(hit)
+                requests.append(RequestRecord(isl=isl, osl=osl, kv_hit_rate=hit, accept_length=2.5))
+            record = planner.on_window(start_s + 5.0 * i, TickWindow(requests=requests))
+        return record, isls, osls, hits
+
+    def test_counts_means_rates_and_streaming_quantiles(self):
+        from river import stats
+
+        planner = self.planner()
+        record, isls, osls, hits = self.interval(planner, 0.0, seed=1, scale=1.0)
+        assert record.ran_throughput and record.time == 60.0
+        obs = record.observed_traffic
+        assert (obs.duration_s, obs.num_req) == (60.0, 600.0)
+        assert abs(obs.isl - sum(isls) / 600) < 1e-9 and abs(obs.osl - sum(osls) / 600) < 1e-9
+        # the hit rate averages only the requests that carried one (396 of 600)
+        assert len(hits) == 396 and abs(obs.kv_hit_rate - sum(hits) / 396) < 1e-12
+        assert obs.accept_length == 2.5
+        for series, values, quantiles in (
+            ("isl", isls, obs.isl_quantiles),
+            ("osl", osls, obs.osl_quantiles),
+        ):
+            assert set(quantiles) == {"p50", "p90", "p99"}, series
+            for q in (0.5, 0.9, 0.99):
+                river_q = stats.Quantile(q)
+                for v in values:
+                    river_q.update(v)
+                assert quantiles[f"p{round(q * 100)}"] == river_q.get()  # river's estimator
+                exact = float(np.quantile(values, q))
+                assert abs(quantiles[f"p{round(q * 100)}"] / exact - 1) < 0.02, (series, q)
+
+    def test_quantiles_cover_one_throughput_interval(self):
+        from river import stats
+
+        planner = self.planner()
+        self.interval(planner, 0.0, seed=1, scale=1.0)
+        record, isls, _, _ = self.interval(planner, 60.0, seed=2, scale=4.0)  # longer prompts
+        obs = record.observed_traffic
+        assert record.time == 120.0 and obs.num_req == 600.0
+        assert abs(obs.isl - sum(isls) / 600) < 1e-9
+        for q in (0.5, 0.9, 0.99):
+            fresh = stats.Quantile(q)  # the estimator restarted at the throughput tick
+            for v in isls:
+                fresh.update(v)
+            assert obs.isl_quantiles[f"p{round(q * 100)}"] == fresh.get()
+            assert abs(fresh.get() / float(np.quantile(isls, q)) - 1) < 0.05
+
+
+def test_decode_capacity_ignores_the_kv_hit_rate():
+    """Spec §5.3 / §6.5: the discount is for prefill compute only, never decode KV residency."""
+    outcome = {}
+    for hit in (None, 0.8):
+        machine = core(enable_load_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(100, 1000, 150, kv_hit_rate=hit),
+            counts=WorkerCounts(ready_num_prefill=1, ready_num_decode=1),
+        )
+        diag = effects.diagnostics
+        outcome[hit] = (
+            effects.scale_to.num_prefill,
+            effects.scale_to.num_decode,
+            diag.engine_rps_prefill,
+            diag.engine_rps_decode,
+        )
+    # prefill: 1000 tokens → 1.002 s → 2 replicas; hit 0.8: 200 tokens → 0.202 s → 1
+    assert outcome[None][:2] == (2, 3) and outcome[0.8][:2] == (1, 3)
+    assert outcome[None][2] == pytest.approx(1 / 1.002, rel=1e-12)
+    assert outcome[0.8][2] == pytest.approx(1 / 0.202, rel=1e-12)
+    assert outcome[None][3] == outcome[0.8][3] == pytest.approx(4 / (150 * 0.044), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        ({"a": (5, 60)}, 5.0),
+        ({"a": (7, 60)}, 1.0),
+        ({"a": (4.5, 60)}, 1.5),
+        ({"a": (5, 180), "b": (10, 90)}, 5.0),
+        ({"a": (6, 180), "b": (10, None)}, 2.0),  # b: throughput off, only its load interval
+        ({"a": (0.25, None)}, 0.25),
+    ],
+)
+def test_the_outer_tick_is_the_gcd_of_the_enabled_intervals(intervals, expected):
+    """Spec §1.3 (G3): the outer tick is the gcd of the enabled intervals (ms resolution)."""
+    from flows.planner import window_seconds
+
+    configs = {
+        name: PlannerConfig(
+            optimization_target="sla",
+            enable_load_scaling=True,
+            load_adjustment_interval_seconds=load,
+            enable_throughput_scaling=throughput is not None,
+            throughput_adjustment_interval_seconds=throughput or 180,
+        )
+        for name, (load, throughput) in intervals.items()
+    }
+    window = window_seconds(configs)
+    assert window == expected
+    for config in configs.values():  # every enabled interval is a whole number of windows
+        assert (config.load_adjustment_interval_seconds / window).is_integer()
