@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from schemas.events import Role
 
@@ -33,6 +41,7 @@ OptimizationTarget = Literal["sla", "throughput", "latency"]
 PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_BOOL = TypeAdapter(bool)
 
 
 class ConfigError(ValueError):
@@ -198,6 +207,14 @@ class PlannerConfig(BaseModel):
     def _easy_targets_force_flags(cls, data: Any) -> Any:
         # throughput/latency targets are threshold modes: load on, throughput off (spec §4.1).
         if isinstance(data, dict) and data.get("optimization_target", "throughput") != "sla":
+            for flag in ("enable_load_scaling", "enable_throughput_scaling"):
+                if flag in data:  # forced below, but a wrong type is still the user's mistake
+                    try:
+                        _BOOL.validate_python(data[flag])
+                    except ValidationError:
+                        raise ValueError(
+                            f"{flag} should be a boolean, got {data[flag]!r}"
+                        ) from None
             data = {**data, "enable_load_scaling": True, "enable_throughput_scaling": False}
         return data
 
@@ -224,6 +241,16 @@ class PlannerConfig(BaseModel):
         for field, role in (("prefill_min_endpoint", "prefill"), ("decode_min_endpoint", "decode")):
             if getattr(self, field) is not None and (self.mode == "agg" or role not in roles):
                 raise ValueError(f"{field} is set but mode {self.mode!r} has no {role} role")
+        # Below the minimum endpoints' GPUs the budget clamp scales the deployment to zero
+        # (spec §8.1/§8.2); a replica has at least one GPU, so such a budget is never feasible.
+        gpus = {"prefill": self.prefill_engine_num_gpu, "decode": self.decode_engine_num_gpu}
+        floor = sum(self.min_endpoint_for(role) * (gpus[role] or 1) for role in roles)
+        if 0 <= self.max_gpu_budget < floor:
+            raise ValueError(
+                f"max_gpu_budget {self.max_gpu_budget} is below the {floor} GPUs the minimum "
+                "endpoints need (min_endpoint/prefill_min_endpoint/decode_min_endpoint × GPUs "
+                "per replica); raise it, lower the minimums, or set -1 for no budget"
+            )
         return self
 
     def reference_variant(self) -> PlannerConfig:
