@@ -345,7 +345,30 @@ def test_bootstrapped_decode_model_is_usable(shipped: PerformanceProfile) -> Non
     assert coefficients is not None
     assert coefficients["num_decode_requests"] > 0 and coefficients["sum_decode_kv_tokens"] > 0
     assert model.max_observed_kv == 910_195
+    # an independent least-squares fit of wall time on (1, batch, KV tokens) over the 41 FPMs
+    fpms = profile_to_fpms(shipped)["decode"]
+    design = np.array(
+        [
+            [
+                1.0,
+                f.scheduled_requests.num_decode_requests,
+                f.scheduled_requests.sum_decode_kv_tokens,
+            ]
+            for f in fpms
+        ]
+    )
+    wall = np.array([f.wall_time for f in fpms])
+    intercept, per_request, per_kv = np.linalg.lstsq(design, wall, rcond=None)[0]
+    assert coefficients["intercept"] == pytest.approx(intercept, rel=1e-9)
+    assert coefficients["num_decode_requests"] == pytest.approx(per_request, rel=1e-9)
+    assert coefficients["sum_decode_kv_tokens"] == pytest.approx(per_kv, rel=1e-9)
     rps, itl_ms = model.find_best_engine_decode_rps(
         itl_ms=30, context_length=3000, osl=200, max_kv_tokens=945_029
     )
-    assert 0 < itl_ms <= 30 and rps > 0
+    # the largest batch of 3000-token requests that fits the cache (315) and meets 30 ms
+    itl_of = {
+        bs: 1000.0 * (intercept + per_request * bs + per_kv * bs * 3000) for bs in range(1, 316)
+    }
+    best = max(bs for bs, itl in itl_of.items() if itl <= 30.0)
+    assert itl_ms == pytest.approx(itl_of[best], rel=1e-9)
+    assert rps == pytest.approx(best / (200 * itl_of[best] / 1000.0), rel=1e-9)
