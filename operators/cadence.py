@@ -46,11 +46,22 @@ class Cadence:
         )
         return cls(start_s + config.load_adjustment_interval_seconds, throughput)
 
-    def next_tick(self, config: PlannerConfig) -> ScheduledTick:
-        """The earliest due tick, with every cadence due within the merge tolerance."""
+    def next_tick(self, config: PlannerConfig, due_by_s: float | None = None) -> ScheduledTick:
+        """The earliest due tick, with every cadence due within the merge tolerance — of the
+        earliest, or of ``due_by_s`` when later (a tick that runs late runs every loop due by
+        then: one tick, one decision).
+
+        >>> cfg = PlannerConfig(enable_throughput_scaling=True, load_adjustment_interval_seconds=5,
+        ...                     throughput_adjustment_interval_seconds=60)
+        >>> cadence = Cadence(next_load_s=55.0, next_throughput_s=60.0)
+        >>> [(t.at_s, t.run_load_scaling, t.run_throughput_scaling)
+        ...  for t in (cadence.next_tick(cfg), cadence.next_tick(cfg, due_by_s=205.0))]
+        [(55.0, True, False), (55.0, True, True)]
+        """
         at = min(self.next_load_s, self.next_throughput_s)
-        is_load = self.next_load_s <= at + MERGE_TOLERANCE_S
-        is_throughput = self.next_throughput_s <= at + MERGE_TOLERANCE_S
+        horizon = at if due_by_s is None else max(at, due_by_s)
+        is_load = self.next_load_s <= horizon + MERGE_TOLERANCE_S
+        is_throughput = self.next_throughput_s <= horizon + MERGE_TOLERANCE_S
         # Load-only SLA deployments scrape traffic on every load tick, for the KV hit rate and
         # accept length only (spec §1.3); threshold (easy) modes use neither.
         load_only_scrape = (

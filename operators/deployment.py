@@ -125,8 +125,12 @@ class DeploymentPlanner:
             self.next_tick = self.machine.initial_tick(end_s - self.window_s)
         self._absorb(end_s, window)
         record = TickRecord(deployment=self.deployment, time=end_s)
-        while self.next_tick.at_s <= end_s + MERGE_TOLERANCE_S:
-            record = self._tick(self.next_tick, end_s)
+        if self.next_tick.at_s <= end_s + MERGE_TOLERANCE_S:
+            # One tick per window. After a gap in the input several loops can be overdue:
+            # they run together, as loops due at the same time do (ticks run one after the
+            # other would each take a decision id and only the last record would be sent; an
+            # interval under the merge tolerance would never leave the window).
+            record = self._tick(self.machine.cadence.next_tick(self.config, end_s), end_s)
         if self.gate is not None:
             released = self._released or self.gate.advance(end_s)
             self._released = None
