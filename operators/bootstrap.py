@@ -11,6 +11,10 @@ the models through the same intake (``load_benchmark_fpms``):
 ``round`` is Python's (half to even), as in the reference. Pure: takes the parsed profile
 (``connectors.profiles.load_profile`` reads it from disk).
 
+Self-benchmark FPMs (spec §6.3 priority 1, a worker's ``get_perf_metrics`` answer or a file of
+it): :func:`benchmark_fpms` takes the parsed ``{"results": [{"point": {"point_type": ...},
+"fpms": [...]}]}`` document and keeps the FPMs with ``wall_time > 0`` per role.
+
 Ours (``PlannerConfig.bootstrap_within_engine_limits``): a profile sweeps far past what the
 deployed engine can run in one forward pass (decode batches of ~1 600 requests on an engine
 with ``max_num_seqs = 256``; 16 k-token prompts on an engine that prefills 8 k tokens per pass).
@@ -22,6 +26,10 @@ produced; the planner drops the others once the capabilities are known.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
 
 from schemas import EngineCapabilities, ForwardPassMetrics, Role, ScheduledRequestMetrics
 from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
@@ -82,6 +90,41 @@ def decode_fpms(decode: DecodeProfile) -> list[ForwardPassMetrics]:
                 ),
             )
         )
+    return out
+
+
+def benchmark_fpms(document: Any) -> dict[Role, list[ForwardPassMetrics]]:
+    """FPMs of a self-benchmark, per role; idle heartbeats (``wall_time == 0``) are dropped.
+
+    Raises ``ValueError`` naming the place of the first malformed part.
+
+    >>> doc = {"results": [{"point": {"point_type": "decode"}, "fpms": [
+    ...     {"wall_time": 0.02, "scheduled_requests": {"num_decode_requests": 8}},
+    ...     {"wall_time": 0.0}]}]}
+    >>> {role: len(fpms) for role, fpms in benchmark_fpms(doc).items()}
+    {'prefill': 0, 'decode': 1}
+    """
+    results = document.get("results") if isinstance(document, dict) else None
+    if not isinstance(results, list):
+        raise ValueError("a self-benchmark must be an object with a 'results' list")
+    out: dict[Role, list[ForwardPassMetrics]] = {"prefill": [], "decode": []}
+    for i, result in enumerate(results):
+        point = result.get("point") if isinstance(result, dict) else None
+        role = point.get("point_type") if isinstance(point, dict) else None
+        if role not in ("prefill", "decode"):
+            raise ValueError(
+                f"self-benchmark results[{i}].point_type is {role!r}, not 'prefill' or 'decode'"
+            )
+        fpms = result.get("fpms")
+        if not isinstance(fpms, list):
+            raise ValueError(f"self-benchmark results[{i}].fpms is not a list")
+        for j, raw in enumerate(fpms):
+            try:
+                fpm = ForwardPassMetrics.model_validate(raw)
+            except ValidationError as exc:
+                raise ValueError(f"self-benchmark results[{i}].fpms[{j}]: {exc}") from None
+            if fpm.wall_time > 0:
+                out[role].append(fpm)
     return out
 
 

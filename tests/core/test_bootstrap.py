@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -372,3 +373,69 @@ def test_bootstrapped_decode_model_is_usable(shipped: PerformanceProfile) -> Non
     best = max(bs for bs, itl in itl_of.items() if itl <= 30.0)
     assert itl_ms == pytest.approx(itl_of[best], rel=1e-9)
     assert rps == pytest.approx(best / (200 * itl_of[best] / 1000.0), rel=1e-9)
+
+
+# -- self-benchmark FPMs (spec §6.3 priority 1) -------------------------------------------------
+
+
+def benchmark_document() -> dict:
+    fpm = lambda wall, **scheduled: {"wall_time": wall, "scheduled_requests": scheduled}  # noqa: E731
+    return {
+        "results": [
+            {
+                "point": {"point_type": "prefill"},
+                "fpms": [
+                    fpm(0.1, num_prefill_requests=1, sum_prefill_tokens=1000),
+                    fpm(0.0, num_prefill_requests=1, sum_prefill_tokens=500),  # heartbeat: out
+                    fpm(0.2, num_prefill_requests=1, sum_prefill_tokens=2000),
+                ],
+            },
+            {
+                "point": {"point_type": "decode"},
+                "fpms": [fpm(0.02, num_decode_requests=8, sum_decode_kv_tokens=9000)],
+            },
+            {
+                "point": {"point_type": "prefill"},
+                "fpms": [fpm(0.3, num_prefill_requests=1, sum_prefill_tokens=3000)],
+            },
+        ]
+    }
+
+
+def test_self_benchmark_results_become_fpms_per_role() -> None:
+    from operators.bootstrap import benchmark_fpms
+
+    fpms = benchmark_fpms(benchmark_document())
+    assert [f.scheduled_requests.sum_prefill_tokens for f in fpms["prefill"]] == [1000, 2000, 3000]
+    assert [f.wall_time for f in fpms["prefill"]] == [0.1, 0.2, 0.3]
+    (decode,) = fpms["decode"]
+    assert (decode.wall_time, decode.scheduled_requests.num_decode_requests) == (0.02, 8)
+    # they train the perf models through the same intake as live FPMs
+    model = PrefillPerfModel(min_observations=3)
+    model.load_benchmark_fpms(fpms["prefill"])
+    assert model.num_observations == 3
+    coefficients = model.coefficients
+    assert coefficients is not None
+    assert coefficients["sum_prefill_tokens"] == pytest.approx(1e-4, rel=1e-9)
+    assert coefficients["intercept"] == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([], "an object with a 'results' list"),
+        ({"results": {}}, "an object with a 'results' list"),
+        ({"results": [{"point": {"point_type": "encode"}, "fpms": []}]}, "results[0].point_type"),
+        ({"results": [{"point": {}, "fpms": []}]}, "results[0].point_type"),
+        ({"results": [{"point": {"point_type": "decode"}, "fpms": {}}]}, "results[0].fpms"),
+        (
+            {"results": [{"point": {"point_type": "decode"}, "fpms": [{"wall_time": -1}]}]},
+            "results[0].fpms[0]",
+        ),
+    ],
+)
+def test_malformed_self_benchmark_names_the_place(document: object, message: str) -> None:
+    from operators.bootstrap import benchmark_fpms
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        benchmark_fpms(document)
