@@ -34,6 +34,14 @@ class KafkaConnectorError(RuntimeError):
     """
 
 
+class TopicNotFoundError(KafkaConnectorError):
+    """The broker answered, but the topic does not exist (a live reader may wait for it).
+
+    >>> isinstance(TopicNotFoundError("Kafka topic 'events' does not exist"), KafkaConnectorError)
+    True
+    """
+
+
 def _base_config(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _librdkafka_log}
     config.update(extra or {})
@@ -104,12 +112,12 @@ def list_partitions(
     config: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[int]:
-    """Partition numbers of an existing topic; raises :class:`KafkaConnectorError` if missing."""
+    """Partition numbers of an existing topic; raises :class:`TopicNotFoundError` if missing."""
     topics = _topics(_admin(bootstrap, config), bootstrap, timeout_s)
     metadata = topics.get(topic)
     if metadata is None:
         known = ", ".join(sorted(topics)) or "none"
-        raise KafkaConnectorError(
+        raise TopicNotFoundError(
             f"Kafka topic {topic!r} does not exist on {bootstrap} (topics: {known})"
         )
     if metadata.error is not None:

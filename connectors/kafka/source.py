@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -14,6 +15,7 @@ from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
     KafkaConnectorError,
+    TopicNotFoundError,
     consumer_config,
     list_partitions,
     partition_bounds,
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 
 IDLE_POLL = timedelta(milliseconds=20)
 """How long a source partition sleeps after a poll that returned nothing."""
+
+TOPIC_POLL_S = 0.5
+"""How often a following source asks again for a topic that does not exist yet."""
+
+TOPIC_WAIT_WARNING_S = 30.0
+"""How often a following source repeats that it is still waiting for its topic."""
 
 
 class _PartitionReader(StatefulSourcePartition[X, int]):
@@ -110,7 +118,9 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
     Subclasses say how a message becomes an item (:meth:`convert`). ``until_end=True`` stops
     each partition at its end offset when the partition is built (bounded replay); otherwise
     the source follows the topic forever. ``start`` applies only without resume state.
-    Constructing one does no I/O; the broker is first asked in ``list_parts``.
+    Constructing one does no I/O; the broker is first asked in ``list_parts``. A following
+    source whose topic does not exist yet waits for it (a warning says so, and lists the
+    topics there are), as a Kafka consumer does; a bounded one stops with the error.
 
     >>> class Values(KafkaTopicSource[bytes]):
     ...     def convert(self, message):
@@ -147,7 +157,20 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
         raise NotImplementedError
 
     def list_parts(self) -> list[str]:
-        return [str(p) for p in list_partitions(self.bootstrap, self.topic, **self._requests())]
+        warned_at: float | None = None
+        while True:
+            try:
+                partitions = list_partitions(self.bootstrap, self.topic, **self._requests())
+            except TopicNotFoundError as error:
+                if self.until_end:  # a replay of a topic that is not there: a wrong name
+                    raise
+                now = time.monotonic()
+                if warned_at is None or now - warned_at >= TOPIC_WAIT_WARNING_S:
+                    log.warning("%s; waiting for it to be created", error)
+                    warned_at = now
+                time.sleep(TOPIC_POLL_S)
+                continue
+            return [str(p) for p in partitions]
 
     def _requests(self) -> dict[str, Any]:
         return {"config": self.config, "timeout_s": self.timeout_s}

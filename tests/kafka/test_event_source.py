@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +136,41 @@ def poll_until(part, count: int, timeout_s: float = 10.0) -> list[RawEvent]:
         assert time.monotonic() < deadline, f"only {items} arrived"
         items.extend(poll_next_batch(part))
     return items
+
+
+def test_following_source_waits_for_a_topic_that_does_not_exist_yet(
+    kafka_bootstrap: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A live planner may start before the producers created its topic (the compose stack's
+    # planner starts beside the fleet that creates it); it waits, saying so, as consumers do.
+    source = KafkaEventSource(kafka_bootstrap, kafka_topic)  # follow mode
+    outcome: list = []
+
+    def list_parts() -> None:
+        try:
+            outcome.append(source.list_parts())
+        except Exception as error:  # reported by the assertions below
+            outcome.append(error)
+
+    caplog.set_level(logging.WARNING, logger="connectors.kafka.source")
+    waiting = threading.Thread(target=list_parts, daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while "waiting for it to be created" not in caplog.text:
+        assert not outcome, f"list_parts did not wait for the topic: {outcome}"
+        assert time.monotonic() < deadline, "no warning about the missing topic"
+        time.sleep(0.05)
+    assert f"Kafka topic '{kafka_topic}' does not exist on {kafka_bootstrap}" in caplog.text
+
+    ensure_topic(kafka_bootstrap, kafka_topic, partitions=2)
+    write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 1.0)], partition=1)
+    waiting.join(30)
+    assert outcome == [["0", "1"]]
+    part = source.build_part("kafka", "1", None)
+    try:
+        assert [e.position for e in poll_until(part, 1)] == [0]
+    finally:
+        part.close()
 
 
 def test_missing_topic_stops_the_run_with_a_clear_error(
