@@ -25,6 +25,59 @@ COMMAND_MODULES = [
 ]
 
 
+def _number(
+    kind: type, text: str, low: float, strict: bool, high: float | None = None
+) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    if (value <= low) if strict else (value < low):
+        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
+    if high is not None and value > high:
+        raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Argument type: an integer >= 1 (argparse names the option in its error).
+
+    >>> positive_int("3")
+    3
+    >>> positive_int("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be > 0, got 0
+    """
+    return _number(int, text, 0, strict=True)
+
+
+def non_negative_int(text: str) -> int:
+    """Argument type: an integer >= 0."""
+    return _number(int, text, 0, strict=False)
+
+
+def positive_float(text: str) -> float:
+    """Argument type: a finite number > 0."""
+    return _number(float, text, 0, strict=True)
+
+
+def non_negative_float(text: str) -> float:
+    """Argument type: a finite number >= 0."""
+    return _number(float, text, 0, strict=False)
+
+
+def port_number(text: str) -> int:
+    """Argument type: a TCP port, 0 (any free port) to 65535.
+
+    >>> port_number("65536")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be <= 65535, got 65536
+    """
+    return _number(int, text, 0, strict=False, high=65535)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every registered subcommand)."""
     parser = argparse.ArgumentParser(

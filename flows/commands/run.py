@@ -14,13 +14,18 @@ from types import FrameType
 
 from bytewax._bytewax import cli_main
 from bytewax.errors import BytewaxRuntimeError
+from kubernetes.config.config_exception import ConfigException as KubeConfigException
 from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
+from connectors.dgd import DgdUnavailableError
 from connectors.diagnostics import DiagnosticsReportSink
+from connectors.kafka import KafkaConnectorError
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile
+from connectors.prometheus import PrometheusQueryError
 from connectors.traces import read_trace
+from flows.cli import port_number, positive_int
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
 from operators.bootstrap import profile_to_fpms
@@ -56,6 +61,39 @@ def counter_total(name: str) -> int:
             if sample.name == f"{name}_total"
         )
     )
+
+
+USER_FACING_ERRORS = (
+    OSError,
+    ValueError,
+    KafkaConnectorError,
+    DgdUnavailableError,
+    PrometheusQueryError,
+    KubeConfigException,
+)
+"""Failures a user can fix (an unreachable broker, an unwritable path, no kube config): a
+source or sink raises them inside the bytewax runtime, which wraps them in its own errors."""
+
+
+def user_facing_cause(error: BaseException) -> str | None:
+    """The first error under bytewax's wrappers, as one line, when it is one a user can fix.
+
+    >>> try:
+    ...     try:
+    ...         open("/nonexistent/ticks.jsonl", "w")
+    ...     except OSError as exc:
+    ...         raise BytewaxRuntimeError("error init StatefulSink") from exc
+    ... except BytewaxRuntimeError as wrapped:
+    ...     print(user_facing_cause(wrapped))
+    [Errno 2] No such file or directory: '/nonexistent/ticks.jsonl'
+    """
+    seen: set[int] = set()
+    while isinstance(error, BytewaxRuntimeError) and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    if not isinstance(error, USER_FACING_ERRORS):
+        return None
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def preload(
@@ -117,9 +155,13 @@ def run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         cli_main(flow, workers_per_process=args.workers)
-    except (KeyboardInterrupt, BytewaxRuntimeError):
+    except (KeyboardInterrupt, BytewaxRuntimeError) as exc:
         if stop.signal is None:  # a real failure, not our stop
-            raise
+            cause = user_facing_cause(exc)
+            if cause is None:
+                raise
+            print(f"flowplanner run: {cause}", file=sys.stderr)
+            return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -166,9 +208,15 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         help="serve Prometheus metrics on this port (0 = any free port; default: the config's "
         "metric_reporting_prometheus_port, where 0 means off)",
     )
-    parser.add_argument("-w", "--workers", type=int, default=1, help="bytewax worker threads")
+    parser.add_argument(
+        "-w",
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="bytewax worker threads (default: %(default)s)",
+    )
     parser.set_defaults(func=run)
