@@ -8,12 +8,14 @@ stream breaks; the lines before it are used. (Writing: ``connectors.console.Json
 
 Several files (e.g. one per engine, or per recorder) are read as ONE time-ordered stream: each
 recording is ordered by event time, and the files are merged on ``(time, file index, line
-number)``, where the time is the line's top-level ``"time"`` field. A line without a usable
-time (unparsable, missing or not a number) keeps the key of the line before it in its file, so
-it stays with its neighbours and admission dead-letters it there. Merging matters because the
-planner's watermark follows the newest event time seen: files read side by side in chunks would
-let one file's chunk push the watermark past the other file's events, which would then be
-dropped as late (and depend on how the runtime interleaves the reads).
+number)``, where the time is the event time of the line. A line that is not a valid event keeps
+the key of the line before it in its file, even when it has a ``"time"`` field (a producer
+writing milliseconds, a line cut short): it stays with its neighbours and admission
+dead-letters it there, instead of holding the rest of its file back behind the other files.
+Merging matters because the planner's watermark follows the newest event time seen: files read
+side by side in chunks would let one file's chunk push the watermark past the other file's
+events, which would then be dropped as late (and depend on how the runtime interleaves the
+reads).
 
 The resume state is the number of lines consumed from each file (by path), so a recovered run
 continues where it stopped, with the same merge order.
@@ -24,7 +26,6 @@ from __future__ import annotations
 import gzip
 import heapq
 import itertools
-import json
 import math
 import zlib
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,7 @@ from typing import BinaryIO
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.pipeline_metrics import EVENTS_IN
-from schemas import DeadLetter, RawEvent
+from schemas import DeadLetter, RawEvent, parse_event
 
 BATCH_LINES = 1000
 """Lines per source batch (bytewax throughput collapses with tiny batches)."""
@@ -60,19 +61,19 @@ def open_recording(path: Path) -> BinaryIO:
 
 
 def line_time(line: bytes, previous: float) -> float:
-    """The top-level ``"time"`` of a JSON line, else ``previous`` (keeps the line in place).
+    """The event time of a valid event line, else ``previous`` (keeps the line in place).
 
-    >>> line_time(b'{"type": "clock", "time": 12.5}', 0.0)
+    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 12.5}', 0.0)
     12.5
+    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 1.7e12}', 3.0)  # ms, not s
+    3.0
     >>> line_time(b'{"type": "clock", "time": "soon"}', 3.0), line_time(b"{oops", 3.0)
     (3.0, 3.0)
     """
     try:
-        time = json.loads(line).get("time")
-        value = float(time) if not isinstance(time, bool) else math.nan
-    except (ValueError, TypeError, AttributeError, RecursionError):
+        return parse_event(line).time
+    except Exception:  # any reason the line is not an event: admission names it
         return previous
-    return value if math.isfinite(value) else previous
 
 
 def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
@@ -149,14 +150,15 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
     >>> import bytewax.operators as op
     >>> from bytewax.testing import TestingSink
     >>> d = tempfile.mkdtemp(); a, b = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
-    >>> _ = open(a, "w").write('{"time": 1}\\n\\n{"time": 3}\\n')
-    >>> _ = open(b, "w").write('{"time": 2}\\n')
+    >>> def at(t): return '{"type": "clock", "deployment": "d", "time": %d}\\n' % t
+    >>> _ = open(a, "w").write(at(1) + "\\n" + at(3))
+    >>> _ = open(b, "w").write(at(2))
     >>> out = []; flow = Dataflow("doc")
     >>> op.output("out", op.input("in", flow, RecordedSource([a, b])), TestingSink(out))
     >>> run_main(flow); [(os.path.basename(e.source), e.position) for e in out]
     [('a.jsonl', 1), ('b.jsonl', 1), ('a.jsonl', 3)]
     >>> out[0].data
-    b'{"time": 1}\\n'
+    b'{"type": "clock", "deployment": "d", "time": 1}\\n'
     """
 
     def __init__(self, paths: Sequence[str | Path]) -> None:

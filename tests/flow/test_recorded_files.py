@@ -194,3 +194,37 @@ def test_a_cut_gz_file_is_reported_once_across_a_resume(tmp_path):
     assert (dead.source, dead.position) == (str(path), len(lines) + 1)
     assert dead.reason.startswith("truncated input")
     assert again == []
+
+
+BAD_LINES_WITH_A_TIME = [
+    # Unix time in milliseconds: past the schema's range of event times
+    {"type": "clock", "deployment": "alpha", "time": 1.7e12, "payload": {}},
+    # an event time in range, but the line is not a valid event
+    {"type": "fpm", "deployment": "alpha", "time": 9e9, "payload": {"role": "decode"}},
+    {"type": "telemetry", "deployment": "alpha", "time": 9e9, "payload": {}},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_LINES_WITH_A_TIME, ids=["ms-clock", "no-fpm", "bad-type"])
+def test_a_bad_line_with_a_time_does_not_reorder_the_merged_files(tmp_path, bad):
+    """A rejected line's time is not a place in event time: it must not hold the rest of its
+    file back behind the other files (whose newer events would make it late)."""
+    events = decode_ramp("alpha", engines=2, seconds=60)
+    events.append({"type": "clock", "deployment": "alpha", "time": 65.0, "payload": {}})
+    parts = []
+    for k in range(2):
+        lines = [json.dumps(e) for e in events if worker_of(e) == f"w{k}"]
+        if k == 0:
+            lines.insert(len(lines) // 2, json.dumps(bad))
+        parts.append(tmp_path / f"w{k}.jsonl")
+        parts[-1].write_text("\n".join(lines) + "\n")
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    (tmp_path / "whole").mkdir(), (tmp_path / "split").mkdir()
+
+    want = run(config, [write_stream(tmp_path / "whole.jsonl", events)], tmp_path / "whole")
+    got = run(config, parts, tmp_path / "split")
+
+    [dead] = got["dead"]
+    assert dead["reason"].startswith("invalid event") and dead["source"] == str(parts[0])
+    assert want["decisions"], "the ramp must decide something"
+    assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
