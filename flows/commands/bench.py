@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from bench.closed_loop import bench_table, run_bench
-from flows.commands.replay import add_scenario_args, announced_scenario
+from flows.commands.replay import add_scenario_args, announced_scenario, check_outputs
 
 
 def run(args: argparse.Namespace) -> int:
+    if not check_outputs(args, json=args.json):
+        return 2
     found = announced_scenario(args, "bench on")
     if found is None:
         return 2
@@ -24,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(bench_table(outcomes))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as out:
             json.dump({o.name: json.loads(o.result.to_json()) for o in outcomes}, out, indent=2)
     return 0

@@ -26,6 +26,7 @@ from flows.display import decision_line
 from schemas import (
     CapabilitiesEvent,
     ClockEvent,
+    ConfigError,
     Event,
     FpmBatchEvent,
     InventoryEvent,
@@ -40,7 +41,11 @@ def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDeci
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario, _config = scenario_from_args(args)
+    try:
+        scenario, _config = scenario_from_args(args)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"flowplanner fleet: {exc}", file=sys.stderr)
+        return 2
     fleet = scenario.fleet()
     publishers = {
         "prefill": FpmPublisher(args.prefill_publish),

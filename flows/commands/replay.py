@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from connectors.profiles import load_profile
 from connectors.report import closed_loop_panels, render_report, write_report
+from flows.cli import non_negative_float, non_negative_int, positive_float, positive_int
 from flows.progress import ProgressBar
 from flows.scenario import (
     DEFAULT_CONFIG,
@@ -24,26 +26,91 @@ from schemas import ConfigError, PlannerConfig, load_config
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
-    """Options that define a replay scenario (shared by replay, bench and demo)."""
-    parser.add_argument("--trace", help=f"trace file (default: {DEFAULT_TRACE.name})")
-    parser.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
-    parser.add_argument("--rate", type=float, default=5.0, help="synthetic mean rate (req/s)")
-    parser.add_argument("--duration", type=float, default=3600.0, help="synthetic length (s)")
+    """Options that define a replay scenario (shared by replay, bench, demo and fleet)."""
+    workload = parser.add_mutually_exclusive_group()
+    workload.add_argument("--trace", help=f"trace file (default: {DEFAULT_TRACE.name})")
+    workload.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
+    parser.add_argument(
+        "--rate",
+        type=positive_float,
+        default=5.0,
+        help="synthetic mean rate, req/s (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive_float,
+        default=3600.0,
+        help="synthetic length, s (default: %(default)s)",
+    )
     parser.add_argument("--config", help="planner config (default: examples/planner.yaml)")
     parser.add_argument("--deployment", help="which deployment of the config (default: the only)")
     parser.add_argument("--profile", help="engine profile directory (default: shipped H200)")
     parser.add_argument(
         "--load-scale",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="K",
-        help="superimpose K time-shifted copies of the trace",
+        help="superimpose K time-shifted copies of the trace (default: %(default)s)",
     )
-    parser.add_argument("--speedup", type=float, default=1.0, help="compress time by this factor")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prefill", type=int, default=1, help="initial prefill replicas")
-    parser.add_argument("--decode", type=int, default=1, help="initial decode (or agg) replicas")
-    parser.add_argument("--startup-delay", type=float, default=60.0, help="replica start-up (s)")
+    parser.add_argument(
+        "--speedup",
+        type=positive_float,
+        default=1.0,
+        help="compress time by this factor (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the time shifts, synthetic arrivals and the simulator (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prefill",
+        type=non_negative_int,
+        default=1,
+        help="initial prefill replicas (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--decode",
+        type=non_negative_int,
+        default=1,
+        help="initial decode (or agg) replicas (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--startup-delay",
+        type=non_negative_float,
+        default=60.0,
+        help="replica start-up, s (default: %(default)s)",
+    )
+
+
+def output_problem(option: str, path: str | None) -> str | None:
+    """Why ``path`` cannot be written (checked before a long run), or ``None``.
+
+    >>> output_problem("--json", "/")
+    '--json /: is a directory'
+    """
+    if not path:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path}: is a directory"
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return f"{option} {path}: cannot write in {parent}"
+    return None
+
+
+def check_outputs(args: argparse.Namespace, **paths: str | None) -> bool:
+    """Print why the first unwritable output cannot be written; ``True`` if all can be."""
+    for option, path in paths.items():
+        problem = output_problem(f"--{option}", path)
+        if problem:
+            print(f"flowplanner {args.command}: {problem}", file=sys.stderr)
+            return False
+    return True
 
 
 def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfig]:
@@ -114,6 +181,9 @@ def announced_scenario(
 
 def replay_once(args: argparse.Namespace, default_report: str | None = None) -> int:
     """Run one closed-loop replay and print/write its results (also used by ``demo``)."""
+    report = args.report or default_report
+    if not check_outputs(args, json=args.json, report=report):
+        return 2
     found = announced_scenario(args, "replaying")
     if found is None:
         return 2
@@ -128,8 +198,8 @@ def replay_once(args: argparse.Namespace, default_report: str | None = None) -> 
     )
     print(outcome.result.table())
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(outcome.result.to_json())
-    report = args.report or default_report
     if report:
         print(f"report: {write_html(report, outcome, scenario, config)}", file=sys.stderr)
     return 0
