@@ -13,6 +13,7 @@ from bench.forecast import (
     read_trace_series,
     run_series,
 )
+from flows.cli import positive_float
 from operators.predictors.loss import UNDER_WEIGHT
 
 SERIES_KINDS = ("num_req", "isl", "osl")
@@ -37,19 +38,25 @@ def _as_json(result: BenchResult) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if not args.rates and not args.trace:
-        print("forecast-bench: give at least one --rates FILE or --trace FILE", file=sys.stderr)
+        print(
+            "flowplanner forecast-bench: give at least one --rates FILE or --trace FILE",
+            file=sys.stderr,
+        )
         return 2
     kinds = tuple(k.strip() for k in args.series.split(",") if k.strip())
     unknown = [k for k in kinds if k not in SERIES_KINDS]
     if unknown or not kinds:
-        print(f"forecast-bench: --series takes {','.join(SERIES_KINDS)}", file=sys.stderr)
+        print(
+            f"flowplanner forecast-bench: --series takes {','.join(SERIES_KINDS)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         series = [read_rates(path, args.rate_column) for path in args.rates or []]
         for path in args.trace or []:
             series.extend(read_trace_series(path, args.interval, kinds))
     except (OSError, ValueError) as error:
-        print(f"forecast-bench: {error}", file=sys.stderr)
+        print(f"flowplanner forecast-bench: {error}", file=sys.stderr)
         return 2
     results = []
     for item in series:
@@ -67,6 +74,8 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "forecast-bench",
         help="score the load predictors and the selector (MAPE, under-forecasts, asymmetric loss)",
+        description="Score every load predictor and the selector, one-step-ahead, on recorded "
+        "load: rate CSVs (--rates) and/or request traces bucketed into series (--trace).",
     )
     parser.add_argument(
         "--rates", action="append", metavar="FILE", help="rate CSV (window_start_s, total_rate_rps)"
@@ -75,7 +84,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "--trace", action="append", metavar="FILE", help="request trace (Mooncake, Azure, Dynamo)"
     )
     parser.add_argument(
-        "--interval", type=float, default=60.0, help="bucket width for --trace, s (default 60)"
+        "--interval",
+        type=positive_float,
+        default=60.0,
+        help="bucket width for --trace, s (default 60)",
     )
     parser.add_argument("--rate-column", default=None, help="rate column of --rates files")
     parser.add_argument(
@@ -85,13 +97,13 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--seasonal-period",
-        type=float,
+        type=positive_float,
         default=86400.0,
         help="Holt-Winters season length in seconds (default one day)",
     )
     parser.add_argument(
         "--under-weight",
-        type=float,
+        type=positive_float,
         default=UNDER_WEIGHT,
         help=f"cost of an under-forecast relative to an over-forecast (default {UNDER_WEIGHT:g})",
     )
