@@ -24,7 +24,9 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     add_scenario_args(parser)
     parser.set_defaults(load_scale=DEMO_LOAD_SCALE)
-    parser.add_argument("--report", default="flowplanner-demo.html", help="HTML report path")
+    parser.add_argument(
+        "--report", default="flowplanner-demo.html", help="HTML report path (default: %(default)s)"
+    )
     parser.add_argument("--json", help="write the run's scores as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)

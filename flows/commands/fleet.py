@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka import ensure_topic, read_decisions
 from connectors.zmq_publisher import FpmPublisher
+from flows.cli import positive_float
 from flows.commands.replay import add_scenario_args, scenario_from_args
 from flows.display import decision_line
 from schemas import (
@@ -124,15 +125,36 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     add_scenario_args(parser)
     parser.add_argument("--kafka", required=True, metavar="HOST:PORT", help="Kafka broker")
-    parser.add_argument("--events-topic", default="events")
-    parser.add_argument("--decisions-topic", default="decisions")
-    parser.add_argument("--prefill-publish", default="tcp://0.0.0.0:20380")
-    parser.add_argument("--decode-publish", default="tcp://0.0.0.0:20381")
-    parser.add_argument("--step", type=float, default=0.5, help="seconds between sim steps")
+    parser.add_argument(
+        "--events-topic",
+        default="events",
+        help="topic for capabilities, inventory and requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--decisions-topic",
+        default="decisions",
+        help="topic the planner's decisions are read from (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prefill-publish",
+        default="tcp://0.0.0.0:20380",
+        help="ZMQ address the prefill engines' FPMs are published on (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--decode-publish",
+        default="tcp://0.0.0.0:20381",
+        help="ZMQ address the decode engines' FPMs are published on (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--step",
+        type=positive_float,
+        default=0.5,
+        help="seconds between sim steps (default: %(default)s)",
+    )
     parser.add_argument(
         "--status-interval",
-        type=float,
+        type=positive_float,
         default=5.0,
-        help="seconds between re-published capabilities and inventory",
+        help="seconds between re-published capabilities and inventory (default: %(default)s)",
     )
     parser.set_defaults(func=run)

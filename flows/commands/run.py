@@ -190,13 +190,14 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "--input",
         action="append",
         required=True,
-        help="PATH | kafka://H:P/TOPIC[?until=end] | zmq+tcp://H:P?deployment=D&role=R "
-        "(repeatable)",
+        help="PATH (recorded JSONL, .gz ok) | kafka://H:P/TOPIC[?until=end] | "
+        "zmq+tcp://H:P?deployment=D&role=R (also zmq+ipc://) | "
+        "prometheus://H:P?deployment=D[&model=M&namespace=NS] (repeatable)",
     )
     parser.add_argument(
         "--output",
         action="append",
-        help="- (stdout, default) | PATH | kafka://H:P/TOPIC | "
+        help="- (readable lines on stdout, default) | PATH (JSON lines) | kafka://H:P/TOPIC | "
         "virtual+kafka://H:P/TOPIC?acks=ACKS | dgd://NS/NAME?deployment=D (repeatable)",
     )
     parser.add_argument("--ticks", help="also write one JSON tick record per tick to PATH")

@@ -94,3 +94,22 @@ def test_forecast_bench_rejects_non_positive_parameters(option, value):
     trace = str(REPO / "tests/data/traces/azure_2023_conv.csv")
     done = flowplanner("forecast-bench", "--trace", trace, option, value)
     assert_clean_error(done, option)
+
+
+def test_every_option_of_every_command_is_documented():
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    undocumented = [
+        f"{name} {action.option_strings[-1]}"
+        for name, sub in commands.items()
+        for action in sub._actions
+        if action.option_strings and not action.help
+    ]
+    assert undocumented == []
+    run_help = commands["run"].format_help()
+    for address in ("prometheus://", "zmq+ipc://", "virtual+kafka://", "dgd://"):
+        assert address in run_help
+    # a default the demo changes is the one its help shows
+    assert "(default: 10)" in commands["demo"].format_help()
