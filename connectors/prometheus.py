@@ -22,6 +22,11 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
   (``<ns>-<DYN_NAMESPACE_WORKER_SUFFIX>``) first, then the base one (§17 item 9); idle, missing,
   failed or outside [0, 1] → ``None`` (unknown), never 0.0. It never makes the whole observation
   unknown.
+* Speculative-decoding accept length (only with ``spec_decode_backend`` set: ``vllm``,
+  ``sglang`` or ``trtllm``): the backend's PromQL of spec §10.2 over the engines' ``generate``
+  endpoint in the namespace (and ``model``, when given); non-finite, below 1, missing or failed →
+  ``None`` (the planner keeps its last value). Like the hit rate it never makes the observation
+  unknown.
 
 Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deployment,reason}``;
 :attr:`PrometheusTrafficSource.last_unknown_reason` holds the last explanation.
@@ -63,6 +68,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
 MetricsSource = Literal["frontend", "router"]
+SpecDecodeBackend = Literal["vllm", "sglang", "trtllm"]
 
 
 class PrometheusQueryError(RuntimeError):
@@ -326,6 +332,7 @@ class PrometheusTrafficSource:
         default_factory=lambda: os.environ.get("DYN_NAMESPACE_WORKER_SUFFIX") or None
     )
     last_unknown_reason: str | None = None
+    spec_decode_backend: SpecDecodeBackend | None = None
 
     @classmethod
     def from_config(
@@ -336,6 +343,7 @@ class PrometheusTrafficSource:
         model: str | None,
         namespace: str | None,
         client: PrometheusClient | None = None,
+        spec_decode_backend: SpecDecodeBackend | None = None,
     ) -> PrometheusTrafficSource:
         """A source for one configured deployment (its ``throughput_metrics_source``)."""
         return cls(
@@ -344,6 +352,7 @@ class PrometheusTrafficSource:
             model=model,
             namespace=namespace,
             metrics_source=config.throughput_metrics_source,
+            spec_decode_backend=spec_decode_backend,
         )
 
     # --- the observation ----------------------------------------------------------------------
@@ -378,6 +387,7 @@ class PrometheusTrafficSource:
             isl=max(isl, 0.0),
             osl=max(osl, 0.0),
             kv_hit_rate=self.kv_hit_rate(window_s, at),
+            accept_length=self.accept_length(window_s, at),
         )
         self.last_unknown_reason = None  # only once the read really produced an observation
         return observation
@@ -499,6 +509,55 @@ class PrometheusTrafficSource:
                 return None
             return rate
         return None
+
+    # --- speculative decoding -------------------------------------------------------------
+
+    def _spec_selector(self) -> str:
+        labels = []
+        if self.namespace is not None:
+            labels.append(f'dynamo_namespace="{namespace_label(self.namespace)}"')
+        labels.append('dynamo_endpoint="generate"')
+        if self.model is not None:
+            labels.append(f"model={json.dumps(self.model)}")  # a quoted, escaped string
+        return "{" + ", ".join(labels) + "}"
+
+    def accept_length_query(self, window_s: float) -> str | None:
+        """The backend's accept-length PromQL (spec §10.2); None without a backend.
+
+        >>> client = PrometheusClient(PrometheusSettings(endpoint="http://prometheus:9090"))
+        >>> source = PrometheusTrafficSource(client, deployment="d", namespace="ns",
+        ...                                  spec_decode_backend="sglang")
+        >>> print(source.accept_length_query(60))  # doctest: +NORMALIZE_WHITESPACE
+        avg(avg_over_time(sglang:spec_accept_length{dynamo_namespace="ns",
+        dynamo_endpoint="generate"}[60s]))
+        """
+        window, sel = window_literal(window_s), self._spec_selector()
+        if self.spec_decode_backend == "vllm":
+            accepted = f"vllm:spec_decode_num_accepted_tokens_total{sel}"
+            drafts = f"vllm:spec_decode_num_drafts_total{sel}"
+            return f"1 + (sum(rate({accepted}[{window}]))) / (sum(rate({drafts}[{window}])))"
+        if self.spec_decode_backend == "sglang":
+            return f"avg(avg_over_time(sglang:spec_accept_length{sel}[{window}]))"
+        if self.spec_decode_backend == "trtllm":
+            return f"avg(avg_over_time(trtllm_spec_decode_acceptance_length{sel}[{window}]))"
+        return None
+
+    def accept_length(self, window_s: float, at: float | None = None) -> float | None:
+        """Observed speculative-decoding accept length over the window; None = unknown."""
+        promql = self.accept_length_query(window_s)
+        if promql is None:
+            return None
+        try:
+            value = self._scalar(promql, at)
+        except PrometheusQueryError as exc:
+            log.warning("accept length of %s unknown: %s", self.deployment, exc)
+            return None
+        if value is None or not math.isfinite(value):
+            return None
+        if value < 1.0:
+            log.warning("accept length of %s below 1: %s", self.deployment, value)
+            return None
+        return value
 
 
 # --- the bytewax source -------------------------------------------------------------------------
