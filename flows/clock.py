@@ -14,6 +14,9 @@ does not tick. A recorded stream that should end with a tick ends with a ``clock
 A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements) is not
 dropped: it describes the present, not a past instant, so it is placed at the watermark and
 applies from the next tick. Late measurements (forward passes, requests) stay late.
+
+Each key (deployment) has its own clock; ``lateness_of`` gives the allowed lateness of the key
+an item belongs to (``lateness`` until the first item of a key, e.g. right after a resume).
 """
 
 from __future__ import annotations
@@ -57,12 +60,15 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
     clock: PlannerClock
     state: ClockState = field(default_factory=ClockState)
     _now: datetime = EPOCH
+    _lateness: timedelta | None = None
 
     def before_batch(self) -> None:
         if self.clock.idle_after is not None:
             self._now = max(self._now, self.clock.now_getter())
 
     def on_item(self, value: Any) -> tuple[datetime, datetime]:
+        if self.clock.lateness_of is not None:
+            self._lateness = self.clock.lateness_of(value)
         timestamp = self.clock.ts_getter(value)
         state = self.state
         if timestamp > state.newest:
@@ -85,14 +91,18 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
             return None
         # the system time at which quiet inputs would move the watermark past ``timestamp``
         state = self.state
-        return state.seen_at + idle + (timestamp - (state.newest - self.clock.lateness))
+        return state.seen_at + idle + (timestamp - (state.newest - self.lateness))
 
     def snapshot(self) -> ClockState:
         return ClockState(self.state.newest, self.state.seen_at, self.state.watermark)
 
+    @property
+    def lateness(self) -> timedelta:
+        return self.clock.lateness if self._lateness is None else self._lateness
+
     def _advance(self) -> datetime:
         state = self.state
-        watermark = state.newest - self.clock.lateness
+        watermark = state.newest - self.lateness
         idle = self.clock.idle_after
         if idle is not None and self._now - state.seen_at > idle:
             watermark += self._now - state.seen_at - idle
@@ -110,6 +120,10 @@ class PlannerClock(Clock[Any, ClockState]):
     [9, 11, 11]
     >>> logic.on_eof().second  # the input ended: event time did not
     11
+    >>> per_key = PlannerClock(clock.ts_getter, timedelta(seconds=1),
+    ...                        lateness_of=lambda t: timedelta(seconds=t % 2))
+    >>> [per_key.build(None).on_item(t)[1].second for t in (10, 13)]  # 0 s and 1 s late
+    [10, 12]
     """
 
     ts_getter: Callable[[Any], datetime]
@@ -117,6 +131,7 @@ class PlannerClock(Clock[Any, ClockState]):
     idle_after: timedelta | None = None
     now_getter: Callable[[], datetime] = _system_now
     is_state: Callable[[Any], bool] = lambda _value: False
+    lateness_of: Callable[[Any], timedelta] | None = None
 
     def build(self, resume_state: ClockState | None) -> _PlannerClockLogic:
         logic = _PlannerClockLogic(self, resume_state or ClockState())

@@ -196,9 +196,15 @@ def build_flow(
     keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
 
     window_s = window_seconds(configs)
-    lateness = timedelta(seconds=max(c.allowed_lateness_seconds for c in configs.values()))
+    lateness = {name: timedelta(seconds=c.allowed_lateness_seconds) for name, c in configs.items()}
     idle_after = timedelta(seconds=LIVE_IDLE_SECONDS) if live else None
-    clock = PlannerClock(event_time, lateness, idle_after, is_state=is_state_snapshot)
+    clock = PlannerClock(
+        event_time,
+        max(lateness.values()),
+        idle_after,
+        is_state=is_state_snapshot,
+        lateness_of=lambda event: lateness[event.deployment],  # each key its own
+    )
     windows = fold_window(
         "tick_window",
         keyed,
