@@ -291,11 +291,48 @@ class PlannerFile(BaseModel):
     deployments: dict[Annotated[str, Field(min_length=1)], PlannerConfig] = Field(min_length=1)
 
 
+REFERENCE_ONLY_FIELDS = frozenset(
+    {
+        "backend",
+        "environment",
+        "namespace",
+        "model_name",
+        "global_planner_namespace",
+        "log_dir",
+        "pre_deployment_sweeping_mode",
+        "aic_interpolation",
+        "aic_perf_model",
+        "prophet_window_size",
+        "isl",
+        "osl",
+        "load_metric_samples",
+        "prefill_scale_up_queue_tokens",
+        "prefill_scale_down_queue_tokens",
+        "decode_scale_up_kv_rate",
+        "decode_scale_down_kv_rate",
+        "min_gpu_budget",
+        "control_api_port",
+        "enable_power_awareness",
+        "total_gpu_power_limit",
+        "report_filename",
+        "report_write_gzip_log",
+        "live_dashboard_port",
+        "scheduling",
+        "plugin_registration",
+    }
+)
+"""Fields of the reference PlannerConfig (spec §9) this planner has no use for: rejected like
+any unknown field, but the error says why, so a copied reference config is easy to trim."""
+
+
 def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(config)"
-        lines.append(f"  {where}: {item['msg']}")
+        message = item["msg"]
+        if item["type"] == "extra_forbidden" and item["loc"][-1] in REFERENCE_ONLY_FIELDS:
+            message = "a field of the reference planner that flowplanner does not use; remove it"
+        lines.append(f"  {where}: {message}")
     return "invalid planner config:\n" + "\n".join(lines)
 
 

@@ -287,3 +287,13 @@ class TestBudgetFeasibility:
     )
     def test_feasible_or_disabled_budget_is_accepted(self, fields):
         assert sla(**fields).max_gpu_budget == fields["max_gpu_budget"]
+
+
+def test_reference_only_fields_are_rejected_with_the_reason(tmp_path):
+    path = tmp_path / "planner.yaml"
+    path.write_text("deployments:\n  d:\n    backend: vllm\n    ttft_msx: 3\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    lines = str(error.value).splitlines()
+    assert "  deployments.d.backend: a field of the reference planner" in lines[1]
+    assert lines[2] == "  deployments.d.ttft_msx: Extra inputs are not permitted"
