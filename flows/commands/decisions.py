@@ -10,6 +10,7 @@ values (the event time of a recording that starts at 0) as seconds.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -22,6 +23,9 @@ DEFAULT_WIDTHS = (20, 16, 4, 9, 9, 10)
 """Widths of every column but the last (used when following, before the data is known)."""
 
 UNIX_TIME_FROM = 1e9
+
+SIGPIPE_STATUS = 141
+"""Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
 
 
 def format_time(seconds: float) -> str:
@@ -144,6 +148,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Whoever read the table stopped (``| head``); nothing more can be shown. Point stdout
+        # at /dev/null so the interpreter's final flush does not complain a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     return 0
 
 

@@ -105,3 +105,25 @@ def test_empty_topic_prints_only_the_header(kafka_bootstrap: str, kafka_topic: s
     result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == HEADER
+
+
+def test_reader_that_stops_early_ends_the_command_quietly(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    # `flowplanner decisions ... | head`: the table is far bigger than a pipe's buffer, so the
+    # command is still writing when its reader goes away.
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
+    sink.write_batch([make_decision("llama", i, time=float(i)) for i in range(1, 3001)])
+    command = ["decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic]
+    process = subprocess.Popen(
+        [FLOWPLANNER, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert read_line(process).startswith("TIME")
+        process.stdout.close()
+        stderr = process.stderr.read()
+        assert process.wait(30) == 141, stderr  # as a command killed by SIGPIPE
+        assert stderr == ""
+    finally:
+        process.kill()
+        process.wait(10)
