@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from connectors.kafka import KafkaConnectorError, validation_summary
 from connectors.virtual import send_ack
+from flows.commands.decisions import timeout_seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +62,7 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_seconds,
         default=10.0,
         metavar="SECONDS",
         help="give up when the broker does not acknowledge within this long (default 10)",

@@ -10,6 +10,7 @@ values (the event time of a recording that starts at 0) as seconds.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,25 @@ UNIX_TIME_FROM = 1e9
 
 SIGPIPE_STATUS = 141
 """Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: a finite number of seconds > 0 (librdkafka takes a negative one as forever).
+
+    >>> timeout_seconds("2.5")
+    2.5
+    >>> timeout_seconds("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a number of seconds > 0, got '-1'
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return seconds
 
 
 def format_time(seconds: float) -> str:
@@ -181,7 +201,7 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_seconds,
         default=10.0,
         metavar="SECONDS",
         help="give up when the broker does not answer for this long (default 10)",

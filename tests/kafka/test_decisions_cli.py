@@ -8,8 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from connectors.kafka import KafkaDecisionSink
 from tests.kafka.samples import make_decision, write_raw
+from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
 HEADER = ["TIME", "DEPLOYMENT", "ID", "PREFILL", "DECODE", "SOURCE", "REASON"]
@@ -127,3 +130,17 @@ def test_reader_that_stops_early_ends_the_command_quietly(
     finally:
         process.kill()
         process.wait(10)
+
+
+@pytest.mark.parametrize("command", ["decisions", "ack"])
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf"])
+def test_timeout_must_be_a_positive_number_of_seconds(command: str, timeout: str) -> None:
+    # librdkafka takes a negative timeout as "wait forever": against an unreachable broker
+    # the command would hang instead of saying it cannot reach it.
+    args = ["--bootstrap", f"127.0.0.1:{free_port()}", "--topic", "t", "--timeout", timeout]
+    if command == "ack":
+        args += ["--deployment", "llama", "--decision-id", "1"]
+    result = flowplanner(command, *args)
+    assert result.returncode == 2
+    assert f"--timeout: expected a number of seconds > 0, got {timeout!r}" in result.stderr
+    assert "Traceback" not in result.stderr
