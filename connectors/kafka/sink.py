@@ -85,6 +85,7 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
             self.topic,
             partitions=self.partitions,
             replication_factor=self.replication_factor,
+            config=self.config,
             timeout_s=self.timeout_s,
         )
         producer = Producer(producer_config(self.bootstrap, self.config))

@@ -71,6 +71,19 @@ def test_sink_creates_the_topic_with_the_requested_partitions(
     assert sorted(d.deployment for d in read_decisions(kafka_bootstrap, kafka_topic)) == ["a", "b"]
 
 
+def test_sink_config_applies_to_the_topic_check_too(kafka_bootstrap: str, kafka_topic: str) -> None:
+    # Connection settings in ``config`` (security.protocol, SASL, here the broker list itself)
+    # must reach every client the sink makes, not only the producer.
+    unreachable = f"127.0.0.1:{free_port()}"
+    sink = KafkaDecisionSink(
+        unreachable, kafka_topic, config={"bootstrap.servers": kafka_bootstrap}, timeout_s=2
+    )
+    part = sink.build("out", 0, 1)
+    part.write_batch([make_decision()])
+    part.close()
+    assert [d.deployment for d in read_decisions(kafka_bootstrap, kafka_topic)] == ["llama"]
+
+
 def test_sink_producer_is_idempotent(kafka_bootstrap: str, kafka_topic: str) -> None:
     # librdkafka reports the idempotence state in its statistics: an idempotent producer gets
     # a producer id from the broker (InitProducerId) before it sends anything.
@@ -82,12 +95,16 @@ def test_sink_producer_is_idempotent(kafka_bootstrap: str, kafka_topic: str) -> 
     )
     part = sink.build("out", 0, 1)
     part.write_batch([make_decision()])
+
+    def assigned() -> list[dict]:  # (the sink's short-lived admin client reports no "eos")
+        return [s["eos"] for s in stats if s.get("eos", {}).get("idemp_state") == "Assigned"]
+
     deadline = time.monotonic() + 10
-    while not any(s["eos"]["idemp_state"] == "Assigned" for s in stats):
+    while not assigned():
         assert time.monotonic() < deadline, stats[-1:]
         part._producer.poll(0.1)
-    assigned = next(s["eos"] for s in stats if s["eos"]["idemp_state"] == "Assigned")
-    assert assigned["producer_id"] >= 0
+    producer = assigned()[0]
+    assert producer["producer_id"] >= 0
     part.close()
 
 
