@@ -24,7 +24,6 @@ simply folds several windows into one tick.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -142,12 +141,21 @@ def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
 
 
 def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
-    """An acknowledgement as an input event, timed when it was sent (else when received)."""
+    """An acknowledgement as an input event, at the time it was applied.
+
+    An acknowledgement that does not say when is timed at event time 0: it is a state snapshot,
+    so the window step places it at the planner's watermark and it applies from the next tick
+    (the host clock would move event time — every later measurement of a recorded stream would
+    be late — and would make a replay depend on when it ran).
+
+    >>> ack_event(DecisionAck(deployment="d", acked_decision_id=3)).time
+    0.0
+    """
     if isinstance(item, DeadLetter):
         return item
     return AckEvent(
         deployment=item.deployment,
-        time=item.time if item.time is not None else time.time(),
+        time=item.time if item.time is not None else 0.0,
         payload=Acknowledgement(acked_decision_id=item.acked_decision_id),
     )
 

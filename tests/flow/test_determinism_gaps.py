@@ -9,7 +9,7 @@ import json
 from bytewax.testing import TestingSink, TestingSource, run_main
 
 from flows.planner import PlannerSinks, build_flow
-from schemas import PlannerConfig, parse_event
+from schemas import DecisionAck, PlannerConfig, parse_event
 from tests.flow.runner import flowplanner, read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
 
@@ -97,3 +97,23 @@ def test_a_tick_interval_below_the_merge_tolerance_ticks_once_a_window(tmp_path)
     # one tick per 0.25 s window with data: passes run to 3.0, the clock at 3.5 closes them
     assert [t["time"] for t in ticks] == [0.25 * k for k in range(1, 14)]
     assert all(t["ran_load"] for t in ticks)
+
+
+def test_an_acknowledgement_without_a_time_does_not_move_event_time():
+    # the orchestrator may leave out when it applied a decision; such an acknowledgement is a
+    # state snapshot for the next tick, not a jump of event time to the host clock (which
+    # made every later measurement of a recorded stream late)
+    events = overloaded_with_gap()
+    decisions, ticks, dead = [], [], []
+    untimed = DecisionAck(deployment="alpha", acked_decision_id=1)
+    flow = build_flow(
+        {"alpha": PlannerConfig(**BOTH_LOOPS)},
+        [TestingSource([parse_event(json.dumps(e)) for e in events])],
+        PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
+        acks=TestingSource([untimed]),
+    )
+    run_main(flow)
+
+    assert dead == []
+    assert [t.time for t in ticks] == [5.0 * k for k in range(1, 11)] + [205.0]
+    assert decisions and decisions[0].time == 5.0
