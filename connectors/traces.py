@@ -3,6 +3,8 @@
 :func:`read_trace` detects the format from the file's suffix and first line, and returns
 :class:`schemas.trace.TraceRequest` rows with ``arrival_s`` relative to the first request,
 sorted by arrival (stable: rows with equal arrival keep their file order).
+:func:`read_warmup_trace` reads a predictor warm-up trace, which may also be a glob or a
+directory of traces (spec §7.6).
 
 * **Mooncake** (``*.jsonl``): ``{"timestamp": ms, "input_length", "output_length",
   "hash_ids": [...]}``; each hash covers 512 prompt tokens.
@@ -21,6 +23,7 @@ silently except blank lines and non-request Dynamo events (tool calls).
 from __future__ import annotations
 
 import csv
+import glob
 import gzip
 import io
 import json
@@ -67,17 +70,46 @@ def read_trace(path: str | Path, fmt: TraceFormat | None = None) -> list[TraceRe
     [(0.0, 600, 10, (1, 2)), (0.5, 900, 20, ())]
     """
     path = Path(path)
-    if fmt is None:
-        fmt = detect_format(path)
-    if fmt == "azure":
-        rows = list(_read_azure(path))
-    elif fmt == "mooncake":
-        rows = list(_read_mooncake(path))
-    elif fmt == "dynamo":
-        rows = list(_read_dynamo(path))
+    return _relative_sorted(_read_rows(path, fmt or detect_format(path)))
+
+
+def read_warmup_trace(spec: str | Path) -> list[TraceRequest]:
+    """The requests of a predictor warm-up trace (spec §7.6): a file, a glob or a directory.
+
+    A directory means every ``*.jsonl`` and ``*.jsonl.gz`` below it (recursively); a glob, the
+    files it matches. All files must have one format (a mix is an error), a file may not exist
+    both plain and gzipped (``x.jsonl`` and ``x.jsonl.gz`` would count its requests twice), and
+    arrivals are relative to the earliest request of all files.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> for name, ts in (("a.jsonl", 1000), ("b.jsonl", 4000)):
+    ...     _ = open(os.path.join(d, name), "w").write(
+    ...         '{"timestamp": %d, "input_length": 9, "output_length": 2}\\n' % ts)
+    >>> [r.arrival_s for r in read_warmup_trace(d)], len(read_warmup_trace(d + "/*.jsonl"))
+    ([0.0, 3.0], 2)
+    """
+    text = str(spec)
+    path = Path(text)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")))
+        if not files:
+            raise TraceFormatError(path, None, "no *.jsonl or *.jsonl.gz files in this directory")
+    elif path.exists() or not glob.has_magic(text):
+        files = [path]
     else:
-        raise TraceFormatError(path, None, f"unknown trace format {fmt!r}")
-    return _relative_sorted(rows)
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not files:
+            raise TraceFormatError(text, None, "no trace files match this pattern")
+    plain = {str(p) for p in files if p.name.endswith(".jsonl")}
+    for p in files:
+        if p.name.endswith(".jsonl.gz") and str(p)[: -len(".gz")] in plain:
+            raise TraceFormatError(p, None, f"both {p.name[:-3]} and {p.name} exist: keep one")
+    formats = {p: detect_format(p) for p in files}
+    if len(set(formats.values())) > 1:
+        kinds = ", ".join(f"{p.name}: {f}" for p, f in formats.items())
+        raise TraceFormatError(text, None, f"trace files of different formats ({kinds})")
+    return _relative_sorted([row for p, fmt in formats.items() for row in _read_rows(p, fmt)])
 
 
 def detect_format(path: str | Path) -> TraceFormat:
@@ -119,6 +151,16 @@ def detect_format(path: str | Path) -> TraceFormat:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _read_rows(path: Path, fmt: TraceFormat) -> list[_Row]:
+    if fmt == "azure":
+        return list(_read_azure(path))
+    if fmt == "mooncake":
+        return list(_read_mooncake(path))
+    if fmt == "dynamo":
+        return list(_read_dynamo(path))
+    raise TraceFormatError(path, None, f"unknown trace format {fmt!r}")
 
 
 class _Row:

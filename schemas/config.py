@@ -115,6 +115,8 @@ class PlannerConfig(BaseModel):
     ``selector`` mixes every other kind (:mod:`operators.predictors.selector`)."""
     load_predictor_log1p: bool = False
     load_predictor_warmup_trace: str | None = None
+    """A trace file, a glob or a directory of ``*.jsonl``/``*.jsonl.gz`` traces (spec §7.6)
+    whose requests warm the load predictors before live data."""
     kalman_q_level: Positive = 1.0
     kalman_q_trend: Positive = 0.1
     kalman_r: Positive = 10.0

@@ -24,7 +24,7 @@ from connectors.kafka import KafkaConnectorError
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile
 from connectors.prometheus import PrometheusQueryError
-from connectors.traces import read_trace
+from connectors.traces import read_warmup_trace
 from flows.cli import port_number, positive_int
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
@@ -108,7 +108,7 @@ def preload(
             bootstrap[name] = profile_to_fpms(load_profile(config.profile_results_dir))
         if config.load_predictor_warmup_trace:
             warmup[name] = trace_observations(
-                read_trace(config.load_predictor_warmup_trace),
+                read_warmup_trace(config.load_predictor_warmup_trace),
                 config.throughput_adjustment_interval_seconds,
             )
     return bootstrap, warmup

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.traces import TraceFormatError, detect_format, read_trace
+from connectors.traces import TraceFormatError, detect_format, read_trace, read_warmup_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
@@ -195,3 +195,47 @@ def test_unrecognised_and_empty_files(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceFormatError):
         read_trace(truncated)
+
+
+def test_warmup_trace_from_a_directory_or_a_glob_is_one_trace(tmp_path: Path) -> None:
+    # spec §7.6: a file, a glob or a directory (recursive *.jsonl / *.jsonl.gz); arrivals are
+    # relative to the earliest request of all files
+    def mooncake(*stamps: int) -> str:
+        rows = (
+            {"timestamp": t, "input_length": 10 + t // 1000, "output_length": 1} for t in stamps
+        )
+        return "".join(json.dumps(r) + "\n" for r in rows)
+
+    (tmp_path / "day2").mkdir()
+    _write(tmp_path, "day1.jsonl", mooncake(5000, 9000))
+    _write(tmp_path, "day2/part.jsonl.gz", mooncake(2000, 7000))
+    _write(tmp_path, "notes.txt", "not a trace")
+
+    whole = read_warmup_trace(tmp_path)
+    assert [(r.arrival_s, r.isl) for r in whole] == [(0.0, 12), (3.0, 15), (5.0, 17), (7.0, 19)]
+    assert read_warmup_trace(tmp_path / "day1.jsonl") == read_trace(tmp_path / "day1.jsonl")
+    assert [r.isl for r in read_warmup_trace(f"{tmp_path}/**/*.jsonl*")] == [12, 15, 17, 19]
+    assert [r.isl for r in read_warmup_trace(f"{tmp_path}/*.jsonl")] == [15, 19]
+
+
+def test_warmup_trace_rejects_a_file_twice_mixed_formats_and_empty_matches(
+    tmp_path: Path,
+) -> None:
+    row = '{"timestamp": 1, "input_length": 9, "output_length": 2}\n'
+    _write(tmp_path, "a.jsonl", row)
+    _write(tmp_path, "a.jsonl.gz", row)
+    with pytest.raises(TraceFormatError, match=r"both a\.jsonl and a\.jsonl\.gz exist"):
+        read_warmup_trace(tmp_path)
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _write(mixed, "m.jsonl", row)
+    _write(mixed, "d.jsonl", _dynamo_end("r1", 1000) + "\n")
+    with pytest.raises(TraceFormatError, match="different formats"):
+        read_warmup_trace(mixed)
+
+    with pytest.raises(TraceFormatError, match="no trace files match"):
+        read_warmup_trace(f"{tmp_path}/*.csv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceFormatError, match=r"no \*\.jsonl"):
+        read_warmup_trace(tmp_path / "empty")
