@@ -9,7 +9,9 @@ Inputs (``--input``, repeatable):
                                                 also ``start=end``, see connectors.kafka.url)
   ``zmq+tcp://HOST:PORT?deployment=D&role=R``   an engine FPM publisher (live; ``zmq+ipc://`` too)
   ``prometheus://HOST:PORT?deployment=D``       traffic observations from Prometheus (live;
-                                                options ``model``, ``namespace``; no HOST:PORT
+                                                options ``model``, ``namespace``, and
+                                                ``spec_decode=vllm|sglang|trtllm`` to read the
+                                                speculative accept length; no HOST:PORT
                                                 = ``PROMETHEUS_ENDPOINT`` and the other
                                                 ``PROMETHEUS_*`` settings)
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import cast
+from typing import cast, get_args
 from urllib.parse import parse_qs, urlsplit
 
 from bytewax.inputs import Source
@@ -45,6 +47,7 @@ from connectors.prometheus import (
     PrometheusSettings,
     PrometheusTrafficInput,
     PrometheusTrafficSource,
+    SpecDecodeBackend,
 )
 from connectors.recorded import RecordedSource
 from connectors.virtual import AckSource
@@ -206,10 +209,14 @@ def _interval(address: str, query: dict[str, str], default: float) -> timedelta:
 def _prometheus(
     address: str, netloc: str, query: dict[str, str], configs: dict[str, PlannerConfig]
 ) -> PrometheusTrafficSource:
-    _only(query, {"deployment", "model", "namespace"}, address)
+    _only(query, {"deployment", "model", "namespace", "spec_decode"}, address)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it observes (?deployment=NAME)")
+    backend = query.get("spec_decode")
+    if backend is not None and backend not in get_args(SpecDecodeBackend):
+        known = ", ".join(get_args(SpecDecodeBackend))
+        raise EndpointError(f"{address!r}: spec_decode must be one of {known}, not {backend!r}")
     settings = PrometheusSettings.from_env()
     if netloc:
         settings = replace(settings, endpoint=f"http://{netloc}")
@@ -219,6 +226,7 @@ def _prometheus(
         model=query.get("model"),
         namespace=query.get("namespace"),
         client=PrometheusClient(settings),
+        spec_decode_backend=cast(SpecDecodeBackend | None, backend),
     )
 
 

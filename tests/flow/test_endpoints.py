@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.dgd_dataflow import DgdInventorySource
+from connectors.prometheus import PrometheusTrafficInput
 from connectors.recorded import RecordedSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.endpoints import EndpointError, wire
@@ -59,3 +60,16 @@ def test_recorded_files_become_one_source(tmp_path: Path):
     assert isinstance(source, RecordedSource) and source.paths == [a, b]
     with pytest.raises(EndpointError, match="given twice"):
         wire([str(a), str(a)], ["-"], CONFIGS)
+
+
+def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
+    [plain] = wire(["prometheus://127.0.0.1:9?deployment=llama"], ["-"], CONFIGS).inputs
+    assert isinstance(plain, PrometheusTrafficInput)
+    assert plain.sources["llama"].spec_decode_backend is None  # no speculative decoding
+    address = "prometheus://127.0.0.1:9?deployment=llama&spec_decode=sglang"
+    [source] = wire([address], ["-"], CONFIGS).inputs
+    assert isinstance(source, PrometheusTrafficInput)
+    assert source.sources["llama"].spec_decode_backend == "sglang"
+    assert "sglang:spec_accept_length" in source.sources["llama"].accept_length_query(60)
+    with pytest.raises(EndpointError, match="spec_decode must be one of vllm, sglang, trtllm"):
+        wire(["prometheus://127.0.0.1:9?deployment=llama&spec_decode=medusa"], ["-"], CONFIGS)
