@@ -12,6 +12,8 @@ Layout of a profile directory (what the profiler writes)::
 The NPZ of a side wins; its JSON is read only when the NPZ is absent. A side with neither file
 is ``None`` in the result; a directory with no side at all, an unreadable file, a missing key or
 a bad value raises :class:`ProfileError` naming the file and the key.
+
+:func:`read_benchmark` reads the other bootstrap source, a worker's self-benchmark.
 """
 
 from __future__ import annotations
@@ -76,6 +78,28 @@ def load_profile(directory: str | Path) -> PerformanceProfile:
         )
         raise ProfileError(f"no profile data in {root} (looked for {tried})")
     return PerformanceProfile(prefill=prefill, decode=decode)
+
+
+def read_benchmark(path: str | Path) -> Any:
+    """The parsed JSON of a worker's saved self-benchmark (spec §6.3 priority 1).
+
+    The file holds the answer of the worker's ``get_perf_metrics`` endpoint,
+    ``{"results": [{"point": {"point_type": ...}, "fpms": [...]}]}``;
+    :func:`operators.bootstrap.benchmark_fpms` turns it into forward passes.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "bench.json")
+    >>> _ = open(path, "w").write('{"results": []}')
+    >>> read_benchmark(path)
+    {'results': []}
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ProfileError(f"cannot read self-benchmark {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ProfileError(f"self-benchmark {path} is not valid JSON: {exc}") from None
 
 
 def _load_side(

@@ -31,7 +31,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import EngineCapabilities, ForwardPassMetrics, Role, ScheduledRequestMetrics
+from schemas import (
+    EngineCapabilities,
+    ForwardPassMetrics,
+    Role,
+    ScheduledRequestMetrics,
+    describe_validation_error,
+)
 from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
 
 BOOTSTRAP_WORKER_ID = "profile"
@@ -93,10 +99,12 @@ def decode_fpms(decode: DecodeProfile) -> list[ForwardPassMetrics]:
     return out
 
 
-def benchmark_fpms(document: Any) -> dict[Role, list[ForwardPassMetrics]]:
+def benchmark_fpms(
+    document: Any, source: str = "self-benchmark"
+) -> dict[Role, list[ForwardPassMetrics]]:
     """FPMs of a self-benchmark, per role; idle heartbeats (``wall_time == 0``) are dropped.
 
-    Raises ``ValueError`` naming the place of the first malformed part.
+    Raises ``ValueError`` naming ``source`` and the place of the first malformed part.
 
     >>> doc = {"results": [{"point": {"point_type": "decode"}, "fpms": [
     ...     {"wall_time": 0.02, "scheduled_requests": {"num_decode_requests": 8}},
@@ -106,23 +114,24 @@ def benchmark_fpms(document: Any) -> dict[Role, list[ForwardPassMetrics]]:
     """
     results = document.get("results") if isinstance(document, dict) else None
     if not isinstance(results, list):
-        raise ValueError("a self-benchmark must be an object with a 'results' list")
+        raise ValueError(f"{source}: must be an object with a 'results' list")
     out: dict[Role, list[ForwardPassMetrics]] = {"prefill": [], "decode": []}
     for i, result in enumerate(results):
         point = result.get("point") if isinstance(result, dict) else None
         role = point.get("point_type") if isinstance(point, dict) else None
         if role not in ("prefill", "decode"):
             raise ValueError(
-                f"self-benchmark results[{i}].point_type is {role!r}, not 'prefill' or 'decode'"
+                f"{source}: results[{i}].point_type is {role!r}, not 'prefill' or 'decode'"
             )
         fpms = result.get("fpms")
         if not isinstance(fpms, list):
-            raise ValueError(f"self-benchmark results[{i}].fpms is not a list")
+            raise ValueError(f"{source}: results[{i}].fpms is not a list")
         for j, raw in enumerate(fpms):
             try:
                 fpm = ForwardPassMetrics.model_validate(raw)
             except ValidationError as exc:
-                raise ValueError(f"self-benchmark results[{i}].fpms[{j}]: {exc}") from None
+                reason = describe_validation_error(exc)
+                raise ValueError(f"{source}: results[{i}].fpms[{j}]: {reason}") from None
             if fpm.wall_time > 0:
                 out[role].append(fpm)
     return out

@@ -86,6 +86,11 @@ class PlannerConfig(BaseModel):
 
     # --- perf model / profiling (§9.2) ---
     profile_results_dir: str | None = None
+    self_benchmark_file: str | None = None
+    """*ours*: a JSON file of a worker's self-benchmark (its ``get_perf_metrics`` answer, spec
+    §6.3 priority 1); when set, it bootstraps the perf models instead of
+    ``profile_results_dir``. The reference asks the live worker; a file can be recorded once
+    per engine configuration and reviewed."""
     prefill_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
     decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
     perf_model_basis: Literal["linear", "piecewise"] = "linear"

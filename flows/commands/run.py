@@ -22,13 +22,13 @@ from connectors.dgd import DgdUnavailableError
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
 from connectors.metrics import MetricsSink, PlannerMetrics
-from connectors.profiles import load_profile
+from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
 from connectors.traces import read_warmup_trace
 from flows.cli import port_number, positive_int
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
-from operators.bootstrap import profile_to_fpms
+from operators.bootstrap import benchmark_fpms, profile_to_fpms
 from operators.predictors.warmup import trace_observations
 from schemas import (
     ConfigError,
@@ -99,12 +99,16 @@ def user_facing_cause(error: BaseException) -> str | None:
 def preload(
     configs: dict[str, PlannerConfig],
 ) -> tuple[dict[str, dict[Role, list[ForwardPassMetrics]]], dict[str, list[TrafficObservation]]]:
-    """What each deployment knows before live data: perf-model bootstrap FPMs from its
-    pre-deployment profile (``profile_results_dir``, spec §6) and predictor warm-up windows
-    from a trace (``load_predictor_warmup_trace``, spec §7.6)."""
+    """What each deployment knows before live data: perf-model bootstrap FPMs from a worker's
+    self-benchmark (``self_benchmark_file``) or else its pre-deployment profile
+    (``profile_results_dir``; spec §6.3), and predictor warm-up windows from a trace
+    (``load_predictor_warmup_trace``, spec §7.6)."""
     bootstrap, warmup = {}, {}
     for name, config in configs.items():
-        if config.profile_results_dir:
+        if config.self_benchmark_file:
+            document = read_benchmark(config.self_benchmark_file)
+            bootstrap[name] = benchmark_fpms(document, source=config.self_benchmark_file)
+        elif config.profile_results_dir:
             bootstrap[name] = profile_to_fpms(load_profile(config.profile_results_dir))
         if config.load_predictor_warmup_trace:
             warmup[name] = trace_observations(

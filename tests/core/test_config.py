@@ -177,6 +177,7 @@ OURS_WITHOUT_REFERENCE_VALUE = {
     "load_rate_utilization": "a parameter of load_rate_window_seconds",
     "allowed_lateness_seconds": "event-time plumbing",
     "engine_silence_seconds": "event-time plumbing",
+    "self_benchmark_file": "an input (off by default), the file form of the reference's endpoint",
 }
 
 

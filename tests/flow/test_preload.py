@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from flows.commands.run import preload
 from schemas import PlannerConfig
 from tests.flow.runner import flowplanner, read_jsonl, write_config
@@ -32,7 +34,7 @@ def test_preload_reads_the_profile_and_the_warmup_trace():
 def one_tick_stream(path: Path) -> Path:
     fpm = {
         "worker_id": "w0",
-        "wall_time": 0.02,
+        "wall_time": 0.018,
         "scheduled_requests": {"num_decode_requests": 64, "sum_decode_kv_tokens": 80_000},
     }
     events = [
@@ -49,10 +51,55 @@ def one_tick_stream(path: Path) -> Path:
     return path
 
 
+def self_benchmark(path: Path) -> Path:
+    """A worker's saved self-benchmark: decode passes of 10 ms + 0.1 µs per KV token, whatever
+    the batch (the live pass of :func:`one_tick_stream` lies on the same plane)."""
+    points = ((8, 1000), (16, 1500), (32, 1000), (64, 1500), (128, 1250))  # batch, KV/request
+    passes = [
+        {
+            "wall_time": 0.010 + 1e-7 * batch * length,
+            "scheduled_requests": {
+                "num_decode_requests": batch,
+                "sum_decode_kv_tokens": batch * length,
+            },
+        }
+        for batch, length in points
+    ]
+    heartbeat = {"wall_time": 0.0}
+    document = {"results": [{"point": {"point_type": "decode"}, "fpms": [*passes, heartbeat]}]}
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_a_self_benchmark_comes_before_the_profile(tmp_path):
+    config = PlannerConfig(
+        profile_results_dir=str(PROFILE), self_benchmark_file=str(self_benchmark(tmp_path / "b"))
+    )
+    bootstrap, _ = preload({"d": config})
+    assert [f.scheduled_requests.num_decode_requests for f in bootstrap["d"]["decode"]] == [
+        8,
+        16,
+        32,
+        64,
+        128,
+    ]
+    assert bootstrap["d"]["prefill"] == []
+    (tmp_path / "broken").write_text(
+        '{"results": [{"point": {"point_type": "decode"}, "fpms": 1}]}'
+    )
+    with pytest.raises(ValueError, match=r"broken: results\[0\]\.fpms is not a list"):
+        preload({"d": PlannerConfig(self_benchmark_file=str(tmp_path / "broken"))})
+
+
 def test_a_bootstrapped_planner_estimates_from_its_first_tick(tmp_path):
     stream = one_tick_stream(tmp_path / "s.jsonl")
+    benchmark = self_benchmark(tmp_path / "bench.json")
     estimates = {}
-    for name, extra in (("cold", {}), ("warm", {"profile_results_dir": str(PROFILE)})):
+    for name, extra in (
+        ("cold", {}),
+        ("warm", {"profile_results_dir": str(PROFILE)}),
+        ("benchmarked", {"self_benchmark_file": str(benchmark)}),
+    ):
         config = write_config(
             tmp_path / f"{name}.yaml",
             {
@@ -81,3 +128,6 @@ def test_a_bootstrapped_planner_estimates_from_its_first_tick(tmp_path):
     assert estimates["cold"]["estimated_itl_ms"] is None
     # one live pass is not enough to learn from, but the profile's 41 decode points are
     assert estimates["warm"]["estimated_itl_ms"] > 0
+    # and so are the benchmark's 5 passes: the next step (80 000 KV tokens plus one request of
+    # the mean 1 250) takes 10 ms + 0.1 µs × 81 250
+    assert estimates["benchmarked"]["estimated_itl_ms"] == pytest.approx(18.125, rel=1e-9)
