@@ -18,6 +18,9 @@ directory of traces (spec §7.6).
 
 Malformed input raises :class:`TraceFormatError` naming the file and line; nothing is skipped
 silently except blank lines and non-request Dynamo events (tool calls).
+
+A live ``dynamo.request.trace.v1`` stream (a Kafka topic the frontend writes) is read one
+message at a time by :func:`dynamo_request_event`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from schemas import RequestEvent, RequestRecord
 from schemas.trace import TraceRequest
 
 TraceFormat = Literal["mooncake", "azure", "dynamo"]
@@ -292,6 +296,49 @@ def _dynamo_event(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def dynamo_request_event(
+    data: str | bytes, deployment: str, source: str = "stream", position: int = 0
+) -> RequestEvent | None:
+    """One message of a ``dynamo.request.trace.v1`` stream as a planner request event.
+
+    A ``request_end`` event (bare or wrapped under ``event``) becomes a
+    :class:`schemas.RequestEvent` of ``deployment`` at its ``event_time_unix_ms`` — when the
+    request finished, which is when its record exists: timed by arrival, a long request would
+    come behind the planner's watermark. ISL and OSL are read as in a trace file,
+    ``request.kv_hit_rate`` when present. The schema's other events (tool calls) are ``None``:
+    they describe no request. A malformed message raises :class:`TraceFormatError` naming
+    ``source`` and ``position`` (and a ``pydantic.ValidationError`` for an impossible time).
+
+    >>> line = ('{"schema": "dynamo.request.trace.v1", "event_type": "request_end", '
+    ...         '"event_time_unix_ms": 1779163050197, "request": {"input_tokens": 15, '
+    ...         '"output_tokens": 3, "request_received_ms": 1779163048815, "kv_hit_rate": 0.5}}')
+    >>> event = dynamo_request_event(line, "qwen")
+    >>> event.time, event.payload.isl, event.payload.osl, event.payload.kv_hit_rate
+    (1779163050.197, 15, 3, 0.5)
+    >>> dynamo_request_event(line.replace("request_end", "tool_start"), "qwen") is None
+    True
+    """
+    try:
+        text = data.decode() if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(source, position, f"not UTF-8: {exc.reason}") from None
+    obj = _parse_json(Path(source), position, text)
+    event = _dynamo_event(obj)
+    if event is None:
+        raise TraceFormatError(source, position, f"not a {DYNAMO_SCHEMA} event")
+    if event.get("event_type") != "request_end":
+        return None
+    row = _dynamo_row(Path(source), position, event)
+    if event.get("event_time_unix_ms") is None:
+        raise TraceFormatError(source, position, "missing event_time_unix_ms")
+    end_ms = _number(Path(source), position, "event_time_unix_ms", event["event_time_unix_ms"])
+    hit = event["request"].get("kv_hit_rate")
+    if hit is not None:
+        hit = _number(Path(source), position, "request.kv_hit_rate", hit)
+    record = RequestRecord(request_id=row.request_id, isl=row.isl, osl=row.osl, kv_hit_rate=hit)
+    return RequestEvent(deployment=deployment, time=end_ms / 1000.0, payload=record)
+
+
 def _read_dynamo(path: Path) -> Iterator[_Row]:
     seen: set[str] = set()
     for lineno, line in _lines(path):
@@ -304,55 +351,61 @@ def _read_dynamo(path: Path) -> Iterator[_Row]:
             raise TraceFormatError(path, lineno, f"not a {DYNAMO_SCHEMA} event")
         if event.get("event_type") != "request_end":
             continue
-        request = event.get("request")
-        if not isinstance(request, dict):
-            raise TraceFormatError(path, lineno, "request_end without a 'request' object")
-        request_id = request.get("request_id")
-        if request_id is not None and not isinstance(request_id, str):
-            raise TraceFormatError(path, lineno, "request.request_id must be a string")
-        if request_id is not None:
-            if request_id in seen:
+        row = _dynamo_row(path, lineno, event)
+        if row.request_id is not None:
+            if row.request_id in seen:
                 continue
-            seen.add(request_id)
-        replay = request.get("replay")
-        if replay is not None and not isinstance(replay, dict):
-            raise TraceFormatError(path, lineno, "request.replay must be an object")
-        replay = replay or {}
-        if request.get("request_received_ms") is not None:
-            arrival_ms = _number(
-                path, lineno, "request.request_received_ms", request["request_received_ms"]
-            )
-        elif "event_time_unix_ms" in event and request.get("total_time_ms") is not None:
-            end = _number(path, lineno, "event_time_unix_ms", event["event_time_unix_ms"])
-            total = _number(path, lineno, "request.total_time_ms", request["total_time_ms"])
-            arrival_ms = end - total
-        else:
-            raise TraceFormatError(
-                path,
-                lineno,
-                "no arrival time: need request.request_received_ms, or "
-                "event_time_unix_ms and request.total_time_ms",
-            )
-        if replay.get("input_length") is not None:
-            isl = _count(path, lineno, "request.replay.input_length", replay["input_length"], 1)
-        elif request.get("input_tokens") is not None:
-            isl = _count(path, lineno, "request.input_tokens", request["input_tokens"], 1)
-        else:
-            raise TraceFormatError(
-                path, lineno, "no input length (replay.input_length or request.input_tokens)"
-            )
-        if request.get("output_tokens") is None:
-            raise TraceFormatError(path, lineno, "missing request.output_tokens")
-        osl = _count(path, lineno, "request.output_tokens", request["output_tokens"])
-        hashes = _hashes(
+            seen.add(row.request_id)
+        yield row
+
+
+def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
+    """The request of one ``request_end`` event."""
+    request = event.get("request")
+    if not isinstance(request, dict):
+        raise TraceFormatError(path, lineno, "request_end without a 'request' object")
+    request_id = request.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise TraceFormatError(path, lineno, "request.request_id must be a string")
+    replay = request.get("replay")
+    if replay is not None and not isinstance(replay, dict):
+        raise TraceFormatError(path, lineno, "request.replay must be an object")
+    replay = replay or {}
+    if request.get("request_received_ms") is not None:
+        arrival_ms = _number(
+            path, lineno, "request.request_received_ms", request["request_received_ms"]
+        )
+    elif "event_time_unix_ms" in event and request.get("total_time_ms") is not None:
+        end = _number(path, lineno, "event_time_unix_ms", event["event_time_unix_ms"])
+        total = _number(path, lineno, "request.total_time_ms", request["total_time_ms"])
+        arrival_ms = end - total
+    else:
+        raise TraceFormatError(
             path,
             lineno,
-            "request.replay.input_sequence_hashes",
-            replay.get("input_sequence_hashes"),
+            "no arrival time: need request.request_received_ms, or "
+            "event_time_unix_ms and request.total_time_ms",
         )
-        block = replay.get("trace_block_size")
-        block_size = _count(path, lineno, "replay.trace_block_size", block, 1) if block else None
-        yield _Row(arrival_ms / 1000.0, isl, osl, hashes, request_id, block_size)
+    if replay.get("input_length") is not None:
+        isl = _count(path, lineno, "request.replay.input_length", replay["input_length"], 1)
+    elif request.get("input_tokens") is not None:
+        isl = _count(path, lineno, "request.input_tokens", request["input_tokens"], 1)
+    else:
+        raise TraceFormatError(
+            path, lineno, "no input length (replay.input_length or request.input_tokens)"
+        )
+    if request.get("output_tokens") is None:
+        raise TraceFormatError(path, lineno, "missing request.output_tokens")
+    osl = _count(path, lineno, "request.output_tokens", request["output_tokens"])
+    hashes = _hashes(
+        path,
+        lineno,
+        "request.replay.input_sequence_hashes",
+        replay.get("input_sequence_hashes"),
+    )
+    block = replay.get("trace_block_size")
+    block_size = _count(path, lineno, "replay.trace_block_size", block, 1) if block else None
+    return _Row(arrival_ms / 1000.0, isl, osl, hashes, request_id, block_size)
 
 
 def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:

@@ -49,6 +49,7 @@ from pydantic import ValidationError
 
 from connectors.pipeline_metrics import EVENTS_IN, FPM_ENGINES, FPM_ENGINES_EXPIRED, FPM_GAPS
 from schemas import (
+    MAX_RAW_CHARS,
     DeadLetter,
     EngineFpm,
     ForwardPassMetrics,
@@ -66,9 +67,6 @@ log = logging.getLogger(__name__)
 
 ZmqItem = FpmBatchEvent | FpmEvent | DeadLetter
 """What :class:`ZmqFpmSource` yields."""
-
-MAX_RAW_CHARS = 500
-"""Dead letters keep at most this much of the offending message."""
 
 _ROLES = ("prefill", "decode")
 RCVMORE = zmq.RCVMORE

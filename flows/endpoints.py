@@ -7,6 +7,9 @@ Inputs (``--input``, repeatable):
   ``kafka://HOST:PORT/TOPIC``                   an event topic, followed (live)
   ``kafka://HOST:PORT/TOPIC?until=end``         an event topic up to its end at start (replay;
                                                 also ``start=end``, see connectors.kafka.url)
+  ``kafka://HOST:PORT/TOPIC?format=dynamo-trace&deployment=D``
+                                                a frontend's ``dynamo.request.trace.v1`` topic:
+                                                its finished requests are D's traffic
   ``zmq+tcp://HOST:PORT?deployment=D&role=R``   an engine FPM publisher (live; ``zmq+ipc://`` too)
   ``prometheus://HOST:PORT?deployment=D``       traffic observations from Prometheus (live;
                                                 options ``model``, ``namespace``, and
@@ -111,6 +114,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             recorded.append(address.removeprefix("file://"))
         elif scheme == "kafka":
             url = _kafka_url(address)
+            if url.format == "dynamo-trace":
+                url = replace(url, deployment=_trace_deployment(address, url, configs))
             wiring.inputs.append(url.event_source())
             wiring.live |= not url.until_end
         elif scheme in ("zmq+tcp", "zmq+ipc"):
@@ -192,6 +197,18 @@ def _zmq_target(
             f"of {deployment!r} (one of {', '.join(roles)})"
         )
     return deployment, cast(Role, role)
+
+
+def _trace_deployment(address: str, url: KafkaUrl, configs: dict[str, PlannerConfig]) -> str:
+    """The configured deployment whose requests a ``dynamo.request.trace.v1`` topic holds."""
+    deployment = url.deployment or (next(iter(configs)) if len(configs) == 1 else None)
+    if deployment not in configs:
+        known = ", ".join(sorted(configs))
+        raise EndpointError(
+            f"{address!r}: say which configured deployment its requests belong to "
+            f"(&deployment=NAME, one of {known})"
+        )
+    return deployment
 
 
 def _interval(address: str, query: dict[str, str], default: float) -> timedelta:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from schemas import (
+    MAX_RAW_CHARS,
     DeadLetter,
     Event,
     FpmBatchEvent,
@@ -20,9 +21,6 @@ from schemas import (
     describe_validation_error,
     parse_event,
 )
-
-MAX_RAW_CHARS = 500
-"""Dead letters keep at most this much of the offending input."""
 
 
 class Admission:

@@ -3,6 +3,7 @@
 from schemas.config import ConfigError, PlannerConfig, PlannerFile, load_config
 from schemas.decision import (
     LOAD_REASONS,
+    MAX_RAW_CHARS,
     THROUGHPUT_REASONS,
     DeadLetter,
     DecisionAck,
@@ -53,6 +54,7 @@ __all__ = [
     "FPM_BATCH_COLUMNS",
     "LOAD_REASONS",
     "MAX_COUNT",
+    "MAX_RAW_CHARS",
     "THROUGHPUT_REASONS",
     "AckEvent",
     "Acknowledgement",

@@ -122,6 +122,10 @@ class DecisionAck(BaseModel):
     time: EventTime | None = None
 
 
+MAX_RAW_CHARS = 500
+"""A dead letter keeps at most this much of the offending input (``raw``)."""
+
+
 class DeadLetter(BaseModel):
     """An input that was not used, with the reason. Nothing valid is ever dead-lettered.
 

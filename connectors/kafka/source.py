@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from pydantic import ValidationError
 
 from connectors.kafka.client import (
     BATCH_SIZE,
@@ -21,7 +22,8 @@ from connectors.kafka.client import (
     partition_bounds,
 )
 from connectors.pipeline_metrics import EVENTS_IN
-from schemas import RawEvent
+from connectors.traces import DYNAMO_SCHEMA, TraceFormatError, dynamo_request_event
+from schemas import MAX_RAW_CHARS, DeadLetter, RawEvent, RequestEvent, describe_validation_error
 
 X = TypeVar("X")
 
@@ -48,7 +50,7 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
         start: int,
         end: int | None,
         batch_size: int,
-        convert: Callable[[Message], X],
+        convert: Callable[[Message], X | None],
         where: str,
     ) -> None:
         self._errors: list[KafkaError] = []
@@ -93,7 +95,9 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
             if self._end is not None and offset >= self._end:
                 self._done = True
                 break
-            batch.append(self._convert(message))
+            item = self._convert(message)
+            if item is not None:
+                batch.append(item)
             self._next = offset + 1
         if self._end is not None and self._next >= self._end:
             self._done = True
@@ -115,7 +119,8 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
 class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
     """Base of our Kafka sources: one bytewax partition per topic partition.
 
-    Subclasses say how a message becomes an item (:meth:`convert`). ``until_end=True`` stops
+    Subclasses say how a message becomes an item (:meth:`convert`; ``None`` skips a message that
+    is no input, its offset still counts as read). ``until_end=True`` stops
     each partition at its end offset when the partition is built (bounded replay); otherwise
     the source follows the topic forever. ``start`` applies only without resume state.
     Constructing one does no I/O; the broker is first asked in ``list_parts``. A following
@@ -152,8 +157,8 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
         self.config = dict(config or {})
         self.timeout_s = timeout_s
 
-    def convert(self, message: Message) -> X:
-        """Turn one Kafka message into a dataflow item."""
+    def convert(self, message: Message) -> X | None:
+        """Turn one Kafka message into a dataflow item (``None``: not an input)."""
         raise NotImplementedError
 
     def list_parts(self) -> list[str]:
@@ -217,4 +222,39 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
             f"kafka:{message.topic()}/{message.partition()}",
             message.offset(),
             b"" if value is None else value,
+        )
+
+
+class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
+    """Finished requests of one deployment from a ``dynamo.request.trace.v1`` topic.
+
+    Each ``request_end`` message becomes a :class:`schemas.RequestEvent` of ``deployment`` (see
+    :func:`connectors.traces.dynamo_request_event`), which the flow aggregates into its traffic
+    windows; the schema's other events (tool calls) are skipped; a malformed message becomes a
+    dead letter naming the problem, the topic, partition and offset.
+
+    >>> source = KafkaTraceSource("127.0.0.1:9092", "requests", deployment="qwen")
+    >>> source.topic, source.deployment, source.start
+    ('requests', 'qwen', 'beginning')
+    """
+
+    def __init__(self, bootstrap: str, topic: str, *, deployment: str, **options: Any) -> None:
+        super().__init__(bootstrap, topic, **options)
+        self.deployment = deployment
+
+    def convert(self, message: Message) -> RequestEvent | DeadLetter | None:
+        where = f"kafka:{message.topic()}/{message.partition()}"
+        value = message.value() or b""
+        try:
+            return dynamo_request_event(value, self.deployment, where, message.offset())
+        except TraceFormatError as error:
+            reason = error.reason
+        except ValidationError as error:
+            reason = describe_validation_error(error)
+        return DeadLetter(
+            source=where,
+            position=message.offset(),
+            reason=f"invalid {DYNAMO_SCHEMA} event: {reason}",
+            raw=value.decode(errors="replace").strip()[:MAX_RAW_CHARS],
+            deployment=self.deployment,
         )

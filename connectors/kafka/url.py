@@ -2,7 +2,9 @@
 
 Options: ``until=end`` (bounded read: stop at the end seen at start), ``start=beginning|end``
 (where a source without resume state begins), ``partitions=N`` (partitions of a topic the sink
-creates).
+creates), ``format=events|dynamo-trace`` (what an input topic holds: our event envelopes, or a
+frontend's ``dynamo.request.trace.v1`` events, whose finished requests are counted for the
+deployment named by ``deployment=NAME``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 from connectors.kafka.sink import KafkaDecisionSink
-from connectors.kafka.source import KafkaEventSource
+from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
 
-_OPTIONS = {"until": ("end",), "start": ("beginning", "end")}
+_OPTIONS = {"until": ("end",), "start": ("beginning", "end"), "format": ("events", "dynamo-trace")}
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class KafkaUrl:
     ('127.0.0.1:9092', 'fpm', True, 'beginning')
     >>> KafkaUrl.parse("kafka://b1:9092,b2:9092/decisions?partitions=3").partitions
     3
+    >>> KafkaUrl.parse("kafka://127.0.0.1:9092/requests?format=dynamo-trace&deployment=qwen")
+    KafkaUrl(bootstrap='127.0.0.1:9092', topic='requests', until_end=False, start='beginning', \
+partitions=1, format='dynamo-trace', deployment='qwen')
     >>> KafkaUrl.parse("kafka://127.0.0.1:9092/")
     Traceback (most recent call last):
     ...
@@ -37,6 +42,8 @@ class KafkaUrl:
     until_end: bool = False
     start: Literal["beginning", "end"] = "beginning"
     partitions: int = 1
+    format: Literal["events", "dynamo-trace"] = "events"
+    deployment: str | None = None
 
     @classmethod
     def parse(cls, url: str) -> KafkaUrl:
@@ -57,26 +64,38 @@ class KafkaUrl:
             if name == "partitions":
                 if not value.isdigit() or int(value) < 1:
                     raise ValueError(f"{url}: partitions must be a positive integer")
+            elif name == "deployment":
+                if not value:
+                    raise ValueError(f"{url}: deployment must not be empty")
             elif name not in _OPTIONS:
                 raise ValueError(
-                    f"{url}: unknown option {name!r} (known: until, start, partitions)"
+                    f"{url}: unknown option {name!r} "
+                    "(known: until, start, partitions, format, deployment)"
                 )
             elif value not in _OPTIONS[name]:
                 raise ValueError(f"{url}: {name} must be one of {', '.join(_OPTIONS[name])}")
             options[name] = value
+        if "deployment" in options and options.get("format") != "dynamo-trace":
+            raise ValueError(f"{url}: deployment= applies only with format=dynamo-trace")
         return cls(
             bootstrap=parts.netloc,
             topic=topic,
             until_end=options.get("until") == "end",
             start="end" if options.get("start") == "end" else "beginning",
             partitions=int(options.get("partitions", 1)),
+            format="dynamo-trace" if options.get("format") == "dynamo-trace" else "events",
+            deployment=options.get("deployment"),
         )
 
-    def event_source(self) -> KafkaEventSource:
-        """The planner input source this address names."""
-        return KafkaEventSource(
-            self.bootstrap, self.topic, until_end=self.until_end, start=self.start
-        )
+    def event_source(self) -> KafkaEventSource | KafkaTraceSource:
+        """The planner input source this address names (a trace topic needs ``deployment``)."""
+        options = {"until_end": self.until_end, "start": self.start}
+        if self.format == "events":
+            return KafkaEventSource(self.bootstrap, self.topic, **options)
+        if self.deployment is None:
+            where = f"kafka://{self.bootstrap}/{self.topic}"
+            raise ValueError(f"{where}: a dynamo-trace topic needs deployment=NAME")
+        return KafkaTraceSource(self.bootstrap, self.topic, deployment=self.deployment, **options)
 
     def decision_sink(self) -> KafkaDecisionSink:
         """The decision sink this address names."""
