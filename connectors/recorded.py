@@ -165,6 +165,9 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise ValueError("no recorded streams given")
+        folders = [str(p) for p in self.paths if p.is_dir()]
+        if folders:
+            raise IsADirectoryError(f"a recorded stream is a file, not a directory: {folders[0]}")
         missing = [str(p) for p in self.paths if not p.is_file()]
         if missing:
             raise FileNotFoundError(f"recorded stream not found: {', '.join(missing)}")

@@ -89,7 +89,10 @@ def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:
 def _only(query: dict[str, str], allowed: set[str], address: str) -> None:
     unknown = set(query) - allowed
     if unknown:
-        raise EndpointError(f"{address!r}: unknown option(s) {', '.join(sorted(unknown))}")
+        raise EndpointError(
+            f"{address!r}: option(s) {', '.join(sorted(unknown))} do not apply here "
+            f"(this address takes {', '.join(sorted(allowed))})"
+        )
 
 
 def _kafka_url(address: str) -> KafkaUrl:
@@ -113,6 +116,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
                 recorded_at = len(wiring.inputs)
             recorded.append(address.removeprefix("file://"))
         elif scheme == "kafka":
+            _only(query, {"until", "start", "format", "deployment"}, address)
             url = _kafka_url(address)
             if url.format == "dynamo-trace":
                 url = replace(url, deployment=_trace_deployment(address, url, configs))
@@ -132,7 +136,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     if recorded:  # one source: the files are read as one time-ordered stream
         try:
             wiring.inputs.insert(recorded_at, RecordedSource(recorded))
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:
             raise EndpointError(str(exc)) from exc
     if traffic:
         intervals = {
@@ -157,8 +161,10 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
         elif scheme in ("", "file"):
             wiring.decision_sinks.append(JsonlFileSink(address.removeprefix("file://")))
         elif scheme == "kafka":
+            _only(query, {"partitions"}, address)
             wiring.decision_sinks.append(_kafka_url(address).decision_sink())
         elif scheme == "virtual+kafka":
+            _only(query, {"acks", "partitions"}, address)
             acks = query.pop("acks", None)
             if acks is None:
                 raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")

@@ -6,6 +6,9 @@
   offset to read, so a recovered run continues exactly where its snapshot was taken. Bounded
   mode (``until_end=True``) stops at the end offsets seen when the partition starts; follow
   mode reads forever.
+* :class:`KafkaTraceSource` — the same over a frontend's ``dynamo.request.trace.v1`` topic:
+  each ``request_end`` becomes a typed request event of one deployment, a malformed message a
+  dead letter.
 * :class:`KafkaDecisionSink` — a bytewax sink of ``ScalingDecision``: idempotent producer
   (``enable.idempotence``, ``acks=all``), key = deployment (so one deployment's decisions stay
   in order on one partition), value = the decision's JSON. Creates the topic if missing. Every
@@ -36,7 +39,7 @@ from connectors.kafka.client import (
 )
 from connectors.kafka.decisions import DecisionMessage, read_decision_messages, read_decisions
 from connectors.kafka.sink import KafkaDecisionSink
-from connectors.kafka.source import KafkaEventSource, KafkaTopicSource
+from connectors.kafka.source import KafkaEventSource, KafkaTopicSource, KafkaTraceSource
 from connectors.kafka.url import KafkaUrl
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "KafkaDecisionSink",
     "KafkaEventSource",
     "KafkaTopicSource",
+    "KafkaTraceSource",
     "KafkaUrl",
     "TopicNotFoundError",
     "consumer_config",

@@ -149,6 +149,10 @@ def ensure_topic(
         raise KafkaConnectorError(
             f"cannot create Kafka topic {topic!r} on {bootstrap}: {error}"
         ) from error
+    except TimeoutError as error:
+        raise KafkaConnectorError(
+            f"cannot create Kafka topic {topic!r} on {bootstrap} within {timeout_s:g} s"
+        ) from error
     log.info("created Kafka topic %s on %s (%d partitions)", topic, bootstrap, partitions)
     return True
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.dgd_dataflow import DgdInventorySource
+from connectors.kafka import KafkaTraceSource
 from connectors.prometheus import PrometheusTrafficInput
 from connectors.recorded import RecordedSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
@@ -73,3 +74,30 @@ def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
     assert "sglang:spec_accept_length" in source.sources["llama"].accept_length_query(60)
     with pytest.raises(EndpointError, match="spec_decode must be one of vllm, sglang, trtllm"):
         wire(["prometheus://127.0.0.1:9?deployment=llama&spec_decode=medusa"], ["-"], CONFIGS)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "message"),
+    [
+        (["kafka://127.0.0.1:1/events?partitions=3"], ["-"], "partitions do not apply here"),
+        ([], ["kafka://127.0.0.1:1/decisions?until=end"], "until do not apply here"),
+        ([], ["virtual+kafka://127.0.0.1:1/d?acks=a&start=end"], "start do not apply here"),
+        (["kafka://127.0.0.1:1/events?deployment=llama"], ["-"], "only with format=dynamo-trace"),
+        (["kafka://127.0.0.1:1/r?format=dynamo-trace"], ["-"], "say which configured deployment"),
+    ],
+)
+def test_a_kafka_option_that_does_not_apply_is_refused(inputs, outputs, message):
+    with pytest.raises(EndpointError, match=message):
+        wire(inputs, outputs, CONFIGS)
+
+
+def test_a_trace_topic_of_the_only_deployment_needs_no_name():
+    address = "kafka://127.0.0.1:1/r?format=dynamo-trace"
+    [source] = wire([address], ["-"], {"q": PlannerConfig()}).inputs
+    assert isinstance(source, KafkaTraceSource) and source.deployment == "q"
+    assert not source.until_end
+
+
+def test_a_directory_is_not_a_recorded_stream(tmp_path: Path):
+    with pytest.raises(EndpointError, match="is a file, not a directory"):
+        wire([str(tmp_path)], ["-"], CONFIGS)
