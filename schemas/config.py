@@ -19,6 +19,7 @@ back to a default silently; every error names the field it is about.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +36,8 @@ from pydantic import (
 )
 
 from schemas.events import Role
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["disagg", "agg", "prefill", "decode"]
 OptimizationTarget = Literal["sla", "throughput", "latency"]
@@ -213,16 +216,28 @@ class PlannerConfig(BaseModel):
     @classmethod
     def _easy_targets_force_flags(cls, data: Any) -> Any:
         # throughput/latency targets are threshold modes: load on, throughput off (spec §4.1).
+        # The reference warns when that changes a flag the config set; so do we.
         if isinstance(data, dict) and data.get("optimization_target", "throughput") != "sla":
-            for flag in ("enable_load_scaling", "enable_throughput_scaling"):
+            forced = {"enable_load_scaling": True, "enable_throughput_scaling": False}
+            ignored = []
+            for flag, value in forced.items():
                 if flag in data:  # forced below, but a wrong type is still the user's mistake
                     try:
-                        _BOOL.validate_python(data[flag])
+                        given = _BOOL.validate_python(data[flag])
                     except ValidationError:
                         raise ValueError(
                             f"{flag} should be a boolean, got {data[flag]!r}"
                         ) from None
-            data = {**data, "enable_load_scaling": True, "enable_throughput_scaling": False}
+                    if given != value:
+                        ignored.append(f"{flag}: {str(given).lower()}")
+            if ignored:
+                log.warning(
+                    "optimization_target %s ignores %s (it scales on load thresholds only; "
+                    "optimization_target: sla runs the SLA loops)",
+                    data.get("optimization_target", "throughput"),
+                    ", ".join(ignored),
+                )
+            data = {**data, **forced}
         return data
 
     @model_validator(mode="after")

@@ -259,6 +259,17 @@ class TestLoopFlagsUnderEasyTargets:
         config = PlannerConfig(enable_load_scaling="false", enable_throughput_scaling=True)
         assert (config.enable_load_scaling, config.enable_throughput_scaling) == (True, False)
 
+    def test_a_flag_the_target_ignores_is_warned_about(self, caplog):
+        PlannerConfig(optimization_target="latency", enable_throughput_scaling=True)
+        [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert warning.getMessage().startswith(
+            "optimization_target latency ignores enable_throughput_scaling: true"
+        )
+        caplog.clear()
+        PlannerConfig(optimization_target="latency", enable_load_scaling=True)  # as forced
+        PlannerConfig(optimization_target="sla", enable_throughput_scaling=True)
+        assert caplog.records == []
+
 
 class TestBudgetFeasibility:
     """A budget below the minimum endpoints can never be met: the reference's clamp then
