@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from connectors.report import panels_from_ticks, render_report, write_report
+from connectors.report import is_tick, panels_from_ticks, render_report, write_report
 from schemas import PlannerConfig, TickRecord
 
 MAX_SNAPSHOTS = 50_000
@@ -29,7 +29,8 @@ class DiagnosticsRecorder:
     >>> out = tempfile.mkdtemp()
     >>> rec = DiagnosticsRecorder("llama", PlannerConfig(report_interval_hours=1,
     ...                                                   report_output_dir=out))
-    >>> [rec.record(TickRecord(deployment="llama", time=t)) for t in (0.0, 1800.0, 3600.0)]
+    >>> [rec.record(TickRecord(deployment="llama", time=t, ran_load=True))
+    ...  for t in (0.0, 1800.0, 3600.0)]
     [None, None, 'planner_report_llama_19700101_010000_001.html']
     >>> rec.finalize() is None  # nothing left after the page
     True
@@ -43,7 +44,12 @@ class DiagnosticsRecorder:
         self._since: float | None = None
 
     def record(self, tick: TickRecord) -> str | None:
-        """Add one tick; returns the name of the page it completed, if any."""
+        """Add one tick; returns the name of the page it completed, if any.
+
+        A record of a window in which no loop ran is not a tick and is ignored.
+        """
+        if not is_tick(tick):
+            return None
         self.ticks.append(tick)
         if self._since is None:
             self._since = tick.time

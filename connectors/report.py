@@ -392,6 +392,25 @@ def panels_from_timeline(
     return out
 
 
+def is_tick(record: TickRecord) -> bool:
+    """Whether a tick record is a planner tick, not a window that closed without one.
+
+    The flow's window is the gcd of every deployment's intervals, so a deployment with a longer
+    interval sees windows in which none of its loops ran; their records carry only the time.
+
+    >>> is_tick(TickRecord(deployment="d", time=5.0)), is_tick(TickRecord(
+    ...     deployment="d", time=10.0, ran_load=True))
+    (False, True)
+    """
+    return (
+        record.ran_load
+        or record.ran_throughput
+        or record.decision is not None
+        or record.ready_prefill is not None
+        or record.ready_decode is not None
+    )
+
+
 def panels_from_ticks(
     ticks: Sequence[TickRecord],
     ttft_ms: float | None = None,
@@ -403,7 +422,8 @@ def panels_from_ticks(
     Topics: ``replicas`` (ready counts and decided targets), ``rate`` (observed vs predicted),
     ``ttft``/``itl`` (estimated, against the SLA), ``prefill_load``/``decode_load`` (sums over
     engines), ``lengths`` (ISL/OSL observed vs predicted), ``load_reasons`` and
-    ``throughput_reasons`` (decision reason per tick).
+    ``throughput_reasons`` (decision reason per tick). Records that are not ticks
+    (:func:`is_tick`) are left out: they would cut every line into one-point pieces.
 
     >>> from schemas import TickDiagnostics
     >>> ticks = [TickRecord(deployment="d", time=5.0 * i, ready_decode=2,
@@ -413,6 +433,7 @@ def panels_from_ticks(
     >>> p["itl"].hlines, [s.name for s in p["itl"].series]
     ([('SLA', 50)], ['estimated ITL'])
     """
+    ticks = [k for k in ticks if is_tick(k)]
     t = [k.time for k in ticks]
     out: dict[str, Panel] = {}
 

@@ -1,0 +1,90 @@
+"""Diagnostics reports of real runs (``flowplanner run --reports``): the page draws what the
+tick records say, and a window in which no loop ran is not a tick (spec §12: one snapshot per
+tick). Also a run with a single tick and a run with none."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams, write_stream
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def panels(page: str) -> dict[str, ET.Element]:
+    svgs = [ET.fromstring(m) for m in re.findall(r"<svg.*?</svg>", page, flags=re.S)]
+    return {svg.get("aria-label"): svg for svg in svgs}
+
+
+def summary(page: str) -> dict[str, str]:
+    return dict(re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", page))
+
+
+def run_with_reports(tmp_path: Path, deployments: dict[str, dict], events: list[dict]):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "reports"
+    for config in deployments.values():
+        config.update(report_output_dir=str(out))
+    config = write_config(tmp_path / "c.yaml", deployments)
+    stream = write_stream(tmp_path / "s.jsonl", events)
+    ticks = tmp_path / "ticks.jsonl"
+    done = flowplanner(
+        "run", "--config", str(config), "--input", str(stream), "--ticks", str(ticks), "--reports"
+    )
+    assert done.returncode == 0, done.stderr
+    return sorted(out.glob("*.html")) if out.exists() else [], read_jsonl(ticks)
+
+
+def test_a_deployment_ticking_slower_than_the_window_gets_a_drawn_report(tmp_path):
+    # "fast" ticks every 5 s, "slow" every 10 s: the flow's window is 5 s, so every other window
+    # of "slow" closes without a tick (a bare record). Those are not ticks: counting them made
+    # the page claim twice the ticks, and their empty values cut every line into one-point
+    # pieces, so the replicas, ITL and engine-load panels drew nothing at all.
+    deployments = {
+        "fast": dict(DECODE_CONFIG),
+        "slow": {**DECODE_CONFIG, "load_adjustment_interval_seconds": 10},
+    }
+    events = merge_streams(
+        decode_ramp("fast", engines=2, seconds=40), decode_ramp("slow", engines=2, seconds=40)
+    )
+    pages, records = run_with_reports(tmp_path, deployments, events)
+    slow = [r for r in records if r["deployment"] == "slow"]
+    ran = [r for r in slow if r["ran_load"] or r["ran_throughput"]]
+    assert len(ran) < len(slow)  # the scenario really has windows without a tick
+
+    (page,) = [p for p in pages if "_slow_" in p.name]
+    html = page.read_text()
+    facts = summary(html)
+    assert facts["ticks"] == str(len(ran))
+    assert facts["scaling decisions"] == str(sum(r["decision"] is not None for r in ran))
+    drawn = panels(html)
+    for title in ("Replicas (ready) and decisions", "Estimated ITL vs SLA"):
+        lines = drawn[title].findall(f"{SVG}polyline")
+        assert lines, title
+        # one line through every tick that has the value, not one-point pieces
+        assert all(len(pl.get("points", "").split()) >= 2 for pl in lines), title
+    ready = drawn["Replicas (ready) and decisions"].findall(f"{SVG}polyline")[0]
+    # a step line: two points per tick after the first
+    assert len(ready.get("points", "").split()) == 2 * len(ran) - 1
+
+
+def test_a_one_tick_run_and_a_run_without_ticks(tmp_path):
+    one = decode_ramp("llama", engines=2, seconds=5)
+    one.append({"type": "clock", "deployment": "llama", "time": 5.0, "payload": {}})
+    pages, records = run_with_reports(tmp_path / "one", {"llama": dict(DECODE_CONFIG)}, one)
+    assert len(records) == 1 and records[0]["ran_load"]
+    (page,) = pages
+    html = page.read_text()
+    facts = summary(html)
+    assert facts["ticks"] == "1"
+    assert facts["time range (UTC)"] == "1970-01-01 00:00:05 – 1970-01-01 00:00:05"
+    assert "<script" not in html and "https://" not in html
+    assert len(panels(html)) >= 3  # every svg parses
+
+    # nothing ever ticks (the input ends inside the first window): no page, no failure
+    none = decode_ramp("llama", engines=2, seconds=3)
+    pages, records = run_with_reports(tmp_path / "none", {"llama": dict(DECODE_CONFIG)}, none)
+    assert records == [] and pages == []
