@@ -25,6 +25,11 @@ metric                                             from the tick record
                                                    over event time
 =================================================  ===============================================
 
+Two metrics of ours say whether the planner is alive and how far behind it is:
+``flowplanner_ticks_total{deployment}`` counts planner ticks (records on which a loop ran) and
+``flowplanner_event_time_seconds{deployment}`` is the end of the latest closed tick window, in
+event time (Unix seconds): on a live run ``time() - flowplanner_event_time_seconds`` is the lag.
+
 A value the record does not carry (``None``) leaves the gauge at its last value, so a gauge
 always shows the latest known number (e.g. the throughput reason stays visible between the
 throughput ticks). The reference's ``observed_ttft_ms``, ``observed_itl_ms`` and
@@ -44,7 +49,7 @@ from types import TracebackType
 from typing import Any
 
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
-from prometheus_client import REGISTRY, CollectorRegistry, Enum, Gauge, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Enum, Gauge, start_http_server
 from prometheus_client.registry import Collector
 
 from schemas import LOAD_REASONS, THROUGHPUT_REASONS, PlannerConfig, TickRecord
@@ -80,6 +85,8 @@ class PlannerMetrics:
     >>> metrics.value("load_scaling_decision", deployment="llama",
     ...               dynamo_planner_load_scaling_decision="scale_up")
     1
+    >>> metrics.value("flowplanner_ticks_total", deployment="llama")
+    1.0
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class PlannerMetrics:
         self._lock = threading.Lock()
         self._gpu: dict[str, _GpuClock] = {}
         self._engines: dict[str, set[tuple[str, str, str, str]]] = {}
+        self._latest: dict[str, float] = {}
 
         def gauge(name: str, doc: str, labels: Iterable[str] = ("deployment",)) -> Gauge:
             return Gauge(PREFIX + name, doc, list(labels), registry=self.registry)
@@ -152,6 +160,18 @@ class PlannerMetrics:
             "KV tokens of decode requests scheduled in one engine",
             ENGINE_LABELS,
         )
+        self.ticks = Counter(
+            "flowplanner_ticks",
+            "Planner ticks (tick windows in which a scaling loop ran)",
+            ["deployment"],
+            registry=self.registry,
+        )
+        self.event_time = Gauge(
+            "flowplanner_event_time_seconds",
+            "End of the latest closed tick window, event time (Unix s); time() minus it = lag",
+            ["deployment"],
+            registry=self.registry,
+        )
         self.load_scaling_decision = Enum(
             PREFIX + "load_scaling_decision",
             "Reason of the latest load-scaling decision",
@@ -177,6 +197,7 @@ class PlannerMetrics:
     def _observe(self, record: TickRecord) -> None:
         d = record.deployment
         self._integrate_gpu_hours(record)
+        self._observe_progress(record)
         _set(self.num_prefill_replicas, d, record.ready_prefill)
         _set(self.num_decode_replicas, d, record.ready_decode)
 
@@ -229,6 +250,17 @@ class PlannerMetrics:
                 gauge.remove(*labels)
         self._engines[d] = current
 
+    def _observe_progress(self, record: TickRecord) -> None:
+        if record.ran_load or record.ran_throughput:
+            self.ticks.labels(deployment=record.deployment).inc()
+        else:
+            self.ticks.labels(deployment=record.deployment)  # 0 is a value too
+        gauge = self.event_time.labels(deployment=record.deployment)
+        latest = self._latest.get(record.deployment)
+        if latest is None or record.time > latest:
+            self._latest[record.deployment] = record.time
+            gauge.set(record.time)
+
     def _integrate_gpu_hours(self, record: TickRecord) -> None:
         clock = self._gpu.setdefault(record.deployment, _GpuClock())
         config = self.configs.get(record.deployment)
@@ -248,8 +280,10 @@ class PlannerMetrics:
     # --- reading and serving ------------------------------------------------------------------
 
     def value(self, name: str, **labels: str) -> float | None:
-        """Current value of ``dynamo_planner_<name>`` with these labels (None if absent)."""
-        return self.registry.get_sample_value(PREFIX + name, labels)
+        """Current value of ``dynamo_planner_<name>`` (or of a ``flowplanner_*`` sample named in
+        full) with these labels (None if absent)."""
+        full = name if name.startswith("flowplanner_") else PREFIX + name
+        return self.registry.get_sample_value(full, labels)
 
     def serve(self, port: int = 0, host: str = "0.0.0.0") -> MetricsServer:
         """Start the HTTP exporter (``/metrics``); ``port=0`` picks a free port.
