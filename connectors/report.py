@@ -421,7 +421,8 @@ def panels_from_ticks(
 
     Topics: ``replicas`` (ready counts and decided targets), ``rate`` (observed vs predicted),
     ``ttft``/``itl`` (estimated, against the SLA), ``prefill_load``/``decode_load`` (sums over
-    engines), ``lengths`` (ISL/OSL observed vs predicted), ``load_reasons`` and
+    engines), ``lengths`` (ISL/OSL observed vs predicted), ``capacity`` (requests per second
+    one engine sustains within the SLA, spec §12 row 5), ``load_reasons`` and
     ``throughput_reasons`` (decision reason per tick). Records that are not ticks
     (:func:`is_tick`) are left out: they would cut every line into one-point pieces.
 
@@ -531,6 +532,13 @@ def panels_from_ticks(
             lengths.append(sparse(f"predicted {name}", p, dashed=True))
     if lengths:
         out["lengths"] = Panel("Sequence lengths", lengths, y_label="tokens")
+    capacity = [
+        sparse(f"{role} engine", values)
+        for role in ("prefill", "decode")
+        if some(values := col(lambda k, r=role: getattr(k.diagnostics, f"engine_rps_{r}")))
+    ]
+    if capacity:
+        out["capacity"] = Panel("Engine capacity (within SLA)", capacity, y_label="req/s")
     for key, attr, names in (
         ("load_reasons", "load_decision_reason", LOAD_REASONS),
         ("throughput_reasons", "throughput_decision_reason", THROUGHPUT_REASONS),
@@ -598,6 +606,7 @@ def closed_loop_panels(
         "prefill_load",
         "decode_load",
         "lengths",
+        "capacity",
         "load_reasons",
         "throughput_reasons",
     )

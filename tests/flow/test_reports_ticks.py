@@ -8,6 +8,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from connectors.report import panels_from_ticks, render_report
+from schemas import TickDiagnostics, TickRecord
 from tests.flow.runner import flowplanner, read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams, write_stream
 
@@ -88,3 +90,28 @@ def test_a_one_tick_run_and_a_run_without_ticks(tmp_path):
     none = decode_ramp("llama", engines=2, seconds=3)
     pages, records = run_with_reports(tmp_path / "none", {"llama": dict(DECODE_CONFIG)}, none)
     assert records == [] and pages == []
+
+
+def test_engine_capacity_is_drawn_from_the_throughput_ticks():
+    # spec §12 row 5: the requests per second one engine sustains within the SLA, known on
+    # throughput ticks only (the load ticks in between leave it unset)
+    ticks = [
+        TickRecord(
+            deployment="d",
+            time=60.0 * i,
+            ready_decode=2,
+            ran_load=True,
+            ran_throughput=i % 3 == 0,
+            diagnostics=TickDiagnostics(engine_rps_decode=4.0 + i if i % 3 == 0 else None),
+        )
+        for i in range(7)
+    ]
+    panel = panels_from_ticks(ticks)["capacity"]
+    (series,) = panel.series
+    assert (series.name, list(series.times), list(series.values)) == (
+        "decode engine",
+        [0.0, 180.0, 360.0],
+        [4.0, 7.0, 10.0],
+    )
+    (line,) = panels(render_report([panel]))[panel.title].findall(f"{SVG}polyline")
+    assert len(line.get("points", "").split()) == 3
