@@ -144,7 +144,11 @@ def run(args: argparse.Namespace) -> int:
     if port is not None:
         metrics = PlannerMetrics(configs)
         sinks.ticks.append(MetricsSink(metrics))
-        server = metrics.serve(port)
+        try:
+            server = metrics.serve(port)
+        except OSError as exc:
+            print(f"flowplanner run: cannot serve metrics on port {port}: {exc}", file=sys.stderr)
+            return 1
         print(f"flowplanner run: metrics on {server.url}", file=sys.stderr)
     flow = build_flow(
         configs,

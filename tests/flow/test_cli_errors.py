@@ -3,6 +3,7 @@ traceback (the real CLI as a subprocess, as a user would run it)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,15 @@ def test_run_output_that_cannot_be_opened_is_one_line(tmp_path):
     # the sink opens inside the bytewax runtime, whose error wraps the real one
     done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--output", str(tmp_path))
     assert_clean_error(done, "Is a directory", str(tmp_path))
+
+
+def test_run_metrics_port_in_use_is_one_line():
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--metrics-port", port)
+    assert_clean_error(done, f"cannot serve metrics on port {port}")
 
 
 def test_run_bad_config_names_file_and_field(tmp_path):
