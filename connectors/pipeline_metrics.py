@@ -11,6 +11,24 @@ EVENTS_IN = Counter("flowplanner_events_in", "Input events read, before validati
 DEAD_LETTERS = Counter(
     "flowplanner_dead_letters", "Inputs rejected with a reason (dead-lettered)", ["kind"]
 )
+DEAD_LETTER_KINDS = frozenset(
+    ("invalid", "unknown", "role", "late", "truncated", "corrupt", "malformed", "undecodable")
+)
+"""The ``kind`` label of a dead letter: the first word of its reason when it is one of these
+(every reason the flow writes starts with one), else ``other`` — a label is never free text.
+The DGD sink counts its own rejected decisions as ``dgd_sink``."""
+
+
+def dead_letter_kind(reason: str) -> str:
+    """The ``kind`` label of a dead letter with this reason.
+
+    >>> dead_letter_kind("late: event time 3 is behind"), dead_letter_kind("Boom at 0x7f")
+    ('late', 'other')
+    """
+    word = reason.split(":")[0].split(" ")[0]
+    return word if word in DEAD_LETTER_KINDS else "other"
+
+
 FPM_GAPS = Counter(
     "flowplanner_fpm_sequence_gaps",
     "FPM messages missing according to publisher sequence numbers",

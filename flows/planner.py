@@ -34,7 +34,7 @@ from bytewax.inputs import Source
 from bytewax.operators.windowing import TumblingWindower, fold_window
 from bytewax.outputs import FixedPartitionedSink, Sink
 
-from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT
+from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT, dead_letter_kind
 from flows.clock import EPOCH, PlannerClock
 from operators.ack_gate import AckGate
 from operators.admission import Admission
@@ -161,7 +161,7 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
 
 
 def _count_dead_letter(letter: DeadLetter) -> DeadLetter:
-    DEAD_LETTERS.labels(kind=letter.reason.split(":")[0].split(" ")[0]).inc()
+    DEAD_LETTERS.labels(kind=dead_letter_kind(letter.reason)).inc()
     return letter
 
 
