@@ -66,14 +66,17 @@ class _GpuClock:
     last_time: float | None = None
     prefill: int = 0
     decode: int = 0
+    gpus_prefill: int = 1
+    gpus_decode: int = 1
 
 
 class PlannerMetrics:
     """The planner's gauges and enums (reference names, labelled by deployment).
 
-    ``configs`` gives GPUs per replica for ``gpu_hours`` (``prefill_engine_num_gpu`` /
-    ``decode_engine_num_gpu``, 1 when unset) and the throughput window used to turn a predicted
-    request count into a rate when the record has no traffic window. ``registry`` defaults to a
+    ``gpu_hours`` counts each replica with the GPUs the tick record says it has (the workers'
+    capabilities), else ``configs``' ``prefill_engine_num_gpu`` / ``decode_engine_num_gpu``,
+    else 1. ``configs`` also gives the throughput window used to turn a predicted request
+    count into a rate when the record has no traffic window. ``registry`` defaults to a
     private one, so several instances can live in one process.
 
     >>> from schemas import TickRecord, TickDiagnostics
@@ -264,10 +267,8 @@ class PlannerMetrics:
     def _integrate_gpu_hours(self, record: TickRecord) -> None:
         clock = self._gpu.setdefault(record.deployment, _GpuClock())
         config = self.configs.get(record.deployment)
-        gpus_prefill = (config.prefill_engine_num_gpu if config else None) or 1
-        gpus_decode = (config.decode_engine_num_gpu if config else None) or 1
         if clock.last_time is not None and record.time > clock.last_time:
-            gpus = clock.prefill * gpus_prefill + clock.decode * gpus_decode
+            gpus = clock.prefill * clock.gpus_prefill + clock.decode * clock.gpus_decode
             clock.hours += (record.time - clock.last_time) * gpus / 3600.0
         if clock.last_time is None or record.time > clock.last_time:
             clock.last_time = record.time
@@ -275,6 +276,11 @@ class PlannerMetrics:
             clock.prefill = record.ready_prefill
         if record.ready_decode is not None:
             clock.decode = record.ready_decode
+        # GPUs per replica: what the planner knows (workers' capabilities), else the config
+        clock.gpus_prefill = (
+            record.gpus_per_prefill or (config and config.prefill_engine_num_gpu) or 1
+        )
+        clock.gpus_decode = record.gpus_per_decode or (config and config.decode_engine_num_gpu) or 1
         self.gpu_hours.labels(deployment=record.deployment).set(clock.hours)
 
     # --- reading and serving ------------------------------------------------------------------

@@ -225,6 +225,8 @@ class DeploymentPlanner:
             diagnostics=effects.diagnostics,
             engines=self._engine_loads(),
             observed_traffic=traffic,
+            gpus_per_prefill=self.machine.gpus_per_replica("prefill"),
+            gpus_per_decode=self.machine.gpus_per_replica("decode"),
         )
 
     def _observations(self) -> FpmObservations:

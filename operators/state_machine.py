@@ -238,7 +238,8 @@ class PlannerStateMachine:
         caps = self._capabilities.prefill if role == "prefill" else self._capabilities.decode
         return caps or _NO_CAPS
 
-    def _gpus(self, role: Role) -> int | None:
+    def gpus_per_replica(self, role: Role) -> int | None:
+        """GPUs of one replica of ``role``: the workers' capabilities, else the config."""
         configured = (
             self.config.prefill_engine_num_gpu
             if role == "prefill"
@@ -260,7 +261,10 @@ class PlannerStateMachine:
         """``max(desired, min_endpoint)`` then the GPU budget clamp (§8.1); no clamp when the
         budget is off or the role's GPUs per replica are unknown."""
         return apply_single_budget(
-            desired, self._gpus(role), self.config.max_gpu_budget, self._min_endpoint(role)
+            desired,
+            self.gpus_per_replica(role),
+            self.config.max_gpu_budget,
+            self._min_endpoint(role),
         )
 
     def _budget_pair(self, num_prefill: int, num_decode: int) -> tuple[int, int]:
@@ -269,8 +273,8 @@ class PlannerStateMachine:
         return apply_global_budget(
             max(num_prefill, p_min),
             max(num_decode, d_min),
-            self._gpus("prefill"),
-            self._gpus("decode"),
+            self.gpus_per_replica("prefill"),
+            self.gpus_per_replica("decode"),
             self.config.max_gpu_budget,
             p_min,
             d_min,

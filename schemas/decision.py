@@ -178,3 +178,7 @@ class TickRecord(BaseModel):
     diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
     engines: list[EngineLoad] = Field(default_factory=list)
     observed_traffic: TrafficObservation | None = None
+    gpus_per_prefill: int | None = None
+    """GPUs of one prefill replica as the planner knows them (workers' capabilities, else the
+    config; ``None`` when unknown) — what GPU-hours are counted with."""
+    gpus_per_decode: int | None = None

@@ -64,6 +64,8 @@ def test_recorded_stream_yields_decisions_that_follow_the_load(two_deployments):
         # one tick per 5 s window of event time, the load loop running every time
         assert [t["time"] for t in mine] == [5.0 * k for k in range(1, 25)]
         assert all(t["ran_load"] for t in mine)
+        # GPU-hours count what the workers report: one GPU per decode replica, no prefill role
+        assert {(t["gpus_per_prefill"], t["gpus_per_decode"]) for t in mine} == {(None, 1)}
         own = [d for d in decisions if d["deployment"] == name]
         assert [d["decision_id"] for d in own] == list(range(1, len(own) + 1))
         assert own, "a ramp across the SLA must produce decisions"

@@ -190,3 +190,11 @@ def test_the_sink_rejects_what_is_not_a_tick_record() -> None:
     partition = MetricsSink(PlannerMetrics()).build("metrics", 0, 1)
     with pytest.raises(TypeError, match="MetricsSink takes TickRecords, got dict"):
         partition.write_batch([{"deployment": "d"}])
+
+
+def test_gpu_hours_count_the_gpus_each_replica_has() -> None:
+    # workers report 4 GPUs per decode replica (capabilities); the config says nothing
+    metrics = PlannerMetrics({"d": PlannerConfig(mode="decode", prefill_engine_num_gpu=2)})
+    for time in (0.0, 1800.0, 3600.0):
+        metrics.observe(TickRecord(deployment="d", time=time, ready_decode=3, gpus_per_decode=4))
+    assert metrics.value("gpu_hours", deployment="d") == pytest.approx(3 * 4)
