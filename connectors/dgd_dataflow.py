@@ -31,6 +31,8 @@ from schemas import DeadLetter, InventoryEvent, ScalingDecision, TickRecord
 log = logging.getLogger(__name__)
 
 ActuatorFactory = Callable[[], DgdActuator]
+MAX_SLEEP = timedelta(seconds=1)
+"""Longest the inventory poller sleeps between checks (well under bytewax's 10 s epoch)."""
 
 
 def parse_dgd_target(target: str) -> tuple[str | None, str | None]:
@@ -178,8 +180,11 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
     def next_batch(self) -> Iterable[InventoryEvent]:
         if self.max_polls is not None and self.polls >= self.max_polls:
             raise StopIteration
+        now = datetime.now(UTC)
+        if self.awake is not None and now < self.awake:
+            return []  # woken early (see next_awake): not due yet
         self.polls += 1
-        self.awake = datetime.now(UTC) + self.interval
+        self.awake = now + self.interval
         try:
             counts = self.actuator.read_inventory(retry=False)
         except DgdUnavailableError as err:
@@ -189,7 +194,9 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         return [InventoryEvent(deployment=self.deployment, time=self.clock(), payload=counts)]
 
     def next_awake(self) -> datetime | None:
-        return self.awake
+        # Never sleep past bytewax's epoch (10 s): a new epoch waits for every partition, so a
+        # longer poll interval stalled every other input until the poll.
+        return None if self.awake is None else min(self.awake, datetime.now(UTC) + MAX_SLEEP)
 
     def snapshot(self) -> None:
         return None

@@ -65,6 +65,8 @@ from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
 
 log = logging.getLogger(__name__)
+MAX_SLEEP = timedelta(seconds=1)
+"""Longest a poller partition sleeps between checks (well under bytewax's 10 s epoch)."""
 
 DEFAULT_ENDPOINT = "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
 MetricsSource = Literal["frontend", "router"]
@@ -607,7 +609,9 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
             return datetime.now(UTC) + timedelta(milliseconds=20)
         if self.max_polls is not None and self.polls >= self.max_polls:
             return None  # done: let next_batch end the partition now
-        return self.next_poll
+        # Never sleep past bytewax's epoch (10 s): a new epoch waits for every partition, so
+        # sleeping until a poll 180 s away stalled every other input (next_batch checks the time).
+        return min(self.next_poll, datetime.now(UTC) + MAX_SLEEP)
 
     def snapshot(self) -> None:
         return None
