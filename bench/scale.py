@@ -24,7 +24,14 @@ Three measurements, all CPU time of this process (``time.process_time``; wall ti
    spent in each forecaster. The flow runs above are too short to reach steady-state
    forecaster history; this shows what a throughput tick costs as history grows.
 
-Run: ``python -m bench.scale [--scales 1x8x300,4x8x300,...] [--history N] [--quick]``.
+4. **BLAS threads** — the same throughput ticks in two fresh processes, with OpenBLAS's
+   default threads and with ``OPENBLAS_NUM_THREADS=1`` (what ``flows/cli.py`` sets, and this
+   bench too unless the variable is already set): CPU and wall ratio, and whether the
+   forecasts are identical (they are: the fits' matrices are tiny, threads only add spinning).
+
+The default scale list ends with the first scale again: the spread between the two is the
+run's noise. Run: ``python -m bench.scale [--scales 1x8x300,8x8x300,...] [--history N]
+[--blas-ticks N] [--no-flow] [--quick]``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# As the flowplanner CLI runs (flows/cli.py): single-threaded OpenBLAS, set before numpy loads.
+# Section 4 measures what it saves.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from bytewax.testing import TestingSink, TestingSource, run_main
 
 from flows.planner import PlannerSinks, build_flow, window_seconds
@@ -51,9 +62,16 @@ from operators.admission import Admission
 from operators.deployment import DeploymentPlanner
 from operators.traffic_intake import TrafficForecaster
 from operators.window import TickWindow, fold_event
-from schemas import DeadLetter, PlannerConfig, RawEvent, TickRecord, TrafficObservation
+from schemas import (
+    DeadLetter,
+    PlannerConfig,
+    RawEvent,
+    TickRecord,
+    TrafficObservation,
+)
 
-DEFAULT_SCALES = "1x8x300,8x8x300,96x2x60,1x32x300,1x64x300,2x32x300,1x8x1200"
+DEFAULT_SCALES = "1x8x300,8x8x300,96x2x60,1x32x300,1x64x300,2x32x300,1x8x1200,1x8x300"
+"""The last scale repeats the first: how far apart two identical runs land is the noise."""
 QUICK_SCALES = "1x4x60,2x4x60"
 
 
@@ -388,12 +406,13 @@ def forecast_probe(ticks: int, throughput_interval_s: float) -> dict[str, object
 
 
 def blas_threads_ab(ticks: int, throughput_interval_s: float) -> list[tuple[str, dict]]:
-    """:func:`forecast_probe` in two fresh processes: OpenBLAS threads as inherited, and 1."""
+    """:func:`forecast_probe` in two fresh processes: OpenBLAS's default threads (what a
+    library user who does not go through the CLI gets), and 1 (the CLI's)."""
     runs = []
-    for label, value in (("inherited", os.environ.get(BLAS_ENV)), ("1 thread", "1")):
-        env = {k: v for k, v in os.environ.items() if k != BLAS_ENV}
-        if value is not None:
-            env[BLAS_ENV] = value
+    # An empty value is OpenBLAS's default (one thread per core) and, being set, survives the
+    # child's own setdefault above.
+    for label, value in (("OpenBLAS default threads", ""), ("1 thread, as the CLI", "1")):
+        env = {**os.environ, BLAS_ENV: value}
         out = subprocess.run(
             [
                 *(sys.executable, "-m", "bench.scale", "--probe", str(ticks)),
@@ -405,7 +424,7 @@ def blas_threads_ab(ticks: int, throughput_interval_s: float) -> list[tuple[str,
             check=True,
             cwd=Path(__file__).resolve().parents[1],
         )
-        runs.append((f"{label} ({BLAS_ENV}={value or 'unset'})", json.loads(out.stdout)))
+        runs.append((f"{label} ({BLAS_ENV}={value!r})", json.loads(out.stdout)))
     return runs
 
 
@@ -516,12 +535,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = blas_threads_ab(blas_ticks, args.throughput_interval)
         print(
             f"\n4. the same {blas_ticks} throughput ticks in fresh processes, by OpenBLAS "
-            "threads (statsmodels' fits): CPU and wall ratio to 1 thread"
+            "threads (statsmodels' fits): CPU and wall ratio to 1 thread (sections 1-3 ran "
+            f"with {BLAS_ENV}={os.environ.get(BLAS_ENV)})"
         )
         one = runs[-1][1]
         for label, run in runs:
             print(
-                f"  {label:<40} cpu {run['cpu']:>6.2f} s ({run['cpu'] / one['cpu']:.2f}x)  "
+                f"  {label:<54} cpu {run['cpu']:>6.2f} s ({run['cpu'] / one['cpu']:.2f}x)  "
                 f"wall {run['wall']:>6.2f} s ({run['wall'] / one['wall']:.2f}x)  "
                 f"forecasts {run['digest']}"
             )
