@@ -10,6 +10,7 @@ COPY flows flows
 COPY sim sim
 COPY bench bench
 COPY examples examples
+COPY deploy deploy
 COPY tests/data tests/data
 RUN pip install --no-cache-dir .
 ENV OPENBLAS_NUM_THREADS=1

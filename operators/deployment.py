@@ -98,7 +98,7 @@ class DeploymentPlanner:
         self._released: ScalingDecision | None = None
         self.config = config
         self.window_s = window_s
-        self.machine = PlannerStateMachine(config)
+        self.machine = PlannerStateMachine(config, capabilities=config.capabilities)
         for role, fpms in (bootstrap or {}).items():
             self.machine.load_benchmark_fpms(role, fpms)
         self.machine.warm_up_predictors(warmup or [])

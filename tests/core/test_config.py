@@ -178,6 +178,7 @@ OURS_WITHOUT_REFERENCE_VALUE = {
     "allowed_lateness_seconds": "event-time plumbing",
     "engine_silence_seconds": "event-time plumbing",
     "self_benchmark_file": "an input (off by default), the file form of the reference's endpoint",
+    "capabilities": "an input (off by default), what the reference reads from model cards",
 }
 
 

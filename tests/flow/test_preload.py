@@ -131,3 +131,49 @@ def test_a_bootstrapped_planner_estimates_from_its_first_tick(tmp_path):
     # and so are the benchmark's 5 passes: the next step (80 000 KV tokens plus one request of
     # the mean 1 250) takes 10 ms + 0.1 µs × 81 250
     assert estimates["benchmarked"]["estimated_itl_ms"] == pytest.approx(18.125, rel=1e-9)
+
+
+def test_configured_capabilities_let_prefill_scale_before_any_capabilities_event(tmp_path):
+    # ZMQ inputs carry no engine limits; the prefill rule needs max_num_batched_tokens
+    fpm = {
+        "worker_id": "p0",
+        "wall_time": 0.5,
+        "scheduled_requests": {"num_prefill_requests": 2, "sum_prefill_tokens": 8192},
+        "queued_requests": {"num_prefill_requests": 40, "sum_prefill_tokens": 400_000},
+    }
+    events = [
+        {
+            "type": "inventory",
+            "deployment": "d",
+            "time": 0.0,
+            "payload": {"ready_num_prefill": 1, "expected_num_prefill": 1},
+        },
+        {"type": "fpm", "deployment": "d", "time": 4.5, "payload": {"role": "prefill", "fpm": fpm}},
+        {"type": "clock", "deployment": "d", "time": 5.0, "payload": {}},
+    ]
+    stream = tmp_path / "prefill.jsonl"
+    stream.write_text("".join(json.dumps(e) + "\n" for e in events))
+    reasons = {}
+    for name, extra in (
+        ("unknown", {}),
+        ("configured", {"capabilities": {"prefill": {"max_num_batched_tokens": 8192}}}),
+    ):
+        deployment = {
+            "mode": "prefill",
+            "optimization_target": "sla",
+            "enable_load_scaling": True,
+            "enable_throughput_scaling": False,
+            "profile_results_dir": str(PROFILE),
+            **extra,
+        }
+        config = write_config(tmp_path / f"{name}.yaml", {"d": deployment})
+        ticks = tmp_path / f"{name}.ticks.jsonl"
+        done = flowplanner(
+            "run", "--config", str(config), "--input", str(stream), "--ticks", str(ticks)
+        )
+        assert done.returncode == 0, done.stderr
+        (tick,) = read_jsonl(ticks)
+        reasons[name] = tick["diagnostics"]["load_decision_reason_prefill"]
+        if name == "configured":
+            assert tick["decision"]["num_prefill"] > 1  # 400 k queued tokens: far over 500 ms
+    assert reasons == {"unknown": "insufficient_data", "configured": "scale_up"}
