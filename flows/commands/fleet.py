@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import queue
+import signal
 import sys
 import threading
 import time
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     )
     origin = time.time()
     next_status = origin
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop flushes and reports
     try:
         while fleet.now_s < scenario.end_s:
             time.sleep(args.step)

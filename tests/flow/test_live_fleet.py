@@ -88,9 +88,9 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
             time.sleep(0.5)
         assert any("fleet: applied" in line and " #1 " in line for line in fleet_log)
     finally:
-        for process in (planner, fleet):
+        for process in (planner, fleet):  # compose stops the fleet with SIGTERM
             if process is not None:
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal.SIGTERM if process is fleet else signal.SIGINT)
         if planner is not None:
             _, err = planner.communicate(timeout=30)
             assert planner.returncode == 0, err
