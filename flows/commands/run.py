@@ -8,6 +8,7 @@ cleanly (sinks flush and close, the exit status is 0).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from types import FrameType
@@ -118,7 +119,14 @@ def preload(
     return bootstrap, warmup
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""Log lines of a worker: when, how bad, which part (what an operator greps for)."""
+
+
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+    for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
+        logging.getLogger(package).setLevel(logging.INFO)
     try:
         configs = load_config(args.config)
         wiring = wire(args.input, args.output, configs)
