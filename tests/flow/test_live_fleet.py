@@ -10,7 +10,7 @@ import time
 
 from connectors.kafka import read_decisions
 from tests.flow.runner import start_flowplanner, write_config
-from tests.services.process import free_port
+from tests.services.process import free_port, wait_until
 
 
 def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
@@ -58,7 +58,12 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
     threading.Thread(target=lambda: fleet_log.extend(fleet.stderr), daemon=True).start()
     planner = None
     try:
-        time.sleep(3.0)
+        # the fleet says so once its topics exist and it follows the decisions topic
+        wait_until(
+            lambda: any(line.startswith("fleet 'sim': FPMs on") for line in fleet_log),
+            "the fleet to start",
+            timeout_s=30.0,
+        )
         planner = start_flowplanner(
             "run",
             "--config",

@@ -7,27 +7,34 @@ import json
 import signal
 import time
 import urllib.request
+from pathlib import Path
 
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import flowplanner, start_flowplanner, write_config
+from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-from tests.services.process import free_port
+from tests.services.process import free_port, wait_until
 
 
-def wait_for_decisions(bootstrap: str, topic: str, count: int, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        try:
-            seen = list(read_decisions(bootstrap, topic))
-        except Exception:  # the topic appears with the first decision
-            seen = []
-        if len(seen) >= count:
-            return seen
-        time.sleep(0.5)
-    return seen
+def decisions_on(bootstrap: str, topic: str) -> list:
+    try:
+        return list(read_decisions(bootstrap, topic))
+    except Exception:  # the topic appears with the first decision
+        return []
+
+
+def wait_for_decisions(bootstrap: str, topic: str, count: int) -> list:
+    def enough() -> list:
+        seen = decisions_on(bootstrap, topic)
+        return seen if len(seen) >= count else []
+
+    return wait_until(enough, f"{count} decisions on {topic}", interval_s=0.5)
+
+
+def last_tick_time(ticks: Path) -> float:
+    records = read_jsonl(ticks) if ticks.exists() else []
+    return max((r["time"] for r in records), default=float("-inf"))
 
 
 def test_virtual_connector_holds_until_ack_and_sigterm_stops(
@@ -50,7 +57,7 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         producer.produce(events_topic, key="alpha", value=json.dumps(event).encode())
     assert producer.flush(30) == 0
 
-    port = free_port()
+    port, ticks = free_port(), tmp_path / "ticks.jsonl"
     worker = start_flowplanner(
         "run",
         "--config",
@@ -62,14 +69,16 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         "--metrics-port",
         str(port),
         "--ticks",
-        str(tmp_path / "ticks.jsonl"),
+        str(ticks),
         "--dead-letters",
         str(tmp_path / "dead.jsonl"),
     )
     try:
         first = wait_for_decisions(kafka_bootstrap, decisions, 1)
         assert [d.decision_id for d in first] == [1]
-        time.sleep(3.0)  # every window of the recording has ticked: the rest are held
+        # the recording's last events (at +60 s) fall in the window [+60, +65), whose tick record
+        # is stamped with its end: once it is written every window has ticked, the rest are held
+        wait_until(lambda: last_tick_time(ticks) >= start + 65.0, "the recording's last tick")
         assert len(list(read_decisions(kafka_bootstrap, decisions))) == 1
 
         done = flowplanner(
@@ -85,14 +94,13 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         )
         assert done.returncode == 0, done.stderr
         both = wait_for_decisions(kafka_bootstrap, decisions, 2)
-        ticks = (tmp_path / "ticks.jsonl").read_text().splitlines()
         assert [d.decision_id for d in both] == [1, 2], [
             (
                 t["time"],
                 t["decision"] and t["decision"]["decision_id"],
                 t["diagnostics"]["load_decision_reason"],
             )
-            for t in map(json.loads, ticks)
+            for t in read_jsonl(ticks)
         ] + [(tmp_path / "dead.jsonl").read_text()]
         assert "until decision 1 was acknowledged" in both[1].note
         # the released decision is the newest intent, made after the first one

@@ -12,7 +12,7 @@ import urllib.request
 from schemas import ForwardPassMetrics
 from tests.flow.runner import read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
-from tests.services.process import free_port
+from tests.services.process import free_port, wait_until
 
 SECONDS = 20.0
 
@@ -38,6 +38,17 @@ def publish_engines(url: str) -> None:
             publisher.skip(5)  # five messages lost on the way
             skipped = True
         time.sleep(0.1)
+
+
+def lines_of(path) -> list[dict]:
+    """The JSON lines a sink has written so far (none before it creates the file)."""
+    return read_jsonl(path) if path.exists() else []
+
+
+def scrape_with(port: int, line: str) -> str:
+    """The exporter's page if it shows ``line``, else an empty string."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return text if line in text else ""
 
 
 def test_zmq_fpms_drive_decisions(tmp_path):
@@ -73,20 +84,26 @@ def test_zmq_fpms_drive_decisions(tmp_path):
     )
     engines = mp.get_context("spawn").Process(target=publish_engines, args=(url,))
     engines.start()
+    decisions_file, dead_file = tmp_path / "decisions.jsonl", tmp_path / "dead.jsonl"
+    gaps = f'flowplanner_fpm_sequence_gaps_total{{endpoint="{url}"}}'
     try:
         engines.join(timeout=90)
-        time.sleep(7.0)  # the last windows close on the system clock
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        # windows close on the system clock: wait for what is asserted below, not a fixed time
+        wait_until(
+            lambda: any(d["reason"] == "scale_up" for d in lines_of(decisions_file)),
+            "a scale-up decision",
+        )
+        wait_until(lambda: lines_of(dead_file), "the malformed frame's dead letter")
+        text = wait_until(lambda: scrape_with(port, gaps), "the gap counter")
     finally:
         planner.send_signal(signal.SIGTERM)
         _, err = planner.communicate(timeout=30)
         engines.kill()
     assert engines.exitcode == 0 and planner.returncode == 0, err
-    decisions = read_jsonl(tmp_path / "decisions.jsonl")
+    decisions = read_jsonl(decisions_file)
     # the engines' ITL climbs past 60 ms: the planner scales decode up, from live FPMs alone
     assert any(d["reason"] == "scale_up" and d["num_decode"] > 2 for d in decisions), decisions
-    (dead,) = read_jsonl(tmp_path / "dead.jsonl")
+    (dead,) = read_jsonl(dead_file)
     assert dead["source"] == url and dead["deployment"] == "alpha"
     assert dead["reason"].startswith("undecodable FPM payload (not msgpack)"), dead
-    text = metrics.decode()
-    assert f'flowplanner_fpm_sequence_gaps_total{{endpoint="{url}"}} 5.0' in text
+    assert f"{gaps} 5.0" in text

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -28,6 +27,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+
+from tests.services.process import wait_until
 
 from .conftest import CA_ENV, INSECURE_ENV, Cluster
 
@@ -125,19 +126,6 @@ def status_of(err: ApiException) -> dict[str, Any]:
     return json.loads(err.body)
 
 
-def wait_for(check: Any, what: str, timeout_s: float = 30.0) -> Any:
-    """Poll ``check()`` until it returns something truthy (a real cluster is eventually
-    consistent: CRDs take a moment to be established and discovered)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def probe_crd(cluster: Cluster) -> Iterator[dict[str, Any]]:
     """The probe CRD, created through the API and deleted afterwards."""
@@ -150,8 +138,9 @@ def probe_crd(cluster: Cluster) -> Iterator[dict[str, Any]]:
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 
     assert created.metadata.name == f"{PLURAL}.{GROUP}" and created.metadata.uid
-    wait_for(established, "the probe CRD to be Established")
-    wait_for(lambda: raw(cluster, "GET", f"/apis/{GROUP}/{VERSION}")[0] == 200, "discovery")
+    # a real cluster is eventually consistent: CRDs take a moment to be established and served
+    wait_until(established, "the probe CRD to be Established", timeout_s=30.0)
+    wait_until(lambda: raw(cluster, "GET", f"/apis/{GROUP}/{VERSION}")[0] == 200, "discovery", 30.0)
     yield ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}").to_dict()
     ext.delete_custom_resource_definition(f"{PLURAL}.{GROUP}")
 

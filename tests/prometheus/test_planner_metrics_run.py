@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import time
 from pathlib import Path
 
 from connectors.metrics import PlannerMetrics
 from schemas import TickRecord
 from tests.flow.runner import read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm, decode_ramp
-from tests.services.process import free_port
+from tests.services.process import free_port, wait_until
 from tests.services.prometheus import PrometheusServer, StartPrometheus
 
 SECONDS = 40
@@ -51,15 +50,12 @@ def scalar(prometheus: PrometheusServer, promql: str) -> float | None:
     return prometheus.scalar(promql)
 
 
-def wait_for_last_window(ticks: Path, end: float, timeout: float = 60.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ticks.exists():
-            records = read_jsonl(ticks)
-            if records and records[-1]["time"] >= end:
-                return records
-        time.sleep(0.2)
-    raise TimeoutError(f"no tick record at {end} s in {ticks}")
+def wait_for_last_window(ticks: Path, end: float) -> list[dict]:
+    def through_end() -> list[dict]:
+        records = read_jsonl(ticks) if ticks.exists() else []
+        return records if records and records[-1]["time"] >= end else []
+
+    return wait_until(through_end, f"a tick record at {end} s in {ticks}")
 
 
 def last_known(records: list[dict], get) -> float | None:  # type: ignore[no-untyped-def]

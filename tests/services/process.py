@@ -7,7 +7,12 @@ import ctypes
 import signal
 import socket
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -19,6 +24,31 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_until(
+    check: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.2
+) -> T:
+    """Poll ``check()`` until it returns something truthy and return that; a test synchronises
+    on what it can observe (a file line, a metric, a Kafka record), never on a fixed sleep.
+
+    Raises ``AssertionError`` naming ``what`` if ``timeout_s`` passes first.
+
+    >>> answers = iter([0, [], "ready"])
+    >>> wait_until(lambda: next(answers), "the third answer", interval_s=0)
+    'ready'
+    >>> wait_until(lambda: None, "nothing", timeout_s=0, interval_s=0)
+    Traceback (most recent call last):
+    AssertionError: timed out after 0 s waiting for nothing
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
 
 
 def die_with_parent() -> None:

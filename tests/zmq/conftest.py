@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-
-def free_tcp_url() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+from tests.services.process import free_port
 
 
 @pytest.fixture(params=["tcp", "ipc"])
@@ -28,7 +23,7 @@ def new_url(tmp_path: Path, transport: str) -> Callable[[], str]:
 
     def make() -> str:
         if transport == "tcp":
-            return free_tcp_url()
+            return f"tcp://127.0.0.1:{free_port()}"
         return f"ipc://{tmp_path}/fpm-{next(counter)}.sock"
 
     return make
