@@ -62,7 +62,11 @@ def test_prefill_is_the_scipy_cubic_interp1d_curve(
         assert prefill.interpolate_thpt_per_gpu(isl) == pytest.approx(float(thpt(isl)), rel=1e-12)
 
 
-def test_prefill_clamps_isl_to_the_profiled_range(prefill: PrefillInterpolator) -> None:
+def test_prefill_clamps_isl_to_the_profiled_range(
+    shipped: PerformanceProfile, prefill: PrefillInterpolator
+) -> None:
+    p = shipped.prefill
+    assert p is not None
     assert (prefill.min_isl, prefill.max_isl) == (100.0, 16372.0)
     for below in (99.0, 1.0, 0.0, -5000.0):
         assert prefill.interpolate_ttft(below) == prefill.interpolate_ttft(100)
@@ -70,13 +74,21 @@ def test_prefill_clamps_isl_to_the_profiled_range(prefill: PrefillInterpolator) 
     for above in (16373.0, 50_000.0, 1e12):
         assert prefill.interpolate_ttft(above) == prefill.interpolate_ttft(16372)
         assert prefill.interpolate_thpt_per_gpu(above) == prefill.interpolate_thpt_per_gpu(16372)
-    assert prefill.interpolate_ttft(0) == pytest.approx(19.525209, rel=1e-12)
-    assert prefill.interpolate_ttft(1e6) == pytest.approx(375.482618, rel=1e-12)
+    # the clamped answers are the profile's own end points
+    ends = sorted(zip(p.prefill_isl, p.prefill_ttft, strict=True))
+    assert prefill.interpolate_ttft(0) == pytest.approx(ends[0][1], rel=1e-12)
+    assert prefill.interpolate_ttft(1e6) == pytest.approx(ends[-1][1], rel=1e-12)
 
 
-def test_prefill_throughput_stays_positive_between_points(prefill: PrefillInterpolator) -> None:
+def test_prefill_throughput_stays_positive_between_points(
+    shipped: PerformanceProfile, prefill: PrefillInterpolator
+) -> None:
+    p = shipped.prefill
+    assert p is not None
     thpt = [prefill.interpolate_thpt_per_gpu(isl) for isl in range(100, 16373, 7)]
-    assert min(thpt) == pytest.approx(5121.58410186544)  # the smallest profiled value, at 100
+    # the cubic curve never undershoots the smallest profiled value (the one at ISL 100)
+    assert min(thpt) == pytest.approx(min(p.prefill_thpt_per_gpu))
+    assert min(p.prefill_thpt_per_gpu) == p.prefill_thpt_per_gpu[p.prefill_isl.index(100.0)]
 
 
 def test_prefill_accepts_unsorted_points() -> None:
@@ -201,15 +213,26 @@ def test_decode_grid_is_the_reference_grid(decode: DecodeInterpolator) -> None:
     assert decode.interpolate_thpt_per_gpu(100, 2997) == decode.thpt_grid[22, 31]
 
 
-def test_decode_clamps_queries_to_the_grid_edges(decode: DecodeInterpolator) -> None:
-    # beyond kv 1 and the longest context: the corner cell, the nearest sample (0.963, 13585)
+def test_decode_clamps_queries_to_the_grid_edges(
+    shipped: PerformanceProfile, decode: DecodeInterpolator
+) -> None:
+    p = shipped.decode
+    assert p is not None
+    samples = sorted(zip(p.y_context_length, p.x_kv_usage, p.z_itl, p.z_thpt_per_gpu, strict=True))
+    # beyond kv 1 and the longest context: the corner cell holds the nearest sample, the most
+    # loaded one at the longest context (0.963, 13585)
+    longest = samples[-1]
+    assert (longest[0], round(longest[1], 3)) == (13585.0, 0.963)
     assert decode.grid_index(1e9, 1e9) == (99, 99)
-    assert decode.interpolate_itl(1e9, 1e9) == 36.16897458208955
-    assert decode.interpolate_thpt_per_gpu(1e9, 1e9) == 1758.2197145433702
-    # no load, no context: the (0, 0) cell, the nearest sample (0.00037, 350)
+    assert decode.interpolate_itl(1e9, 1e9) == longest[2]
+    assert decode.interpolate_thpt_per_gpu(1e9, 1e9) == longest[3]
+    # no load, no context: the (0, 0) cell, the least loaded sample at the shortest context
+    # (0.00037, 350)
+    shortest = samples[0]
+    assert (shortest[0], round(shortest[1], 5)) == (350.0, 0.00037)
     assert decode.grid_index(-5, -100) == (0, 0)
-    assert decode.interpolate_itl(0, 0) == 4.379871
-    assert decode.interpolate_thpt_per_gpu(0, 0) == 226.91981992754495
+    assert decode.interpolate_itl(0, 0) == shortest[2]
+    assert decode.interpolate_thpt_per_gpu(0, 0) == shortest[3]
 
 
 def _profile_rows(profile: DecodeProfile) -> dict[float, list[tuple[float, float]]]:

@@ -51,18 +51,36 @@ def _one_request(
     return res.ttft_ms_p50, res.itl_ms_p50
 
 
+def _profiled_ttft_ms(profile: PerformanceProfile, isl: float) -> float:
+    """The TTFT the profile measured at prefill point ``isl``."""
+    assert profile.prefill is not None
+    return profile.prefill.prefill_ttft[profile.prefill.prefill_isl.index(isl)]
+
+
+def _profiled_batch1_itl_ms(profile: PerformanceProfile, context: float) -> float:
+    """The ITL the profile measured for one request (kv = context) on row ``context``."""
+    d = profile.decode
+    assert d is not None
+    (itl,) = (
+        itl
+        for u, c, itl in zip(d.x_kv_usage, d.y_context_length, d.z_itl, strict=True)
+        if c == context and round(u * d.max_kv_tokens / c) == 1
+    )
+    return itl
+
+
 @pytest.mark.parametrize("mode", ["disagg", "agg"])
 def test_one_request_matches_profile_within_1pct(h200: PerformanceProfile, mode: str) -> None:
     # ISL 5185 is a prefill point (TTFT 104.894 ms); its decode context (5185..5204) lies
     # between the rows 2997 (4.427 ms) and 5644 (4.511 ms) at batch 1.
     ttft, itl = _one_request(h200, 5185, 20, mode)
-    assert ttft == pytest.approx(104.893601, rel=0.01)
-    assert itl == pytest.approx(4.510708, rel=0.01)
+    assert ttft == pytest.approx(_profiled_ttft_ms(h200, 5185), rel=0.01)
+    assert itl == pytest.approx(_profiled_batch1_itl_ms(h200, 5644), rel=0.01)
     # ISL 8236 (prefill point, 171.029 ms) with a batch budget that fits it in one pass;
     # decode context ~8240 vs the 8291 row (4.622 ms at batch 1).
     ttft, itl = _one_request(h200, 8236, 20, mode, max_num_batched_tokens=16384)
-    assert ttft == pytest.approx(171.02919, rel=0.01)
-    assert itl == pytest.approx(4.62219, rel=0.01)
+    assert ttft == pytest.approx(_profiled_ttft_ms(h200, 8236), rel=0.01)
+    assert itl == pytest.approx(_profiled_batch1_itl_ms(h200, 8291), rel=0.01)
 
 
 def test_chunked_prompt_pays_one_overhead_per_chunk(h200: PerformanceProfile) -> None:
