@@ -28,6 +28,14 @@ CA_ENV = "FLOWPLANNER_K8S_CA"
 INSECURE_ENV = "FLOWPLANNER_K8S_INSECURE"
 
 
+class Sleeps(list):
+    """The actuator's ``sleep``: records the backoff delays instead of sleeping, so a test
+    asserts the retry schedule without spending it."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
 def load_fixture(name: str) -> dict[str, Any]:
     """A YAML file of ``tests/kube/fixtures``."""
     return yaml.safe_load((FIXTURES / name).read_text())

@@ -16,18 +16,11 @@ from schemas import WorkerCounts
 from tests.kube.decisions import decision
 
 from .apiserver import ApiServer
-from .conftest import DgdFixture, create_dgd, load_fixture
+from .conftest import DgdFixture, Sleeps, create_dgd, load_fixture
 
 pytestmark = pytest.mark.services
 
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class Sleeps(list):
-    """Records the backoff delays instead of sleeping."""
-
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 @pytest.fixture

@@ -28,17 +28,10 @@ from connectors.dgd_dataflow import DgdInventorySource, DgdSink
 from schemas import InventoryEvent
 from tests.kube.decisions import decision
 
-from .conftest import DgdFixture
+from .conftest import DgdFixture, Sleeps
 from .scripted_server import HANG, Reply, ScriptedServer
 
 pytestmark = pytest.mark.services
-
-
-class Sleeps(list):
-    """Records the backoff delays instead of sleeping."""
-
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 def actuator(server: ScriptedServer, **options: Any) -> DgdActuator:
