@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -31,7 +30,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.services.process import die_with_parent, free_port, stop, tail
+from tests.services.process import die_with_parent, service_on_free_port
 
 STARTUP_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 0.5
@@ -107,29 +106,17 @@ def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
     binary = tansu_binary()
     with tempfile.TemporaryDirectory(prefix="tansu-") as workdir:
         log = Path(workdir) / "tansu.log"
-        for _attempt in range(PORT_ATTEMPTS):
-            port = free_port()
-            bootstrap = f"127.0.0.1:{port}"
-            process = _start(binary, port, log)
-            try:
-                deadline = time.monotonic() + startup_timeout_s
-                while process.poll() is None and not _answers_metadata(bootstrap):
-                    if time.monotonic() > deadline:
-                        raise BrokerStartError(
-                            f"Tansu on {bootstrap} did not answer metadata within "
-                            f"{startup_timeout_s:g} s; log:\n{tail(log)}"
-                        )
-                    time.sleep(0.05)
-                if process.poll() is not None:
-                    # Most likely somebody took the port between our probe and the bind.
-                    continue
-                yield bootstrap
-                return
-            finally:
-                stop(process, STOP_TIMEOUT_S)
-        raise BrokerStartError(
-            f"Tansu exited at start-up {PORT_ATTEMPTS} times; last log:\n{tail(log)}"
-        )
+        with service_on_free_port(
+            "Tansu",
+            lambda port: _start(binary, port, log),
+            lambda port: _answers_metadata(f"127.0.0.1:{port}"),
+            log,
+            BrokerStartError,
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=STOP_TIMEOUT_S,
+            attempts=PORT_ATTEMPTS,
+        ) as (port, _process):
+            yield f"127.0.0.1:{port}"
 
 
 _topic_numbers = itertools.count(1)

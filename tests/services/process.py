@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,3 +76,43 @@ def tail(log: Path, lines: int = 20) -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def service_on_free_port(
+    name: str,
+    launch: Callable[[int], subprocess.Popen],
+    ready: Callable[[int], bool],
+    log: Path,
+    error: type[Exception],
+    *,
+    startup_timeout_s: float,
+    stop_timeout_s: float,
+    attempts: int = 5,
+) -> Iterator[tuple[int, subprocess.Popen]]:
+    """Start a service with ``launch(port)`` on a free loopback port; yield the port and the
+    process once ``ready(port)``; always stop it (terminate, then kill after ``stop_timeout_s``).
+
+    A process that exits during start-up most likely lost its port to somebody else between
+    the probe and the bind: it is retried on a new port, ``attempts`` times in all. ``error``
+    (with the tail of ``log``) is raised when it never becomes ready.
+    """
+    for _attempt in range(attempts):
+        port = free_port()
+        process = launch(port)
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while process.poll() is None and not ready(port):
+                if time.monotonic() > deadline:
+                    raise error(
+                        f"{name} on 127.0.0.1:{port} not ready within {startup_timeout_s:g} s; "
+                        f"log:\n{tail(log)}"
+                    )
+                time.sleep(0.05)
+            if process.poll() is not None:
+                continue
+            yield port, process
+            return
+        finally:
+            stop(process, stop_timeout_s)
+    raise error(f"{name} exited at start-up {attempts} times; last log:\n{tail(log)}")

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.services.process import die_with_parent, free_port, stop, tail
+from tests.services.process import die_with_parent, service_on_free_port
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -156,11 +156,10 @@ def prometheus_server(
         config = Path(workdir) / "prometheus.yml"
         config.write_text(yaml.safe_dump(scrape_config(jobs, scrape_interval)))
         log = Path(workdir) / "prometheus.log"
-        for _attempt in range(PORT_ATTEMPTS):
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
+
+        def launch(port: int) -> subprocess.Popen:
             with open(log, "wb") as out:
-                process = subprocess.Popen(
+                return subprocess.Popen(
                     [
                         binary,
                         f"--config.file={config}",
@@ -173,24 +172,18 @@ def prometheus_server(
                     stderr=subprocess.STDOUT,
                     preexec_fn=die_with_parent,
                 )
-            try:
-                deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                while process.poll() is None and not _ready(url):
-                    if time.monotonic() > deadline:
-                        raise PrometheusStartError(
-                            f"Prometheus on {url} not ready within {STARTUP_TIMEOUT_S:g} s; "
-                            f"log:\n{tail(log)}"
-                        )
-                    time.sleep(0.05)
-                if process.poll() is not None:
-                    continue  # most likely the port was taken between the probe and the bind
-                yield PrometheusServer(url, process)
-                return
-            finally:
-                stop(process, STOP_TIMEOUT_S)
-        raise PrometheusStartError(
-            f"Prometheus exited at start-up {PORT_ATTEMPTS} times; last log:\n{tail(log)}"
-        )
+
+        with service_on_free_port(
+            "Prometheus",
+            launch,
+            lambda port: _ready(f"http://127.0.0.1:{port}"),
+            log,
+            PrometheusStartError,
+            startup_timeout_s=STARTUP_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
+            attempts=PORT_ATTEMPTS,
+        ) as (port, process):
+            yield PrometheusServer(f"http://127.0.0.1:{port}", process)
 
 
 StartPrometheus = Callable[..., PrometheusServer]
