@@ -31,20 +31,23 @@ def test_preload_reads_the_profile_and_the_warmup_trace():
     assert sum(o.num_req for o in warmup["d"]) == len(rows)
 
 
-def one_tick_stream(path: Path) -> Path:
-    fpm = {
-        "worker_id": "w0",
-        "wall_time": 0.018,
-        "scheduled_requests": {"num_decode_requests": 64, "sum_decode_kv_tokens": 80_000},
-    }
+DECODE_PASS = {
+    "worker_id": "w0",
+    "wall_time": 0.018,
+    "scheduled_requests": {"num_decode_requests": 64, "sum_decode_kv_tokens": 80_000},
+}
+
+
+def one_tick_stream(path: Path, role: str = "decode", fpm: dict = DECODE_PASS) -> Path:
+    """One engine of ``role``, one forward pass, one tick at 5 s."""
     events = [
         {
             "type": "inventory",
             "deployment": "d",
             "time": 0.0,
-            "payload": {"ready_num_decode": 1, "expected_num_decode": 1},
+            "payload": {f"ready_num_{role}": 1, f"expected_num_{role}": 1},
         },
-        {"type": "fpm", "deployment": "d", "time": 4.5, "payload": {"role": "decode", "fpm": fpm}},
+        {"type": "fpm", "deployment": "d", "time": 4.5, "payload": {"role": role, "fpm": fpm}},
         {"type": "clock", "deployment": "d", "time": 5.0, "payload": {}},
     ]
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -141,18 +144,7 @@ def test_configured_capabilities_let_prefill_scale_before_any_capabilities_event
         "scheduled_requests": {"num_prefill_requests": 2, "sum_prefill_tokens": 8192},
         "queued_requests": {"num_prefill_requests": 40, "sum_prefill_tokens": 400_000},
     }
-    events = [
-        {
-            "type": "inventory",
-            "deployment": "d",
-            "time": 0.0,
-            "payload": {"ready_num_prefill": 1, "expected_num_prefill": 1},
-        },
-        {"type": "fpm", "deployment": "d", "time": 4.5, "payload": {"role": "prefill", "fpm": fpm}},
-        {"type": "clock", "deployment": "d", "time": 5.0, "payload": {}},
-    ]
-    stream = tmp_path / "prefill.jsonl"
-    stream.write_text("".join(json.dumps(e) + "\n" for e in events))
+    stream = one_tick_stream(tmp_path / "prefill.jsonl", "prefill", fpm)
     reasons = {}
     for name, extra in (
         ("unknown", {}),
