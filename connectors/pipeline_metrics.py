@@ -35,6 +35,11 @@ FPM_GAPS = Counter(
     ["endpoint"],
 )
 DECISIONS_OUT = Counter("flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"])
+DECISION_DELIVERY_WAITS = Counter(
+    "flowplanner_decision_delivery_waits",
+    "Waits of a decision sink's flush for an unreachable broker (each as long as its timeout)",
+    ["sink"],
+)
 FPM_ENGINES = Gauge(
     "flowplanner_fpm_engines",
     "Engines heard from over ZMQ within engine_silence_seconds",

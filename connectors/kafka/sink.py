@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,7 +10,14 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from confluent_kafka import KafkaError, Message, Producer
 
 from connectors.kafka.client import ensure_topic, flush, produce, producer_config
+from connectors.pipeline_metrics import DECISION_DELIVERY_WAITS
 from schemas import ScalingDecision
+
+NO_DELIVERY_LIMIT = {"message.timeout.ms": 0}
+"""librdkafka retries a message for ``message.timeout.ms`` (0 = for ever) before failing it."""
+
+
+log = logging.getLogger(__name__)
 
 
 class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
@@ -18,6 +26,26 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         self._topic = topic
         self._where = where
         self._timeout_s = timeout_s
+
+    def _deliver(self, failures: list[str]) -> None:
+        """Wait until every queued decision is acknowledged, however long the broker is away.
+
+        Nothing is dropped and nothing is reordered (the producer retries until delivery); a
+        decision the broker refuses (``failures``, filled by the delivery callback) raises.
+        """
+        waited = 0.0
+        while remaining := self._producer.flush(self._timeout_s):
+            if failures:
+                break
+            waited += self._timeout_s
+            DECISION_DELIVERY_WAITS.labels(sink=self._where).inc()
+            log.warning(
+                "%d decisions wait for %s (%g s so far): retrying until it answers",
+                remaining,
+                self._where,
+                waited,
+            )
+        flush(self._producer, self._where, self._timeout_s, failures, "decisions")
 
     def write_batch(self, items: list[ScalingDecision]) -> None:
         failures: list[str] = []
@@ -39,7 +67,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
                 item.model_dump_json().encode(),
                 on_delivery,
             )
-        flush(self._producer, self._where, self._timeout_s, failures, "decisions")
+        self._deliver(failures)
 
     def close(self) -> None:
         flush(self._producer, self._where, self._timeout_s, [], "decisions")
@@ -50,8 +78,13 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
 
     The producer is idempotent (``enable.idempotence=true``, ``acks=all``), so retries never
     duplicate or reorder a deployment's decisions. The topic is created with ``partitions``
-    partitions if it does not exist. Each batch is flushed before ``write_batch`` returns, and a
-    decision the broker did not acknowledge raises :class:`KafkaConnectorError`. After a
+    partitions if it does not exist. Each batch is delivered before ``write_batch`` returns:
+    while the broker is unreachable the sink waits (a warning every ``timeout_s``, and
+    ``flowplanner_decision_delivery_waits_total``) and the planner with it, keeping its state,
+    rather than failing the run — a restarted worker would replay its inputs and send their
+    decisions again. A decision the broker refuses raises :class:`KafkaConnectorError`, and so
+    does one that outlives a ``message.timeout.ms`` given in ``config`` (by default there is
+    no limit). Closing waits at most ``timeout_s``. After a
     recovery, decisions of the resumed epoch may be written again: consumers deduplicate by
     ``(deployment, decision_id)``.
 
@@ -88,6 +121,6 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
             config=self.config,
             timeout_s=self.timeout_s,
         )
-        producer = Producer(producer_config(self.bootstrap, self.config))
+        producer = Producer(producer_config(self.bootstrap, {**NO_DELIVERY_LIMIT, **self.config}))
         where = f"Kafka topic {self.topic} at {self.bootstrap}"
         return _DecisionSinkPartition(producer, self.topic, where, self.timeout_s)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 
 import bytewax.operators as op
@@ -17,8 +19,8 @@ from connectors.kafka import (
     read_decisions,
 )
 from tests.kafka.samples import make_decision, topic_partitions, write_raw
-from tests.services.kafka import tansu_broker
-from tests.services.process import free_port
+from tests.services.kafka import tansu_broker, tansu_process
+from tests.services.process import free_port, wait_until
 
 
 def run_flow(flow: Dataflow, workers: int) -> None:
@@ -119,6 +121,41 @@ def test_delivery_failure_raises_instead_of_dropping(kafka_topic: str) -> None:
     # The broker is gone: the next decision cannot be delivered, and the sink must say so.
     with pytest.raises(KafkaConnectorError, match=r"1 decisions could not be written"):
         part.write_batch([make_decision(decision_id=2)])
+
+
+def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
+    kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A paused broker (a network partition, a long GC) must not end a live planner: the sink
+    # waits, says so, and delivers everything in order once the broker is back.
+    with tansu_process() as (bootstrap, broker):
+        part = KafkaDecisionSink(bootstrap, kafka_topic, timeout_s=0.5).build("out", 0, 1)
+        part.write_batch([make_decision(decision_id=1)])
+        outcome: list[BaseException | None] = []
+
+        def write() -> None:
+            try:
+                part.write_batch([make_decision(decision_id=2), make_decision(decision_id=3)])
+                outcome.append(None)
+            except BaseException as error:  # the test reports it
+                outcome.append(error)
+
+        broker.send_signal(signal.SIGSTOP)
+        try:
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            wait_until(
+                lambda: sum("decisions wait for" in r.getMessage() for r in caplog.records) >= 3,
+                "three warnings of the waiting sink",
+                timeout_s=30,
+            )
+            assert writer.is_alive() and outcome == []  # still waiting, not failed
+        finally:
+            broker.send_signal(signal.SIGCONT)
+        writer.join(timeout=60)
+        assert outcome == [None]
+        part.close()
+        assert [d.decision_id for d in read_decisions(bootstrap, kafka_topic)] == [1, 2, 3]
 
 
 def test_sink_rejects_items_that_are_not_decisions(kafka_bootstrap: str, kafka_topic: str) -> None:

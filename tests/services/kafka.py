@@ -97,8 +97,11 @@ def _start(binary: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
-    """Run a Tansu broker on a free loopback port; yields its bootstrap address ``host:port``.
+def tansu_process(
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run a Tansu broker on a free loopback port; yields its bootstrap address ``host:port``
+    and its process (to pause it, as a network partition would).
 
     The broker answers Kafka metadata requests when this yields and is stopped (terminated,
     then killed) when the block exits, whatever the outcome.
@@ -115,8 +118,15 @@ def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
             startup_timeout_s=startup_timeout_s,
             stop_timeout_s=STOP_TIMEOUT_S,
             attempts=PORT_ATTEMPTS,
-        ) as (port, _process):
-            yield f"127.0.0.1:{port}"
+        ) as (port, process):
+            yield f"127.0.0.1:{port}", process
+
+
+@contextlib.contextmanager
+def tansu_broker(startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
+    """Run a Tansu broker on a free loopback port; yields its bootstrap address ``host:port``."""
+    with tansu_process(startup_timeout_s) as (bootstrap, _process):
+        yield bootstrap
 
 
 _topic_numbers = itertools.count(1)
