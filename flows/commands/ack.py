@@ -1,14 +1,17 @@
 """``flowplanner ack``: acknowledge applied decisions (the external orchestrator's side).
 
-Writes ``{"deployment": D, "acked_decision_id": N, "time": now}`` to the virtual connector's
-acknowledgement topic, so the planner sends the next decision it holds for ``D``.
+Writes ``{"deployment": D, "acked_decision_id": N}`` to the virtual connector's acknowledgement
+topic, so the planner sends the next decision it holds for ``D``. Without ``--time`` the
+acknowledgement carries no time and applies from the planner's next tick: the host clock is not
+the planner's event time (a recorded stream counts from 0, an orchestrator's clock may run ahead
+of the engines'), and an acknowledgement stamped ahead of the event time moves the watermark
+there, so every measurement until then would be dead-lettered as late.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from pydantic import ValidationError
 
@@ -24,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             args.topic,
             args.deployment,
             args.decision_id,
-            time=time.time() if args.time is None else args.time,
+            time=args.time,
             timeout_s=args.timeout,
         )
     except ValidationError as error:
@@ -58,7 +61,8 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="when it was applied, Unix seconds (default: now)",
+        help="when it was applied, in the planner's event time (default: none, the planner "
+        "applies it from its next tick)",
     )
     parser.add_argument(
         "--timeout",
