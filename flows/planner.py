@@ -141,21 +141,22 @@ def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
 
 
 def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
-    """An acknowledgement as an input event, at the time it was applied.
+    """An acknowledgement from the virtual connector's topic as an input event.
 
-    An acknowledgement that does not say when is timed at event time 0: it is a state snapshot,
-    so the window step places it at the planner's watermark and it applies from the next tick
-    (the host clock would move event time — every later measurement of a recorded stream would
-    be late — and would make a replay depend on when it ran).
+    It is a state snapshot timed at event time 0, whatever its own ``time`` says: the window
+    step places it at the planner's watermark, so it applies from the next tick. Its ``time`` is
+    the orchestrator's clock, not the data's: one ahead of the data (or in milliseconds) would
+    move event time on and make every later measurement late, and the host clock would make a
+    replay depend on when it ran.
 
-    >>> ack_event(DecisionAck(deployment="d", acked_decision_id=3)).time
+    >>> ack_event(DecisionAck(deployment="d", acked_decision_id=3, time=1e10)).time
     0.0
     """
     if isinstance(item, DeadLetter):
         return item
     return AckEvent(
         deployment=item.deployment,
-        time=item.time if item.time is not None else 0.0,
+        time=0.0,
         payload=Acknowledgement(acked_decision_id=item.acked_decision_id),
     )
 

@@ -91,8 +91,16 @@ class ScalingDecision(BaseModel):
     deployment: str
     decision_id: int = Field(ge=1)
     time: float
-    num_prefill: int | None = Field(default=None, ge=0)
-    num_decode: int | None = Field(default=None, ge=0)
+    num_prefill: int | None = Field(
+        default=None,
+        ge=0,
+        description="Prefill replicas wanted; null: no change wanted, or an aggregated deployment",
+    )
+    num_decode: int | None = Field(
+        default=None,
+        ge=0,
+        description="Decode replicas wanted (of an agg deployment: its engines); null: no change",
+    )
     current_prefill: int | None = None
     current_decode: int | None = None
     source: Literal["load", "throughput"]
@@ -108,7 +116,8 @@ class DecisionAck(BaseModel):
 
     Sent back on the virtual connector's acknowledgement topic; ``acked_decision_id`` is the
     newest ``decision_id`` applied (reference: ``scaled_decision_id``). ``time`` is when it was
-    applied (Unix seconds), if the sender says.
+    applied (Unix seconds), if the sender says — for the record: the planner applies an
+    acknowledgement from its next tick, whatever its time.
 
     >>> DecisionAck.model_validate_json('{"deployment": "llama", "acked_decision_id": 3}')
     DecisionAck(schema_version=1, deployment='llama', acked_decision_id=3, time=None)

@@ -1,11 +1,9 @@
 """``flowplanner ack``: acknowledge applied decisions (the external orchestrator's side).
 
 Writes ``{"deployment": D, "acked_decision_id": N}`` to the virtual connector's acknowledgement
-topic, so the planner sends the next decision it holds for ``D``. Without ``--time`` the
-acknowledgement carries no time and applies from the planner's next tick: the host clock is not
-the planner's event time (a recorded stream counts from 0, an orchestrator's clock may run ahead
-of the engines'), and an acknowledgement stamped ahead of the event time moves the watermark
-there, so every measurement until then would be dead-lettered as late.
+topic, so the planner sends the next decision it holds for ``D``; it applies from the planner's
+next tick. ``--time`` records when it was applied, for the record only: the planner does not take
+an acknowledgement's time as event time (an orchestrator's clock is not the data's).
 """
 
 from __future__ import annotations
@@ -61,8 +59,8 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="when it was applied, in the planner's event time (default: none, the planner "
-        "applies it from its next tick)",
+        help="when it was applied, for the record (default: none); the planner applies an "
+        "acknowledgement from its next tick either way",
     )
     parser.add_argument(
         "--timeout",

@@ -40,13 +40,14 @@ def wire_schemas() -> dict[str, dict]:
 
 def run(args: argparse.Namespace) -> int:
     schemas = wire_schemas()
-    if args.type:
-        schemas = {args.type: schemas[args.type]}
-    print(json.dumps(schemas, indent=2))
+    # one type: its schema itself, ready for a validator; all: a mapping of name to schema
+    print(json.dumps(schemas[args.type] if args.type else schemas, indent=2))
     return 0
 
 
 def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("schema", help="print the JSON Schema of every wire type")
-    parser.add_argument("type", nargs="?", choices=sorted(WIRE_TYPES), help="only this type")
+    parser.add_argument(
+        "type", nargs="?", choices=sorted(WIRE_TYPES), help="only this type's schema (unwrapped)"
+    )
     parser.set_defaults(func=run)

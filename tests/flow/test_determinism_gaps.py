@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bytewax.testing import TestingSink, TestingSource, run_main
 
 from flows.planner import PlannerSinks, build_flow
@@ -99,13 +100,14 @@ def test_a_tick_interval_below_the_merge_tolerance_ticks_once_a_window(tmp_path)
     assert all(t["ran_load"] for t in ticks)
 
 
-def test_an_acknowledgement_without_a_time_does_not_move_event_time():
-    # the orchestrator may leave out when it applied a decision; such an acknowledgement is a
-    # state snapshot for the next tick, not a jump of event time to the host clock (which
-    # made every later measurement of a recorded stream late)
+@pytest.mark.parametrize("sent_at", [None, 1.7e9, 9e10])
+def test_an_acknowledgement_does_not_move_event_time(sent_at):
+    # an acknowledgement is a state snapshot for the next tick, whatever time the orchestrator
+    # gave it (none, its own Unix clock, far ahead): not a jump of event time, which made
+    # every later measurement of a stream on another clock late
     events = overloaded_with_gap()
     decisions, ticks, dead = [], [], []
-    untimed = DecisionAck(deployment="alpha", acked_decision_id=1)
+    untimed = DecisionAck(deployment="alpha", acked_decision_id=1, time=sent_at)
     flow = build_flow(
         {"alpha": PlannerConfig(**BOTH_LOOPS)},
         [TestingSource([parse_event(json.dumps(e)) for e in events])],

@@ -54,6 +54,9 @@ def test_every_wire_type_has_a_schema():
     assert "scale_down_refused_consolidation" in json.dumps(reasons["load_decision_reason"])
 
 
-def test_one_type():
+def test_one_type_prints_its_schema_itself():
     done = flowplanner("schema", "ScalingDecision")
-    assert list(json.loads(done.stdout)) == ["ScalingDecision"]
+    schema = json.loads(done.stdout)
+    assert schema["title"] == "ScalingDecision"  # ready for a validator, not wrapped by name
+    assert schema == json.loads(flowplanner("schema").stdout)["ScalingDecision"]
+    assert "agg" in schema["properties"]["num_decode"]["description"]
