@@ -14,16 +14,14 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 
 from connectors.kafka import DecisionMessage, KafkaConnectorError, read_decision_messages
+from flows.display import format_step, format_time
 from schemas import ScalingDecision
 
 COLUMNS = ("TIME", "DEPLOYMENT", "ID", "PREFILL", "DECODE", "SOURCE", "REASON")
 DEFAULT_WIDTHS = (20, 16, 4, 9, 9, 10)
 """Widths of every column but the last (used when following, before the data is known)."""
-
-UNIX_TIME_FROM = 1e9
 
 SIGPIPE_STATUS = 141
 """Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
@@ -46,28 +44,6 @@ def timeout_seconds(text: str) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return seconds
-
-
-def format_time(seconds: float) -> str:
-    """A decision's time: UTC date and time for Unix times, plain seconds otherwise.
-
-    >>> format_time(1_780_000_000.25), format_time(105.0)
-    ('2026-05-28 20:26:40Z', '105.0')
-    """
-    if seconds >= UNIX_TIME_FROM:
-        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return f"{seconds:.1f}"
-
-
-def format_step(current: int | None, target: int | None) -> str:
-    """One role's change: ``2->3``; ``2 (keep)`` without a target; ``-`` when nothing is known.
-
-    >>> format_step(2, 3), format_step(2, None), format_step(None, 4), format_step(None, None)
-    ('2->3', '2 (keep)', '?->4', '-')
-    """
-    if target is None:
-        return "-" if current is None else f"{current} (keep)"
-    return f"{'?' if current is None else current}->{target}"
 
 
 def format_reason(decision: ScalingDecision) -> str:
