@@ -4,16 +4,25 @@ simulated operator, and the target of the conformance suite (ours, or a real clu
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import bytewax.operators as op
 import pytest
 import yaml
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, cluster_main, run_main
 from kubernetes import client as k8s
+
+from connectors.dgd import DgdActuator
+from connectors.dgd_dataflow import DgdInventorySource
+from schemas import InventoryEvent
 
 from .apiserver import ApiServer
 from .dgd_operator import SimulatedOperator
@@ -34,6 +43,33 @@ class Sleeps(list):
 
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
+
+
+def poll_inventory(
+    actuator: Callable[[], DgdActuator], workers: int = 1, polls: int = 3
+) -> list[InventoryEvent]:
+    """What a :class:`DgdInventorySource` of deployment ``llama`` yields in ``polls`` polls,
+    run in the real bytewax runtime; the polls are timed 100, 110, 120, ... s."""
+    events: list[InventoryEvent] = []
+    flow = Dataflow("dgd_inventory")
+    source = DgdInventorySource(
+        actuator,
+        "llama",
+        timedelta(milliseconds=1),
+        clock=itertools.count(100.0, 10.0).__next__,
+        max_polls=polls,
+    )
+    op.output("out", op.input("inventory", flow, source), TestingSink(events))
+    run_flow(flow, workers)
+    return events
+
+
+def run_flow(flow: Dataflow, workers: int = 1) -> None:
+    """Run ``flow`` to completion with ``workers`` worker threads."""
+    if workers == 1:
+        run_main(flow)
+    else:
+        cluster_main(flow, [], 0, worker_count_per_proc=workers)
 
 
 def load_fixture(name: str) -> dict[str, Any]:

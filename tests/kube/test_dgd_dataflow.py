@@ -6,30 +6,22 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, TestingSource, cluster_main, run_main
+from bytewax.testing import TestingSource, run_main
 from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
-from schemas import DeadLetter, InventoryEvent, TickRecord, WorkerCounts
+from schemas import DeadLetter, TickRecord, WorkerCounts
 from tests.kube.decisions import decision
 
-from .conftest import DgdFixture
+from .conftest import DgdFixture, poll_inventory, run_flow
 
 pytestmark = pytest.mark.services
-
-
-def run(flow: Dataflow, workers: int) -> None:
-    if workers == 1:
-        run_main(flow)
-    else:
-        cluster_main(flow, [], 0, worker_count_per_proc=workers)
 
 
 def factory(dgd: DgdFixture, **options: Any) -> Callable[[], DgdActuator]:
@@ -57,7 +49,7 @@ def test_sink_applies_decisions_in_a_dataflow(dgd: DgdFixture, workers: int):
     decisions = op.input("ticks", flow, TestingSource(ticks))
     op.output("dgd", decisions, DgdSink(factory(dgd), on_result=results.append))
     before = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
-    run(flow, workers)
+    run_flow(flow, workers)
     assert [(r.decision_id, r.outcome) for r in results] == [(1, "applied")]
     assert dgd.get()["spec"]["services"]["VllmDecodeWorker"]["replicas"] == 2
     after = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
@@ -126,17 +118,7 @@ def test_inventory_source_polls_the_dgd(dgd: DgdFixture, workers: int):
             )
 
     dgd.server.before_request(scale_up_before_second_poll)
-    events: list[InventoryEvent] = []
-    flow = Dataflow("dgd_inventory")
-    source = DgdInventorySource(
-        factory(dgd),
-        "llama",
-        timedelta(milliseconds=1),
-        clock=itertools.count(100.0, 10.0).__next__,
-        max_polls=3,
-    )
-    op.output("out", op.input("inventory", flow, source), TestingSink(events))
-    run(flow, workers)
+    events = poll_inventory(factory(dgd), workers)
 
     assert [(e.deployment, e.time) for e in events] == [
         ("llama", 100.0),
@@ -161,17 +143,7 @@ def test_inventory_source_skips_a_failed_poll(dgd: DgdFixture):
 
     dgd.server.before_request(fail_second_poll)
     errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
-    events: list[InventoryEvent] = []
-    flow = Dataflow("dgd_inventory_fail")
-    source = DgdInventorySource(
-        factory(dgd),
-        "llama",
-        timedelta(milliseconds=1),
-        clock=itertools.count(100.0, 10.0).__next__,
-        max_polls=3,
-    )
-    op.output("out", op.input("inventory", flow, source), TestingSink(events))
-    run_main(flow)
+    events = poll_inventory(factory(dgd))
     assert [e.time for e in events] == [100.0, 110.0]  # the failed poll yielded nothing
     assert all(e.payload.ready_num_decode == 1 for e in events)
     errors_after = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")

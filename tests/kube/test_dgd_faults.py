@@ -6,15 +6,13 @@ serves is the one the test API server stores."""
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
-from datetime import timedelta
 from typing import Any
 
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSource, run_main
 from prometheus_client import REGISTRY
 
 from connectors.dgd import (
@@ -24,11 +22,10 @@ from connectors.dgd import (
     DgdValidationError,
     kube_api_client,
 )
-from connectors.dgd_dataflow import DgdInventorySource, DgdSink
-from schemas import InventoryEvent
+from connectors.dgd_dataflow import DgdSink
 from tests.kube.decisions import decision
 
-from .conftest import DgdFixture, Sleeps
+from .conftest import DgdFixture, Sleeps, poll_inventory
 from .scripted_server import HANG, Reply, ScriptedServer
 
 pytestmark = pytest.mark.services
@@ -100,17 +97,7 @@ def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture):
     html = Reply(200, b"<html>proxy error</html>", "text/html")
     errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
     with ScriptedServer(Reply.json(good), Reply.json(good), html, default=Reply.json(good)) as srv:
-        events: list[InventoryEvent] = []
-        flow = Dataflow("dgd_inventory_malformed")
-        source = DgdInventorySource(
-            lambda: actuator(srv),
-            "llama",
-            timedelta(milliseconds=1),
-            clock=itertools.count(100.0, 10.0).__next__,
-            max_polls=3,
-        )
-        op.output("out", op.input("inventory", flow, source), TestingSink(events))
-        run_main(flow)
+        events = poll_inventory(lambda: actuator(srv))
     assert len(srv.requests) == 4  # the validation and three polls
     assert [e.time for e in events] == [100.0, 110.0]  # the malformed poll yielded nothing
     assert all(e.payload.expected_num_decode == 1 for e in events)
