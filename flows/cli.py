@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -32,7 +33,7 @@ def _number(
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
     if (value <= low) if strict else (value < low):
         raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")

@@ -207,8 +207,9 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         help="PATH (recorded JSONL, .gz ok) | kafka://H:P/TOPIC[?until=end] | "
+        "kafka://H:P/TOPIC?format=dynamo-trace&deployment=D | "
         "zmq+tcp://H:P?deployment=D&role=R (also zmq+ipc://) | "
-        "prometheus://H:P?deployment=D[&model=M&namespace=NS] (repeatable)",
+        "prometheus://H:P?deployment=D[&model=M&namespace=NS&spec_decode=B] (repeatable)",
     )
     parser.add_argument(
         "--output",
