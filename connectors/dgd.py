@@ -32,10 +32,15 @@ Inventory (:meth:`DgdActuator.read_inventory`)
 Applying a decision (:meth:`DgdActuator.apply`)
     One JSON merge patch (``Content-Type: application/merge-patch+json``)::
 
-        {"metadata": {"resourceVersion": "<as read>"},
+        {"metadata": {"resourceVersion": "<as read>",
+                      "annotations": {"flowplanner/last-decision": "<DeliveredDecision>"}},
          "spec": {"services": {"<Service>": {"replicas": N}}}}
 
     carrying only the roles whose target differs from the spec (equal → ``no_change``). The
+    annotation records the decision with the replicas it set (a
+    :class:`schemas.DeliveredDecision` as JSON: ``deployment``, ``decision_id``, ``time``), so
+    a restarted planner reads it back (:meth:`DgdActuator.delivered`) and does not apply
+    the decisions of its replayed history again. The
     ``resourceVersion`` precondition makes the patch apply to exactly the state the checks
     below were made on; a 409 Conflict (someone else wrote in between) means re-read, re-check,
     re-patch. It fails, with a reason, when a managed service is gone from the spec or its
@@ -88,6 +93,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from prometheus_client import Counter
+from pydantic import ValidationError
 
 from connectors.dgd_graph import (
     DGD_GROUP,
@@ -103,10 +109,17 @@ from connectors.dgd_graph import (
     spec_problems,
     worker_counts,
 )
-from schemas import Role, ScalingDecision, WorkerCounts
+from schemas import (
+    DeliveredDecision,
+    Role,
+    ScalingDecision,
+    WorkerCounts,
+    describe_validation_error,
+)
 
 __all__ = [
     "DGD_NAME_ENV",
+    "LAST_DECISION_ANNOTATION",
     "ApplyResult",
     "DgdActuator",
     "DgdUnavailableError",
@@ -120,6 +133,8 @@ log = logging.getLogger(__name__)
 DGD_NAME_ENV = "DYN_PARENT_DGD_K8S_NAME"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 MERGE_PATCH = "application/merge-patch+json"
+LAST_DECISION_ANNOTATION = "flowplanner/last-decision"
+"""The DGD annotation naming the decision whose replicas our last patch set."""
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 DGD_ACTIONS = Counter(
@@ -409,6 +424,27 @@ class DgdActuator:
         status = last.status if isinstance(last, ApiException) else None
         raise DgdUnavailableError(f"cannot read DGD {self.dgd}: {_error_text(last)}", status)
 
+    def delivered(self) -> DeliveredDecision | None:
+        """The last decision a patch of ours carried (its annotation), if the DGD has one.
+
+        An annotation that does not parse is passed over with a warning.
+        """
+        metadata = self.read().get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        raw = annotations.get(LAST_DECISION_ANNOTATION) if isinstance(annotations, dict) else None
+        if raw is None:
+            return None
+        try:
+            return DeliveredDecision.model_validate_json(str(raw))
+        except ValidationError as err:
+            log.warning(
+                "DGD %s: ignored annotation %s (%s)",
+                self.dgd,
+                LAST_DECISION_ANNOTATION,
+                describe_validation_error(err),
+            )
+            return None
+
     def validate(self) -> dict[Role, str]:
         """Check the DGD exists and has one service per role; returns role → service name.
 
@@ -535,11 +571,14 @@ class DgdActuator:
                 return result("no_change", "the DGD already asks for these replicas")
             if skip is not None:
                 return result(skip[0], skip[1], patch)
-            body: dict[str, Any] = {
-                "spec": {"services": {svc: {"replicas": n} for svc, n in patch.items()}}
-            }
+            mark = DeliveredDecision.of(decision).model_dump_json()
+            metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
             if self.resource_version_precondition:
-                body["metadata"] = {"resourceVersion": dgd["metadata"]["resourceVersion"]}
+                metadata["resourceVersion"] = dgd["metadata"]["resourceVersion"]
+            body = {
+                "metadata": metadata,
+                "spec": {"services": {svc: {"replicas": n} for svc, n in patch.items()}},
+            }
             steps = ", ".join(
                 f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
             )

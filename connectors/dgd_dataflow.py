@@ -26,7 +26,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from connectors.dgd import DGD_ACTIONS, ApplyResult, DgdActuator, DgdUnavailableError
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
-from schemas import DeadLetter, InventoryEvent, ScalingDecision, TickRecord
+from schemas import DeadLetter, DeliveredDecision, InventoryEvent, ScalingDecision, TickRecord
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,24 @@ class DgdSink(DynamicSink[Any]):
         :meth:`DgdActuator.from_environment` (``mode``, ``backend``, ``host``, ``token``, ...)."""
         factory = _factory_for(target, **actuator_kwargs)
         return cls(factory, deployment=deployment, on_result=on_result)
+
+    def delivered(self) -> list[DeliveredDecision]:
+        """The decision the DGD's annotation says our last patch carried (see
+        :meth:`connectors.dgd.DgdActuator.delivered`); one of another deployment is ignored."""
+        actuator = self.actuator_factory()
+        actuator.validate()  # a missing or unfit DGD is named as such
+        mark = actuator.delivered()
+        if mark is None:
+            return []
+        if self.deployment is not None and mark.deployment != self.deployment:
+            log.warning(
+                "DGD %s was last patched for deployment %r, not %r: its decisions do not count",
+                actuator.dgd,
+                mark.deployment,
+                self.deployment,
+            )
+            return []
+        return [mark]
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _DgdSinkPartition:
         """Build the worker's actuator and validate the DGD (raises on a bad DGD)."""

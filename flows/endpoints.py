@@ -43,7 +43,7 @@ from bytewax.outputs import Sink
 
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
-from connectors.kafka import KafkaConnectorError, ensure_topic
+from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.url import KafkaUrl
 from connectors.prometheus import (
     PrometheusClient,
@@ -56,7 +56,7 @@ from connectors.recorded import RecordedSource
 from connectors.virtual import AckSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
-from schemas import PlannerConfig, Role
+from schemas import DeliveredDecision, PlannerConfig, Role
 
 
 class EndpointError(ValueError):
@@ -78,6 +78,12 @@ class Wiring:
     decision_sinks: list[Sink] = field(default_factory=list)
     acks: Source | None = None
     live: bool = False
+
+    def delivered(self) -> dict[str, DeliveredDecision]:
+        """Per deployment, the newest decision the outputs already hold (a decisions topic, a
+        DGD's annotation), read from each: a restarted worker resumes after it."""
+        remembering = (s for s in self.decision_sinks if isinstance(s, KafkaDecisionSink | DgdSink))
+        return DeliveredDecision.newest(mark for sink in remembering for mark in sink.delivered())
 
 
 def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:

@@ -46,6 +46,7 @@ from schemas import (
     CapabilitiesEvent,
     DeadLetter,
     DecisionAck,
+    DeliveredDecision,
     Event,
     ForwardPassMetrics,
     InventoryEvent,
@@ -112,6 +113,7 @@ class _PlannerStep:
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
     hold_for_acks: bool = False
     warmup: dict[str, list[TrafficObservation]] = field(default_factory=dict)
+    delivered: dict[str, DeliveredDecision] = field(default_factory=dict)
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
@@ -119,13 +121,19 @@ class _PlannerStep:
         deployment, end_s, window = closed
         if planner is None:
             config = self.configs[deployment]
+            delivered = self.delivered.get(deployment)
+            gate = None
+            if self.hold_for_acks:  # the delivered decision awaits its acknowledgement
+                sent = delivered.decision_id if delivered else 0
+                gate = AckGate(config.scaling_max_wait_seconds, last_emitted_id=sent)
             planner = DeploymentPlanner(
                 deployment,
                 config,
                 self.window_s,
                 bootstrap=self.bootstrap.get(deployment),
-                gate=AckGate(config.scaling_max_wait_seconds) if self.hold_for_acks else None,
+                gate=gate,
                 warmup=self.warmup.get(deployment),
+                delivered=delivered,
             )
         return planner, planner.on_window(end_s, window)
 
@@ -180,6 +188,7 @@ def build_flow(
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]] | None = None,
     acks: Source | None = None,
     warmup: dict[str, list[TrafficObservation]] | None = None,
+    delivered: dict[str, DeliveredDecision] | None = None,
     name: str = "flowplanner",
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
@@ -188,7 +197,9 @@ def build_flow(
     to warm the perf models before live data arrives. ``acks`` (the virtual connector's
     acknowledgement source) makes every deployment hold a decision until the previous one is
     acknowledged (:class:`operators.ack_gate.AckGate`). ``warmup`` pre-trains each
-    deployment's load predictors with historical traffic windows (spec §7.6).
+    deployment's load predictors with historical traffic windows (spec §7.6). ``delivered``
+    is, per deployment, the newest decision the outputs already hold: a restarted planner
+    resumes after it (see :mod:`operators.deployment`).
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -229,7 +240,12 @@ def build_flow(
         lambda kv: (kv[0], (kv[0], (kv[1][0] + 1) * window_s, kv[1][1])),
     )
     step = _PlannerStep(
-        configs, window_s, bootstrap or {}, hold_for_acks=acks is not None, warmup=warmup or {}
+        configs,
+        window_s,
+        bootstrap or {},
+        hold_for_acks=acks is not None,
+        warmup=warmup or {},
+        delivered=delivered or {},
     )
     records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1])

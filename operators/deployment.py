@@ -10,6 +10,14 @@ whether a tick ran), so downstream consumers can follow the planner's progress i
 Decisions get consecutive ids per deployment, starting at 1. With an :class:`AckGate` (the
 virtual connector), a decision is only sent once the previous one is acknowledged — or after
 ``scaling_max_wait_seconds`` of event time without acknowledgement — and the gate numbers them.
+
+A planner that restarts is given what its outputs already hold (``delivered``, a
+:class:`schemas.DeliveredDecision`). It rebuilds its state from whatever history its inputs
+replay, making the same decisions as before, but a decision of a tick at or before the delivered
+one's time is not sent again; the first one after it takes the next id after the delivered one.
+Replaying the same inputs therefore sends exactly what an uninterrupted planner would have sent
+after the restart point; inputs that do not replay (a live engine stream) simply continue the
+ids.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from operators.state_machine import PlannerStateMachine
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
+    DeliveredDecision,
     EngineLoad,
     ForwardPassMetrics,
     FpmRow,
@@ -92,9 +101,11 @@ class DeploymentPlanner:
         bootstrap: dict[Role, list[ForwardPassMetrics]] | None = None,
         gate: AckGate | None = None,
         warmup: list[TrafficObservation] | None = None,
+        delivered: DeliveredDecision | None = None,
     ) -> None:
         self.deployment = deployment
         self.gate = gate
+        self.delivered = delivered
         self._released: ScalingDecision | None = None
         self.config = config
         self.window_s = window_s
@@ -197,6 +208,9 @@ class DeploymentPlanner:
         decision = None
         if effects.scale_to is not None:
             self.decisions += 1
+        if effects.scale_to is not None and not self._delivered_before(now_s):
+            if self.delivered is not None:
+                self.decisions = max(self.decisions, self.delivered.decision_id + 1)
             target = effects.scale_to
             decision = ScalingDecision(
                 deployment=self.deployment,
@@ -228,6 +242,10 @@ class DeploymentPlanner:
             gpus_per_prefill=self.machine.gpus_per_replica("prefill"),
             gpus_per_decode=self.machine.gpus_per_replica("decode"),
         )
+
+    def _delivered_before(self, now_s: float) -> bool:
+        """Whether a decision at ``now_s`` reached the outputs before a restart."""
+        return self.delivered is not None and now_s <= self.delivered.time
 
     def _observations(self) -> FpmObservations:
         by_role: dict[Role, dict[tuple[str, int], ForwardPassMetrics]] = {}

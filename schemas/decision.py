@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,6 +110,49 @@ class ScalingDecision(BaseModel):
     decode_reason: str | None = None
     note: str | None = None
     diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
+
+
+class DeliveredDecision(BaseModel):
+    """The newest decision a destination already holds for a deployment.
+
+    A restarted planner reads it back from its outputs (the decisions topic, the DGD's
+    ``flowplanner/last-decision`` annotation) and resumes after it: decisions of ticks up to
+    ``time`` were delivered before the restart and are not sent again, and new ids continue
+    after ``decision_id``. :meth:`newest` merges what several outputs hold.
+
+    >>> a = DeliveredDecision(deployment="llama", decision_id=4, time=300.0)
+    >>> b = DeliveredDecision(deployment="llama", decision_id=3, time=240.0)
+    >>> DeliveredDecision.newest([a, b]) == {"llama": a}
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment: str = Field(min_length=1)
+    decision_id: int = Field(ge=1)
+    time: EventTime
+
+    @classmethod
+    def of(cls, decision: ScalingDecision) -> DeliveredDecision:
+        """What delivering ``decision`` leaves behind."""
+        return cls(
+            deployment=decision.deployment, decision_id=decision.decision_id, time=decision.time
+        )
+
+    @classmethod
+    def newest(cls, delivered: Iterable[DeliveredDecision]) -> dict[str, DeliveredDecision]:
+        """Per deployment, the highest id and the latest time any of ``delivered`` holds."""
+        newest: dict[str, DeliveredDecision] = {}
+        for mark in delivered:
+            seen = newest.get(mark.deployment)
+            if seen is not None:
+                mark = cls(
+                    deployment=mark.deployment,
+                    decision_id=max(seen.decision_id, mark.decision_id),
+                    time=max(seen.time, mark.time),
+                )
+            newest[mark.deployment] = mark
+        return newest
 
 
 class DecisionAck(BaseModel):

@@ -9,9 +9,16 @@ from typing import Any
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from confluent_kafka import KafkaError, Message, Producer
 
-from connectors.kafka.client import ensure_topic, flush, produce, producer_config
+from connectors.kafka.client import (
+    TopicNotFoundError,
+    ensure_topic,
+    flush,
+    produce,
+    producer_config,
+)
+from connectors.kafka.decisions import read_decision_messages
 from connectors.pipeline_metrics import DECISION_DELIVERY_WAITS
-from schemas import ScalingDecision
+from schemas import DeliveredDecision, ScalingDecision
 
 NO_DELIVERY_LIMIT = {"message.timeout.ms": 0}
 """librdkafka retries a message for ``message.timeout.ms`` (0 = for ever) before failing it."""
@@ -84,9 +91,8 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
     rather than failing the run — a restarted worker would replay its inputs and send their
     decisions again. A decision the broker refuses raises :class:`KafkaConnectorError`, and so
     does one that outlives a ``message.timeout.ms`` given in ``config`` (by default there is
-    no limit). Closing waits at most ``timeout_s``. After a
-    recovery, decisions of the resumed epoch may be written again: consumers deduplicate by
-    ``(deployment, decision_id)``.
+    no limit). Closing waits at most ``timeout_s``. :meth:`delivered` reads back, per
+    deployment, the newest decision the topic holds, so a restarted planner resumes after it.
 
     >>> sink = KafkaDecisionSink("127.0.0.1:9092", "decisions", partitions=3)
     >>> sink.topic, sink.partitions
@@ -111,6 +117,28 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         self.replication_factor = replication_factor
         self.config = dict(config or {})
         self.timeout_s = timeout_s
+
+    def delivered(self) -> list[DeliveredDecision]:
+        """The newest decision of each deployment in the topic (none if it does not exist).
+
+        Messages that are not decisions are passed over (counted in a warning).
+        """
+        try:
+            messages = read_decision_messages(
+                self.bootstrap, self.topic, config=self.config, timeout_s=self.timeout_s
+            )
+        except TopicNotFoundError:
+            return []
+        held = []
+        foreign = 0
+        for message in messages:
+            if message.decision is None:
+                foreign += 1
+            else:
+                held.append(DeliveredDecision.of(message.decision))
+        if foreign:
+            log.warning("%d messages of Kafka topic %s are not decisions", foreign, self.topic)
+        return list(DeliveredDecision.newest(held).values())
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _DecisionSinkPartition:
         ensure_topic(

@@ -27,6 +27,7 @@ from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
 from connectors.traces import read_warmup_trace
 from flows.cli import port_number, positive_int
+from flows.display import format_time
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
 from operators.bootstrap import benchmark_fpms, profile_to_fpms
@@ -134,6 +135,17 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, EndpointError, OSError, ValueError) as exc:
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
+    try:
+        delivered = wiring.delivered()
+    except USER_FACING_ERRORS as exc:
+        print(f"flowplanner run: {user_facing_cause(exc)}", file=sys.stderr)
+        return 1
+    for mark in delivered.values():
+        print(
+            f"flowplanner run: {mark.deployment}'s outputs already hold its decisions up to "
+            f"#{mark.decision_id} at {format_time(mark.time)}: resuming after it",
+            file=sys.stderr,
+        )
     sinks = PlannerSinks(
         decisions=wiring.decision_sinks,
         ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
@@ -166,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         acks=wiring.acks,
         bootstrap=bootstrap,
         warmup=warmup,
+        delivered=delivered,
     )
     stop = _StopRequest()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}

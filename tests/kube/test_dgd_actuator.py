@@ -10,9 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
-from connectors.dgd import DgdActuator, DgdUnavailableError, DgdValidationError, kube_api_client
-from schemas import WorkerCounts
+from connectors.dgd import (
+    LAST_DECISION_ANNOTATION,
+    DgdActuator,
+    DgdUnavailableError,
+    DgdValidationError,
+    kube_api_client,
+)
+from schemas import DeliveredDecision, WorkerCounts
 from tests.kube.decisions import decision
 
 from .apiserver import ApiServer
@@ -204,12 +211,37 @@ def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
     assert result.reason == "VllmPrefillWorker 1 → 2"
     [patch] = dgd.patches()
     assert patch.content_type == MERGE_PATCH
+    mark = json.loads(patch.body["metadata"]["annotations"].pop(LAST_DECISION_ANNOTATION))
+    assert mark == {"deployment": "llama", "decision_id": 1, "time": 1.0}
     assert patch.body == {
-        "metadata": {"resourceVersion": version},
+        "metadata": {"resourceVersion": version, "annotations": {}},
         "spec": {"services": {"VllmPrefillWorker": {"replicas": 2}}},
     }
     assert spec_replicas(dgd) == {"Frontend": 1, "VllmDecodeWorker": 1, "VllmPrefillWorker": 2}
     assert dgd.get()["metadata"]["generation"] == 2
+
+
+def test_a_restarted_actuator_reads_back_the_last_decision_it_applied(dgd, make_actuator):
+    actuator = make_actuator()
+    assert actuator.delivered() is None  # never patched by us
+    assert actuator.apply(decision(4, prefill=2)).outcome == "applied"
+    assert actuator.apply(decision(5, prefill=2)).outcome == "no_change"  # nothing written
+    delivered = make_actuator().delivered()
+    assert delivered == DeliveredDecision(deployment="llama", decision_id=4, time=4.0)
+
+
+def test_an_annotation_that_does_not_parse_is_passed_over(dgd, make_actuator, caplog):
+    k8s.CustomObjectsApi(dgd.client).patch_namespaced_custom_object(
+        "nvidia.com",
+        "v1alpha1",
+        dgd.namespace,
+        "dynamographdeployments",
+        dgd.name,
+        {"metadata": {"annotations": {LAST_DECISION_ANNOTATION: '{"decision_id": 0}'}}},
+        _content_type=MERGE_PATCH,
+    )
+    assert make_actuator().delivered() is None
+    assert "ignored annotation flowplanner/last-decision (deployment: Field required" in caplog.text
 
 
 def test_apply_changes_both_pools_in_one_atomic_patch(dgd, make_actuator):
@@ -226,7 +258,8 @@ def test_apply_changes_both_pools_in_one_atomic_patch(dgd, make_actuator):
 def test_apply_without_precondition_sends_only_the_replicas(dgd, make_actuator):
     make_actuator(resource_version_precondition=False).apply(decision(decode=2))
     [patch] = dgd.patches()
-    assert patch.body == {"spec": {"services": {"VllmDecodeWorker": {"replicas": 2}}}}
+    assert patch.body["spec"] == {"services": {"VllmDecodeWorker": {"replicas": 2}}}
+    assert "resourceVersion" not in patch.body["metadata"]
 
 
 def test_apply_skips_equal_targets(dgd, make_actuator):

@@ -10,8 +10,11 @@ import time
 
 from confluent_kafka import Producer
 
+from connectors.dgd import LAST_DECISION_ANNOTATION
+from flows.display import format_time
 from tests.flow.runner import start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
+from tests.services.process import wait_until
 
 from .conftest import create_dgd
 
@@ -87,3 +90,29 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
         json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()
     ]
     assert decisions[0]["num_decode"] == 2 and decisions[0]["current_decode"] == 1
+
+    # A restarted planner reads the DGD's annotation: its first decision will be numbered
+    # after the last one applied, and no decision of a replayed history is applied again.
+    ticks = tmp_path / "ticks.jsonl"
+    planner = start_flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{kafka_topic}?start=end",
+        "--output",
+        f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
+        "--ticks",
+        str(ticks),
+    )
+    try:
+        wait_until(lambda: ticks.exists() and ticks.read_text(), "a tick of the restarted planner")
+    finally:
+        planner.send_signal(signal.SIGTERM)
+        _, err = planner.communicate(timeout=30)
+    assert planner.returncode == 0, err
+    mark = json.loads(dgd.get()["metadata"]["annotations"][LAST_DECISION_ANNOTATION])
+    applied = next(d for d in decisions if d["num_decode"] == 2)  # the decision patched in
+    assert mark == {k: applied[k] for k in ("deployment", "decision_id", "time")}
+    held = f"#{mark['decision_id']} at {format_time(mark['time'])}"
+    assert f"llama's outputs already hold its decisions up to {held}: resuming after it" in err
