@@ -76,13 +76,15 @@ class Wiring:
 
     inputs: list[Source] = field(default_factory=list)
     decision_sinks: list[Sink] = field(default_factory=list)
+    actuators: list[Sink] = field(default_factory=list)
     acks: Source | None = None
     live: bool = False
 
     def delivered(self) -> dict[str, DeliveredDecision]:
         """Per deployment, the newest decision the outputs already hold (a decisions topic, a
         DGD's annotation), read from each: a restarted worker resumes after it."""
-        remembering = (s for s in self.decision_sinks if isinstance(s, KafkaDecisionSink | DgdSink))
+        sinks = self.decision_sinks + self.actuators
+        remembering = (s for s in sinks if isinstance(s, KafkaDecisionSink | DgdSink))
         return DeliveredDecision.newest(mark for sink in remembering for mark in sink.delivered())
 
 
@@ -176,7 +178,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
                 raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")
             rest = "&".join(f"{k}={v}" for k, v in query.items())
             url = _kafka_url(f"kafka://{netloc}{path}" + (f"?{rest}" if rest else ""))
-            wiring.decision_sinks.append(url.decision_sink())
+            wiring.actuators.append(url.decision_sink())
             try:  # the orchestrator may not have acknowledged anything yet
                 ensure_topic(url.bootstrap, acks)
             except KafkaConnectorError as exc:
@@ -276,6 +278,6 @@ def _dgd(
     if "host" in query:
         options["host"] = query["host"]
     interval = _interval(address, query, default=10.0)
-    wiring.decision_sinks.append(DgdSink.from_target(target, deployment=deployment, **options))
+    wiring.actuators.append(DgdSink.from_target(target, deployment=deployment, **options))
     wiring.inputs.append(DgdInventorySource.from_target(target, deployment, interval, **options))
     wiring.live = True

@@ -104,6 +104,10 @@ class PlannerSinks:
     decisions: list[Sink] = field(default_factory=list)
     ticks: list[Sink] = field(default_factory=list)
     dead_letters: list[Sink] = field(default_factory=list)
+    actuators: list[Sink] = field(default_factory=list)
+    """Outputs that change a fleet (a DGD, the virtual connector): they get the decisions of
+    every deployment that is not ``advisory`` (spec §9.1: advisory decisions are computed,
+    logged and exported, never applied)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,8 @@ class _PlannerStep:
             config = self.configs[deployment]
             delivered = self.delivered.get(deployment)
             gate = None
-            if self.hold_for_acks:  # the delivered decision awaits its acknowledgement
+            if self.hold_for_acks and not config.advisory:  # nothing acknowledges advice
+                # the delivered decision awaits its acknowledgement
                 sent = delivered.decision_id if delivered else 0
                 gate = AckGate(config.scaling_max_wait_seconds, last_emitted_id=sent)
             planner = DeploymentPlanner(
@@ -251,6 +256,7 @@ def build_flow(
     tick_records = op.map("tick_records", records, lambda kv: kv[1])
     decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)
     decisions = op.map("count_decisions", decisions, _count_decision)
+    applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 
     late = op.map("late_letters", windows.late, _late)
     dead = op.merge("dead_letters", valid.falses, late)
@@ -258,6 +264,7 @@ def build_flow(
 
     for kind, stream, kind_sinks in (
         ("decisions", decisions, sinks.decisions),
+        ("actuators", applied, sinks.actuators),
         ("ticks", tick_records, sinks.ticks),
         ("dead_letters", dead, sinks.dead_letters),
     ):

@@ -86,6 +86,9 @@ class PlannerConfig(BaseModel):
     ttft_ms: Positive = Field(500.0, validation_alias=AliasChoices("ttft_ms", "ttft"))
     itl_ms: Positive = Field(50.0, validation_alias=AliasChoices("itl_ms", "itl"))
     advisory: bool = False
+    """Compute, log and export this deployment's decisions (``-``, files, ``kafka://``, the
+    metrics) but never apply them: a ``dgd://`` or ``virtual+kafka://`` output does not get
+    them (spec §9.1). The closed-loop simulator applies them all the same."""
 
     # --- perf model / profiling (§9.2) ---
     profile_results_dir: str | None = None

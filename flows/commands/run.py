@@ -146,7 +146,15 @@ def run(args: argparse.Namespace) -> int:
             f"#{mark.decision_id} at {format_time(mark.time)}: resuming after it",
             file=sys.stderr,
         )
+    if wiring.actuators:
+        for name in (name for name, config in configs.items() if config.advisory):
+            print(
+                f"flowplanner run: {name} is advisory: its decisions are logged and exported, "
+                "never applied",
+                file=sys.stderr,
+            )
     sinks = PlannerSinks(
+        actuators=wiring.actuators,
         decisions=wiring.decision_sinks,
         ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
         dead_letters=[
