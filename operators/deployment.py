@@ -33,6 +33,7 @@ from operators.state_machine import PlannerStateMachine
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
+    FPM_COLUMN,
     DeliveredDecision,
     EngineLoad,
     ForwardPassMetrics,
@@ -172,8 +173,8 @@ class DeploymentPlanner:
             self.training.setdefault(role, []).extend(
                 fpm_from_row(worker_id, dp_rank, row) for row in samples
             )
-        silence = self.config.engine_silence_seconds
-        for key in [k for k, row in self.latest.items() if row[0] < end_s - silence]:
+        silent_since = end_s - self.config.engine_silence_seconds
+        for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]
         stats_ = RequestStats(end_s)
         for request in window.requests:
@@ -261,9 +262,9 @@ class DeploymentPlanner:
                 role=role,
                 worker_id=worker_id,
                 dp_rank=dp_rank,
-                queued_prefill_tokens=row[11],
-                queued_decode_kv_tokens=row[14],
-                inflight_decode_kv_tokens=row[8],
+                queued_prefill_tokens=row[FPM_COLUMN["queued.sum_prefill_tokens"]],
+                queued_decode_kv_tokens=row[FPM_COLUMN["queued.sum_decode_kv_tokens"]],
+                inflight_decode_kv_tokens=row[FPM_COLUMN["scheduled.sum_decode_kv_tokens"]],
             )
             for (role, worker_id, dp_rank), row in sorted(self.latest.items())
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas import (
+    FPM_COLUMN,
     AckEvent,
     CapabilitiesEvent,
     ClockEvent,
@@ -33,10 +34,12 @@ from schemas import (
 EngineId = tuple[Role, str, int]
 """``(role, worker_id, dp_rank)`` of one engine."""
 
-WALL_TIME = 2
+WALL_TIME = FPM_COLUMN["wall_time"]
 """Index of ``wall_time`` in an FPM row (see ``schemas.FPM_BATCH_COLUMNS``)."""
 
-_FLOAT_COLUMNS = frozenset({0, 2, 5, 9, 12, 15})
+_FLOAT_COLUMNS = frozenset(
+    i for name, i in FPM_COLUMN.items() if name in ("time", "wall_time") or ".var_" in name
+)
 """Row positions holding floats (time, wall time, variances); the others are counts."""
 
 

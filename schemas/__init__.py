@@ -19,6 +19,7 @@ from schemas.errors import describe_validation_error
 from schemas.events import (
     EVENT_ADAPTER,
     FPM_BATCH_COLUMNS,
+    FPM_COLUMN,
     AckEvent,
     Acknowledgement,
     CapabilitiesEvent,
@@ -53,6 +54,7 @@ from schemas.fpm import (
 __all__ = [
     "EVENT_ADAPTER",
     "FPM_BATCH_COLUMNS",
+    "FPM_COLUMN",
     "LOAD_REASONS",
     "MAX_COUNT",
     "MAX_RAW_CHARS",

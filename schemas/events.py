@@ -163,6 +163,13 @@ FPM_BATCH_COLUMNS: tuple[str, ...] = (
 )
 """Row layout of :class:`FpmBatch`: event time, then every numeric ForwardPassMetrics field."""
 
+FPM_COLUMN: dict[str, int] = {name: i for i, name in enumerate(FPM_BATCH_COLUMNS)}
+"""Position of each column in an FPM row, by name.
+
+>>> FPM_COLUMN["wall_time"], FPM_COLUMN["queued.sum_decode_kv_tokens"]
+(2, 14)
+"""
+
 FpmRow = tuple[
     float, int, float, int, int, float, int, int, int, float, int, int, float, int, int, float
 ]
