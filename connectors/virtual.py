@@ -17,8 +17,9 @@ from typing import Any
 from confluent_kafka import Message
 from pydantic import ValidationError
 
-from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, produce_json, validation_summary
+from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, produce_json
 from schemas.decision import DeadLetter, DecisionAck
+from schemas.errors import describe_validation_error
 
 
 def send_ack(
@@ -59,7 +60,7 @@ def parse_ack(raw: bytes | None, source: str, position: int) -> DecisionAck | De
         return DeadLetter(
             source=source,
             position=position,
-            reason=f"invalid acknowledgement: {validation_summary(error)}",
+            reason=f"invalid acknowledgement: {describe_validation_error(error)}",
             raw=raw.decode(errors="replace"),
         )
 

@@ -35,7 +35,6 @@ from connectors.kafka.client import (
     partition_bounds,
     produce_json,
     producer_config,
-    validation_summary,
 )
 from connectors.kafka.decisions import DecisionMessage, read_decision_messages, read_decisions
 from connectors.kafka.sink import KafkaDecisionSink
@@ -63,5 +62,4 @@ __all__ = [
     "producer_config",
     "read_decision_messages",
     "read_decisions",
-    "validation_summary",
 ]

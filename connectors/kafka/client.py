@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger("connectors.kafka.librdkafka")
@@ -306,20 +306,3 @@ def produce_json(
         count += 1
     flush(producer, f"Kafka topic {topic} at {bootstrap}", timeout_s, failures, "records")
     return count
-
-
-def validation_summary(error: ValidationError) -> str:
-    """A one-line account of a pydantic validation error (first problem + how many).
-
-    >>> from schemas import ScalingDecision
-    >>> try:
-    ...     ScalingDecision.model_validate_json(b'{"deployment": "d"}')
-    ... except ValidationError as e:
-    ...     print(validation_summary(e))
-    decision_id: Field required (+3 more)
-    """
-    problems = error.errors()
-    first = problems[0]
-    where = ".".join(str(part) for part in first["loc"]) or "value"
-    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{where}: {first['msg']}{more}"

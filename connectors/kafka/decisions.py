@@ -18,9 +18,8 @@ from connectors.kafka.client import (
     list_partitions,
     partition_bounds,
     poll_batch,
-    validation_summary,
 )
-from schemas import ScalingDecision
+from schemas import ScalingDecision, describe_validation_error
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,8 @@ def _decision_message(message: Message) -> DecisionMessage:
     try:
         return DecisionMessage(*where, ScalingDecision.model_validate_json(value))
     except ValidationError as error:
-        return DecisionMessage(*where, None, f"not a ScalingDecision: {validation_summary(error)}")
+        reason = describe_validation_error(error)
+        return DecisionMessage(*where, None, f"not a ScalingDecision: {reason}")
 
 
 def read_decision_messages(

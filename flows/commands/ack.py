@@ -13,9 +13,10 @@ import sys
 
 from pydantic import ValidationError
 
-from connectors.kafka import KafkaConnectorError, validation_summary
+from connectors.kafka import KafkaConnectorError
 from connectors.virtual import send_ack
 from flows.commands.decisions import timeout_seconds
+from schemas import describe_validation_error
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
         )
     except ValidationError as error:
-        print(f"flowplanner ack: {validation_summary(error)}", file=sys.stderr)
+        print(f"flowplanner ack: {describe_validation_error(error)}", file=sys.stderr)
         return 2
     except KafkaConnectorError as error:
         print(f"flowplanner ack: {error}", file=sys.stderr)

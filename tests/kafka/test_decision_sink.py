@@ -176,7 +176,7 @@ def test_reader_reports_bad_messages_with_their_position(
     assert [m.offset for m in messages] == [0, 1, 2, 3, 4]
     assert [m.decision.decision_id for m in messages if m.decision] == [1, 2]
     errors = [m.error for m in messages if m.decision is None]
-    assert errors[0].startswith("not a ScalingDecision: value: Invalid JSON")
+    assert errors[0].startswith("not a ScalingDecision: Invalid JSON")
     assert errors[1] == "empty message"
     assert errors[2].startswith("not a ScalingDecision: decision_id: Field required")
 

@@ -57,7 +57,7 @@ def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: s
         "scale_down | note: proceeded without acknowledgement of decision 1 after waiting 1800 s"
     )
     assert lines[4].startswith("ERROR")
-    assert "partition 0 offset 3: not a ScalingDecision: value: Invalid JSON" in lines[4]
+    assert "partition 0 offset 3: not a ScalingDecision: Invalid JSON" in lines[4]
     # Columns line up: every row's ID column ends where the header's does.
     id_end = lines[0].index("ID") + 2
     assert all(line[id_end - 1] != " " for line in lines[1:4])
