@@ -262,7 +262,9 @@ class _Options:
 
 
 def _preview(frames: Sequence[bytes]) -> str:
-    return repr([frame[:MAX_RAW_CHARS] for frame in frames])[:MAX_RAW_CHARS]
+    """The frames as text for a dead letter (which clips it); each frame is cut first so a
+    huge frame is never rendered whole."""
+    return repr([frame[:MAX_RAW_CHARS] for frame in frames])
 
 
 @dataclass

@@ -148,7 +148,7 @@ def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
     return DeadLetter(
         source="window",
         reason=f"late: event time {event.time} is behind the planner's watermark",
-        raw=event.model_dump_json()[:500],
+        raw=event.model_dump_json(),
         deployment=deployment,
     )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from schemas import (
-    MAX_RAW_CHARS,
     DeadLetter,
     Event,
     FpmBatchEvent,
@@ -68,6 +67,6 @@ class Admission:
             source=source,
             position=position,
             reason=reason,
-            raw=raw.strip()[:MAX_RAW_CHARS],
+            raw=raw.strip(),
             deployment=event.deployment if event is not None else None,
         )

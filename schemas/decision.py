@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import EventTime, TrafficObservation
 
@@ -176,14 +176,19 @@ class DecisionAck(BaseModel):
 
 
 MAX_RAW_CHARS = 500
-"""A dead letter keeps at most this much of the offending input (``raw``)."""
+"""A dead letter keeps at most this much of the offending input (``raw``); it clips it itself."""
 
 
 class DeadLetter(BaseModel):
     """An input that was not used, with the reason. Nothing valid is ever dead-lettered.
 
+    ``raw`` is the offending input, clipped to its first :data:`MAX_RAW_CHARS` characters, so a
+    producer passes it whole and a multi-megabyte input never reaches a dead-letter sink.
+
     >>> DeadLetter(source="in.jsonl", position=7, reason="invalid JSON", raw="{oops").position
     7
+    >>> len(DeadLetter(source="in.jsonl", reason="too big", raw="x" * 10**6).raw) == MAX_RAW_CHARS
+    True
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -193,6 +198,11 @@ class DeadLetter(BaseModel):
     reason: str
     raw: str = ""
     deployment: str | None = None
+
+    @field_validator("raw", mode="before")
+    @classmethod
+    def _clip_raw(cls, value: object) -> object:
+        return value[:MAX_RAW_CHARS] if isinstance(value, str) else value
 
 
 class EngineLoad(BaseModel):

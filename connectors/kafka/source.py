@@ -23,7 +23,7 @@ from connectors.kafka.client import (
 )
 from connectors.pipeline_metrics import EVENTS_IN
 from connectors.traces import DYNAMO_SCHEMA, TraceFormatError, dynamo_request_event
-from schemas import MAX_RAW_CHARS, DeadLetter, RawEvent, RequestEvent, describe_validation_error
+from schemas import DeadLetter, RawEvent, RequestEvent, describe_validation_error
 
 X = TypeVar("X")
 
@@ -255,6 +255,6 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
             source=where,
             position=message.offset(),
             reason=f"invalid {DYNAMO_SCHEMA} event: {reason}",
-            raw=value.decode(errors="replace").strip()[:MAX_RAW_CHARS],
+            raw=value.decode(errors="replace").strip(),
             deployment=self.deployment,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,9 @@ from bytewax.testing import TestingSink, TestingSource, run_main
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaDecisionSink, ensure_topic, read_decisions
-from connectors.virtual import AckSource, send_ack
+from connectors.virtual import AckSource, parse_ack, send_ack
 from operators.ack_gate import AckGate
-from schemas import DeadLetter, ScalingDecision
+from schemas import MAX_RAW_CHARS, DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
 from tests.kafka.samples import make_decision, write_raw
 from tests.services.process import free_port
@@ -72,6 +73,16 @@ def test_ack_command_reaches_the_ack_source(kafka_bootstrap: str, kafka_topic: s
     keys = [consumer.poll(10).key() for _ in range(4)]
     consumer.close()
     assert keys == [b"llama", b"qwen", None, b"llama"], "acks are keyed by deployment"
+
+
+def test_a_huge_bad_acknowledgement_is_dead_lettered_with_a_bounded_raw() -> None:
+    """A multi-megabyte message that is not an acknowledgement: its dead letter keeps the start."""
+    huge = json.dumps({"deployment": "llama", "acked_decision_id": 1, "note": "x" * 4_000_000})
+    dead = parse_ack(huge.encode(), "kafka:acks/0", 5)
+    assert isinstance(dead, DeadLetter)
+    assert dead.reason == "invalid acknowledgement: note: Extra inputs are not permitted"
+    assert len(dead.raw) <= MAX_RAW_CHARS
+    assert huge.startswith(dead.raw) and dead.raw.startswith('{"deployment": "llama"')
 
 
 def test_ack_command_rejects_bad_arguments_and_unreachable_brokers(kafka_topic: str) -> None:
