@@ -234,19 +234,6 @@ def partition_bounds(
         consumer.close()
 
 
-def end_offsets(
-    bootstrap: str,
-    topic: str,
-    partitions: Iterable[int],
-    *,
-    config: Mapping[str, Any] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> dict[int, int]:
-    """The offset after the last message of each partition, right now."""
-    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
-    return {partition: b.end for partition, b in bounds.items()}
-
-
 def produce(
     producer: Producer,
     topic: str,
