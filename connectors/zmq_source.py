@@ -9,8 +9,9 @@ each configured with the deployment and role of the engines behind it, and yield
   (or one :class:`schemas.FpmEvent` per FPM with ``group=False``). Event time is the system time
   of the poll that received them (this source is live).
 * :class:`schemas.DeadLetter` — a message that is not exactly three frames, whose sequence frame
-  is not 8 bytes, or whose payload is not a valid FPM; the reason names the problem (the flow
-  counts dead letters). Nothing valid is dropped.
+  is not 8 bytes, or whose payload is not a valid FPM (schema-valid but implausible included:
+  a field above ``schemas.fpm.FPM_CEILINGS``); the reason names the problem and the field (the
+  flow counts dead letters). Nothing valid is dropped.
 
 Sequence numbers are tracked per endpoint (one PUB socket, one counter, as engines do): a jump
 forward counts the missing messages in ``flowplanner_fpm_sequence_gaps_total{endpoint}``; a jump
@@ -61,6 +62,13 @@ from schemas import (
     describe_validation_error,
     fpm_from_row,
     fpm_to_row,
+)
+from schemas.fpm import (
+    MAX_FORWARD_PASS_SECONDS,
+    MAX_FPM_REQUESTS,
+    MAX_FPM_TOKEN_VARIANCE,
+    MAX_FPM_TOKENS,
+    implausibility,
 )
 
 log = logging.getLogger(__name__)
@@ -115,26 +123,30 @@ def endpoint_specs(
 # --- the wire decoder ---------------------------------------------------------------------------
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]  # msgpack itself stops at MAX_COUNT (u64)
-_Finite = Annotated[float, msgspec.Meta(ge=0.0, le=1.7976931348623157e308)]  # rejects NaN, inf
+# The plausibility ceilings of schemas.fpm.FPM_CEILINGS (a bounded float also rejects NaN, inf)
+_Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FORWARD_PASS_SECONDS)]
+_Requests = Annotated[int, msgspec.Meta(ge=0, le=MAX_FPM_REQUESTS)]
+_Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_FPM_TOKENS)]
+_Variance = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FPM_TOKEN_VARIANCE)]
 
 
 class _WireScheduled(msgspec.Struct, frozen=True, gc=False):
-    num_prefill_requests: _Count = 0
-    sum_prefill_tokens: _Count = 0
-    var_prefill_length: _Finite = 0.0
-    sum_prefill_kv_tokens: _Count = 0
-    num_decode_requests: _Count = 0
-    sum_decode_kv_tokens: _Count = 0
-    var_decode_kv_tokens: _Finite = 0.0
+    num_prefill_requests: _Requests = 0
+    sum_prefill_tokens: _Tokens = 0
+    var_prefill_length: _Variance = 0.0
+    sum_prefill_kv_tokens: _Tokens = 0
+    num_decode_requests: _Requests = 0
+    sum_decode_kv_tokens: _Tokens = 0
+    var_decode_kv_tokens: _Variance = 0.0
 
 
 class _WireQueued(msgspec.Struct, frozen=True, gc=False):
-    num_prefill_requests: _Count = 0
-    sum_prefill_tokens: _Count = 0
-    var_prefill_length: _Finite = 0.0
-    num_decode_requests: _Count = 0
-    sum_decode_kv_tokens: _Count = 0
-    var_decode_kv_tokens: _Finite = 0.0
+    num_prefill_requests: _Requests = 0
+    sum_prefill_tokens: _Tokens = 0
+    var_prefill_length: _Variance = 0.0
+    num_decode_requests: _Requests = 0
+    sum_decode_kv_tokens: _Tokens = 0
+    var_decode_kv_tokens: _Variance = 0.0
 
 
 class _WireFpm(msgspec.Struct, frozen=True, gc=False):
@@ -142,7 +154,7 @@ class _WireFpm(msgspec.Struct, frozen=True, gc=False):
     worker_id: str = ""
     dp_rank: _Count = 0
     counter_id: _Count = 0
-    wall_time: _Finite = 0.0
+    wall_time: _Seconds = 0.0
     scheduled_requests: _WireScheduled = _WireScheduled()
     queued_requests: _WireQueued = _WireQueued()
 
@@ -170,6 +182,12 @@ class FpmWireDecoder:
     ... except FpmDecodeError as exc:
     ...     print(exc)
     invalid FPM: wall_time: Input should be greater than or equal to 0
+    >>> try:
+    ...     decoder.decode(msgpack.packb({"wall_time": 1e300}), 5.0)
+    ... except FpmDecodeError as exc:
+    ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+    invalid FPM: wall_time = 1e+300 is implausible for one forward pass
+    (above MAX_FORWARD_PASS_SECONDS = 60.0)
     """
 
     def __init__(self) -> None:
@@ -187,14 +205,19 @@ class FpmWireDecoder:
 
     @staticmethod
     def verdict(payload: bytes) -> ForwardPassMetrics:
-        """The schema's own decision on a payload (slow path); raises :class:`FpmDecodeError`."""
+        """The schema's own decision on a payload (slow path), plausibility included (see
+        ``schemas.fpm.FPM_CEILINGS``); raises :class:`FpmDecodeError`."""
         try:
-            return ForwardPassMetrics.from_msgpack(payload)
+            fpm = ForwardPassMetrics.from_msgpack(payload)
         except ValidationError as exc:
             raise FpmDecodeError(f"invalid FPM: {describe_validation_error(exc)}") from None
         except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ...)
             detail = str(exc) or type(exc).__name__  # msgpack's StackError has no message
             raise FpmDecodeError(f"undecodable FPM payload (not msgpack): {detail}") from None
+        problem = implausibility(fpm)
+        if problem is not None:
+            raise FpmDecodeError(f"invalid FPM: {problem}")
+        return fpm
 
 
 # --- engine discovery and expiry ----------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Every input is either admitted as a typed event or turned into a :class:`schemas.DeadLetter`
 whose reason says what was wrong and where; nothing raises. Rejected: malformed JSON, schema
-violations (wrong types, NaN or negative counts — the message names the field), deployments the
-config does not know, and engine roles the deployment's mode does not have.
+violations (wrong types, NaN or negative counts — the message names the field), FPMs no real
+forward pass can have (above ``schemas.fpm.FPM_CEILINGS``, checked while decoding; the message
+names the field), deployments the config does not know, and engine roles the deployment's mode
+does not have.
 """
 
 from __future__ import annotations

@@ -14,15 +14,19 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from schemas.fpm import (
+    FPM_CEILINGS,
     MAX_COUNT,
+    Ceiling,
     Count,
     ForwardPassMetrics,
     NonNegativeFinite,
     QueuedRequestMetrics,
     ScheduledRequestMetrics,
+    describe_implausible,
+    implausibility,
 )
 
 Role = Literal["prefill", "decode"]
@@ -44,14 +48,31 @@ _PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
 class EngineFpm(BaseModel):
     """An FPM together with the role of the engine that produced it.
 
+    The FPM must be plausible (within ``schemas.fpm.FPM_CEILINGS``): a well-typed but absurd
+    pass is refused here, so the event path dead-letters it.
+
     >>> EngineFpm(role="prefill", fpm=ForwardPassMetrics(worker_id="p0")).fpm.worker_id
     'p0'
+    >>> from pydantic import ValidationError
+    >>> try:
+    ...     EngineFpm(role="decode", fpm=ForwardPassMetrics(wall_time=1e300))
+    ... except ValidationError as err:
+    ...     print(err.errors()[0]["loc"], err.errors()[0]["msg"][:46])
+    ('fpm',) Value error, wall_time = 1e+300 is implausible
     """
 
     model_config = _PAYLOAD_CONFIG
 
     role: Role
     fpm: ForwardPassMetrics
+
+    @field_validator("fpm")
+    @classmethod
+    def _fpm_is_plausible(cls, fpm: ForwardPassMetrics) -> ForwardPassMetrics:
+        problem = implausibility(fpm)
+        if problem is not None:
+            raise ValueError(problem)
+        return fpm
 
 
 class WorkerCounts(BaseModel):
@@ -199,8 +220,9 @@ class FpmBatch(BaseModel):
     def _rows_are_valid(self) -> FpmBatch:
         last = -math.inf
         for i, row in enumerate(self.rows):
-            if not all(_row_value_ok(v) for v in row):
-                raise ValueError(f"row {i}: values must be finite, >= 0 and counts <= {MAX_COUNT}")
+            problem = row_problem(row)
+            if problem is not None:
+                raise ValueError(f"row {i}: {problem}")
             if row[0] < last:
                 raise ValueError(f"row {i}: rows must be in event-time order")
             last = row[0]
@@ -217,6 +239,38 @@ def _row_value_ok(value: float) -> bool:
     if isinstance(value, int):
         return 0 <= value <= MAX_COUNT
     return value >= 0 and math.isfinite(value)
+
+
+def _fpm_field(column: str) -> str:
+    """The ForwardPassMetrics field path of a row column (``scheduled.x`` →
+    ``scheduled_requests.x``)."""
+    group, _, name = column.rpartition(".")
+    return f"{group}_requests.{name}" if group else name
+
+
+_ROW_CEILINGS: tuple[Ceiling | None, ...] = tuple(
+    FPM_CEILINGS.get(_fpm_field(column)) for column in FPM_BATCH_COLUMNS
+)
+
+
+def row_problem(row: FpmRow) -> str | None:
+    """Why an :class:`FpmBatch` row is refused (naming the column), or ``None``: every value
+    must be finite, >= 0, a count must fit :data:`MAX_COUNT`, and the forward pass must be
+    plausible (within ``schemas.fpm.FPM_CEILINGS``, as for a single FPM).
+
+    >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> row_problem(row) is None
+    True
+    >>> print(row_problem(row[:2] + (1e300,) + row[3:]))  # doctest: +NORMALIZE_WHITESPACE
+    wall_time = 1e+300 is implausible for one forward pass (above MAX_FORWARD_PASS_SECONDS =
+    60.0)
+    """
+    for column, value, ceiling in zip(FPM_BATCH_COLUMNS, row, _ROW_CEILINGS, strict=True):
+        if not _row_value_ok(value):  # the value is not shown: an int may have 10^5 digits
+            return f"{column}: values must be finite, >= 0 and counts <= {MAX_COUNT}"
+        if ceiling is not None and value > ceiling.limit:
+            return describe_implausible(column, value, ceiling)
+    return None
 
 
 def fpm_from_row(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:

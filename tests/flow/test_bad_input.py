@@ -49,7 +49,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
         (json.dumps({"type": "clock", "deployment": "alpha", "time": 1.7e12}), "clock.time"),
         (
             fpm_event(**{"payload.fpm.scheduled_requests.sum_decode_kv_tokens": 10**400}),
-            "sum_decode_kv_tokens",
+            "fpm.scheduled_requests.sum_decode_kv_tokens",
         ),
         (batch_event(t, 10**400), "counts <="),
         (batch_event(t + 1e9, 90000), "after the event's time"),  # would never expire
@@ -61,7 +61,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
         ),
         (
             fpm_event(**{"payload.fpm.scheduled_requests.sum_decode_kv_tokens": -5}),
-            "sum_decode_kv_tokens",
+            "fpm.scheduled_requests.sum_decode_kv_tokens",
         ),
         (fpm_event(**{"payload.fpm.wall_time": "NaN"}), "wall_time"),
         (fpm_event(**{"payload.fpm.wall_time": float("nan")}), "wall_time"),
