@@ -6,6 +6,12 @@ nothing unpicklable crosses workers) and validate the DGD when the dataflow star
 name or a DGD whose services don't fit the mode stops the run at once with
 :class:`connectors.dgd.DgdValidationError`.
 
+Neither blocks the bytewax worker on the API server: the source reads on a background thread
+and hands finished polls over, the sink applies on a background thread (see :class:`DgdSink`).
+A hanging API server would otherwise freeze every input of the dataflow (a new epoch waits for
+every partition). The threads are daemons, so a request hung on the API server never holds up
+the process's exit.
+
 ``--output dgd://<namespace>/<name>`` style targets parse with :func:`parse_dgd_target`;
 :meth:`DgdSink.from_target` / :meth:`DgdInventorySource.from_target` build both from one.
 
@@ -16,10 +22,13 @@ name or a DGD whose services don't fit the mode stops the run at once with
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
@@ -33,6 +42,9 @@ log = logging.getLogger(__name__)
 ActuatorFactory = Callable[[], DgdActuator]
 MAX_SLEEP = timedelta(seconds=1)
 """Longest the inventory poller sleeps between checks (well under bytewax's 10 s epoch)."""
+PENDING_CHECK = timedelta(milliseconds=20)
+"""How often the inventory poller looks whether a poll in flight has finished."""
+T = TypeVar("T")
 
 
 def parse_dgd_target(target: str) -> tuple[str | None, str | None]:
@@ -62,6 +74,46 @@ def _factory_for(target: str, **kwargs: Any) -> ActuatorFactory:
     return build
 
 
+class _DaemonExecutor:
+    """Runs submitted jobs one at a time, in order, on one daemon thread.
+
+    Like a one-thread :class:`concurrent.futures.ThreadPoolExecutor`, except that its thread
+    never holds up the process's exit (a request hung on the API server must not delay a stop).
+
+    >>> executor = _DaemonExecutor("doc")
+    >>> executor.submit(lambda: 6 * 7).result()
+    42
+    >>> executor.shutdown(wait=True)
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        self._jobs.put((job, future))
+        return future
+
+    def _run(self) -> None:
+        while (entry := self._jobs.get()) is not None:
+            job, future = entry
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            try:
+                future.set_result(job())
+            except BaseException as err:  # handed to whoever asks the future
+                future.set_exception(err)
+
+    def shutdown(self, *, wait: bool) -> None:
+        """Stop after the jobs already submitted (``wait``: until then)."""
+        self._jobs.put(None)
+        if wait:
+            self._thread.join()
+
+
 class _DgdSinkPartition(StatelessSinkPartition[Any]):
     def __init__(
         self,
@@ -72,17 +124,28 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
         self.actuator = actuator
         self.deployment = deployment
         self.on_result = on_result
+        self._lock = threading.Lock()
+        self._queued: dict[str, ScalingDecision] = {}  # newest not yet applied, per deployment
+        self._jobs: list[Future[None]] = []
+        self._applier = _DaemonExecutor(f"dgd-apply-{actuator.dgd}")
 
     def _report(self, result: ApplyResult) -> None:
         if self.on_result is not None:
             self.on_result(result)
 
-    def _supersede(self, loser: ScalingDecision, winner: ScalingDecision) -> None:
+    def _supersede(self, loser: ScalingDecision, winner: ScalingDecision, when: str) -> None:
         DGD_ACTIONS.labels(dgd=self.actuator.dgd, outcome="superseded").inc()
-        reason = f"decision {winner.decision_id} arrived in the same batch"
+        reason = f"decision {winner.decision_id} arrived {when}"
         self._report(ApplyResult(loser.deployment, loser.decision_id, "superseded", reason))
 
+    def _raise_failures(self) -> None:
+        """Re-raise here what went wrong on the applier thread (a bug, an ``on_result`` error)."""
+        for job in [j for j in self._jobs if j.done()]:
+            self._jobs.remove(job)
+            job.result()
+
     def write_batch(self, items: list[Any]) -> None:
+        self._raise_failures()
         newest: dict[str, ScalingDecision] = {}
         for item in items:
             decision = item[1] if isinstance(item, tuple) and len(item) == 2 else item
@@ -104,12 +167,33 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
                 continue
             kept = newest.get(decision.deployment)
             if kept is not None:
-                loser, winner = sorted((kept, decision), key=lambda d: d.decision_id)
-                self._supersede(loser, winner)
-                decision = winner
+                loser, decision = sorted((kept, decision), key=lambda d: d.decision_id)
+                self._supersede(loser, decision, "in the same batch")
             newest[decision.deployment] = decision
-        for decision in newest.values():
-            self._report(self.actuator.apply(decision))
+        superseded: list[tuple[ScalingDecision, ScalingDecision]] = []
+        with self._lock:
+            for deployment, decision in newest.items():
+                kept = self._queued.get(deployment)
+                if kept is not None:  # its apply is still queued: it applies the newest
+                    loser, winner = sorted((kept, decision), key=lambda d: d.decision_id)
+                    superseded.append((loser, winner))
+                    self._queued[deployment] = winner
+                else:
+                    self._queued[deployment] = decision
+                    self._jobs.append(self._applier.submit(lambda d=deployment: self._apply(d)))
+        for loser, winner in superseded:
+            self._supersede(loser, winner, "before it was applied")
+
+    def _apply(self, deployment: str) -> None:
+        """On the applier thread: apply the newest queued decision of ``deployment``."""
+        with self._lock:
+            decision = self._queued.pop(deployment)
+        self._report(self.actuator.apply(decision))
+
+    def close(self) -> None:
+        """Apply what is queued, then stop the applier thread."""
+        self._applier.shutdown(wait=True)
+        self._raise_failures()
 
 
 class DgdSink(DynamicSink[Any]):
@@ -122,6 +206,16 @@ class DgdSink(DynamicSink[Any]):
     Within one batch only the newest decision of a deployment is applied (older ones are
     reported ``superseded``). With ``deployment`` set, decisions of other deployments are
     dead-lettered. ``on_result`` receives every :class:`connectors.dgd.ApplyResult`.
+
+    Decisions are applied on one background thread per worker, so a slow or hanging API server
+    (an apply retries for up to ``max_attempts`` × (request timeout + backoff)) never holds up
+    the dataflow. What waits is at most one decision per deployment, the newest: a newer one
+    arriving before the waiting one was applied takes its place (the older one is reported
+    ``superseded``), so decisions are applied in order and never stack up. ``on_result`` is
+    called on the applier thread for applied decisions, on the worker thread for superseded
+    ones. When the sink's input ends (finite runs), bytewax calls the partition's ``close``,
+    which applies what is queued first (that one waits on the API server); a stop by signal
+    does not wait for it.
 
     >>> sink = DgdSink(lambda: None, deployment="llama")
     >>> sink.deployment
@@ -194,8 +288,19 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         self.max_polls = max_polls
         self.polls = 0
         self.awake: datetime | None = None
+        self._poller = _DaemonExecutor(f"dgd-inventory-{deployment}")
+        self._pending: Future[InventoryEvent | None] | None = None
 
-    def next_batch(self) -> Iterable[InventoryEvent]:
+    def next_batch(self) -> list[InventoryEvent]:
+        if self._pending is not None:
+            if not self._pending.done():
+                return []  # the read is still in flight: never wait for it here
+            event = self._pending.result()  # re-raises a bug in the read
+            self._pending = None
+            if event is None:
+                return []
+            EVENTS_IN.labels(source="dgd").inc()
+            return [event]
         if self.max_polls is not None and self.polls >= self.max_polls:
             raise StopIteration
         now = datetime.now(UTC)
@@ -203,15 +308,23 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
             return []  # woken early (see next_awake): not due yet
         self.polls += 1
         self.awake = now + self.interval
+        self._pending = self._poller.submit(self._poll)
+        return []
+
+    def _poll(self) -> InventoryEvent | None:
+        """On the poller thread: one read of the DGD; ``None`` if it failed (logged)."""
         try:
             counts = self.actuator.read_inventory(retry=False)
         except DgdUnavailableError as err:
             log.warning("DGD inventory poll failed (will retry in %s): %s", self.interval, err)
-            return []
-        EVENTS_IN.labels(source="dgd").inc()
-        return [InventoryEvent(deployment=self.deployment, time=self.clock(), payload=counts)]
+            return None
+        return InventoryEvent(deployment=self.deployment, time=self.clock(), payload=counts)
 
     def next_awake(self) -> datetime | None:
+        if self._pending is not None:
+            return datetime.now(UTC) + PENDING_CHECK
+        if self.max_polls is not None and self.polls >= self.max_polls:
+            return None  # done: let next_batch end the partition now
         # Never sleep past bytewax's epoch (10 s): a new epoch waits for every partition, so a
         # longer poll interval stalled every other input until the poll.
         return None if self.awake is None else min(self.awake, datetime.now(UTC) + MAX_SLEEP)
@@ -219,12 +332,19 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
     def snapshot(self) -> None:
         return None
 
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()  # a read in flight ends by its timeout, on a daemon thread
+        self._poller.shutdown(wait=False)
+
 
 class DgdInventorySource(FixedPartitionedSource[InventoryEvent, None]):
     """Polls the DGD every ``interval`` and yields one :class:`schemas.InventoryEvent` per poll.
 
     Event time is system time (``clock``, default :func:`time.time`); ``deployment`` is the
-    planner's deployment key. A failed poll yields nothing (logged and counted in
+    planner's deployment key. Each read runs on a background thread and is handed over once it
+    has finished, so a hanging API server never stops the other inputs; one read at a time, so
+    events come in poll order. A failed poll yields nothing (logged and counted in
     ``flowplanner_dgd_read_errors_total``): an unreadable DGD is never reported as zero
     workers. One partition, so in a multi-worker cluster exactly one worker polls.
     ``max_polls`` ends the source after that many polls (tests, one-shot runs).

@@ -74,6 +74,7 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
             "not a decision",
         ]
     )
+    partition.close()  # applies what is queued on the applier thread
     assert [(r.decision_id, r.outcome) for r in results] == [
         (3, "superseded"),
         (2, "superseded"),
