@@ -56,6 +56,7 @@ from connectors.recorded import RecordedSource
 from connectors.virtual import AckSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
+from flows.horizon import untimed
 from schemas import DeliveredDecision, PlannerConfig, Role
 
 
@@ -279,5 +280,9 @@ def _dgd(
         options["host"] = query["host"]
     interval = _interval(address, query, default=10.0)
     wiring.actuators.append(DgdSink.from_target(target, deployment=deployment, **options))
-    wiring.inputs.append(DgdInventorySource.from_target(target, deployment, interval, **options))
+    # untimed: the horizon places each poll at the watermark (flows.horizon), so a poll on the
+    # host clock never makes events behind it late (a restarted worker's replayed history)
+    wiring.inputs.append(
+        DgdInventorySource.from_target(target, deployment, interval, clock=untimed, **options)
+    )
     wiring.live = True

@@ -4,9 +4,10 @@
 
     inputs ─► admit ─┬─► dead letters (invalid, unknown deployment, bad role)
                      └─► key by deployment
-                          ─► fold_window (tumbling, event time) ─┬─► late ─► dead letters
-                          ─► planner (stateful, one per key)     │
-                          ─► tick records ─► decisions           ┘
+                          ─► event horizon (stateful, one per key) ─┬─► late, ahead ─► dead letters
+                          ─► fold_window (tumbling, event time) ────┤
+                          ─► planner (stateful, one per key)        │
+                          ─► tick records ─► decisions              ┘
 
 Ticks come from the data's event time (:mod:`flows.clock`); a window ticks once event time
 passes its end (an input that ends mid-window leaves that window open rather than ticking on
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
@@ -36,6 +37,13 @@ from bytewax.outputs import FixedPartitionedSink, Sink
 
 from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT, dead_letter_kind
 from flows.clock import EPOCH, PlannerClock
+from flows.horizon import (
+    EventHorizon,
+    event_time,
+    is_state_snapshot,
+    late_letter,
+    untimed,
+)
 from operators.ack_gate import AckGate
 from operators.admission import Admission
 from operators.deployment import DeploymentPlanner
@@ -43,13 +51,11 @@ from operators.window import TickWindow, fold_event, merge_windows
 from schemas import (
     AckEvent,
     Acknowledgement,
-    CapabilitiesEvent,
     DeadLetter,
     DecisionAck,
     DeliveredDecision,
     Event,
     ForwardPassMetrics,
-    InventoryEvent,
     PlannerConfig,
     Role,
     ScalingDecision,
@@ -59,16 +65,6 @@ from schemas import (
 
 LIVE_IDLE_SECONDS = 5.0
 """Live runs: after this long without a newer event, the watermark follows the system clock."""
-
-
-def event_time(event: Event) -> datetime:
-    """Event time as an aware UTC datetime (what bytewax's clocks need)."""
-    return EPOCH + timedelta(seconds=event.time)
-
-
-def is_state_snapshot(event: Event) -> bool:
-    """Inventory, capabilities and acknowledgements describe the present (see flows.clock)."""
-    return isinstance(event, InventoryEvent | CapabilitiesEvent | AckEvent)
 
 
 def window_seconds(configs: dict[str, PlannerConfig]) -> float:
@@ -144,20 +140,16 @@ class _PlannerStep:
 
 
 def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
-    deployment, (_window, event) = deployment_and_late
-    return DeadLetter(
-        source="window",
-        reason=f"late: event time {event.time} is behind the planner's watermark",
-        raw=event.model_dump_json(),
-        deployment=deployment,
-    )
+    _deployment, (_window, event) = deployment_and_late
+    return late_letter(event)
 
 
 def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
     """An acknowledgement from the virtual connector's topic as an input event.
 
-    It is a state snapshot timed at event time 0, whatever its own ``time`` says: the window
-    step places it at the planner's watermark, so it applies from the next tick. Its ``time`` is
+    It is a state snapshot timed at event time 0 (:func:`flows.horizon.untimed`), whatever its
+    own ``time`` says: the event horizon places it at the planner's watermark, so it applies
+    from the next tick. Its ``time`` is
     the orchestrator's clock, not the data's: one ahead of the data (or in milliseconds) would
     move event time on and make every later measurement late, and the host clock would make a
     replay depend on when it ran.
@@ -169,7 +161,7 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
         return item
     return AckEvent(
         deployment=item.deployment,
-        time=0.0,
+        time=untimed(),
         payload=Acknowledgement(acked_decision_id=item.acked_decision_id),
     )
 
@@ -230,9 +222,11 @@ def build_flow(
         is_state=is_state_snapshot,
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
     )
+    horizon = op.stateful_flat_map("event_horizon", keyed, EventHorizon(clock, live))
+    on_time = op.branch("on_time", horizon, lambda kv: not isinstance(kv[1], DeadLetter))
     windows = fold_window(
         "tick_window",
-        keyed,
+        on_time.trues,
         clock,
         TumblingWindower(length=timedelta(seconds=window_s), align_to=EPOCH),
         TickWindow,
@@ -259,7 +253,8 @@ def build_flow(
     applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 
     late = op.map("late_letters", windows.late, _late)
-    dead = op.merge("dead_letters", valid.falses, late)
+    refused = op.map("refused_letters", on_time.falses, lambda kv: kv[1])
+    dead = op.merge("dead_letters", valid.falses, refused, late)
     dead = op.map("count_dead_letters", dead, _count_dead_letter)
 
     for kind, stream, kind_sinks in (

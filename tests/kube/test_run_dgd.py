@@ -9,10 +9,11 @@ import threading
 import time
 
 from confluent_kafka import Producer
+from kubernetes import client as k8s
 
 from connectors.dgd import LAST_DECISION_ANNOTATION
 from flows.display import format_time
-from tests.flow.runner import start_flowplanner, write_config
+from tests.flow.runner import read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import wait_until
 
@@ -23,6 +24,11 @@ def stream_decode_load(bootstrap: str, topic: str, stop: threading.Event) -> Non
     """One decode engine whose KV load climbs, four passes a second, timed as they happen."""
     producer = Producer({"bootstrap.servers": bootstrap})
     counter, start = 0, time.time()
+    # the fleet as it starts (the DGD's polls say so too): a replay of the topic knows it
+    inventory = {"ready_num_prefill": 1, "expected_num_prefill": 1}
+    inventory |= {"ready_num_decode": 1, "expected_num_decode": 1}
+    event = {"type": "inventory", "deployment": "llama", "time": start, "payload": inventory}
+    producer.produce(topic, key="llama", value=json.dumps(event).encode())
     while not stop.is_set():
         counter += 1
         kv = int(min(650_000, 200_000 + 40_000 * (time.time() - start)))
@@ -91,26 +97,50 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
     ]
     assert decisions[0]["num_decode"] == 2 and decisions[0]["current_decode"] == 1
 
-    # A restarted planner reads the DGD's annotation: its first decision will be numbered
-    # after the last one applied, and no decision of a replayed history is applied again.
-    ticks = tmp_path / "ticks.jsonl"
+    # Someone scales decode to 3 by hand. A restarted planner replays the events topic from
+    # its beginning (the DGD's inventory polls do not make that history late), rebuilds its
+    # state from it, and must not apply the history's decisions over the change: it resumes
+    # after the decision the DGD's annotation names.
+    k8s.CustomObjectsApi(kube).patch_namespaced_custom_object(
+        "nvidia.com",
+        "v1alpha1",
+        dgd.namespace,
+        "dynamographdeployments",
+        dgd.name,
+        {"spec": {"services": {"VllmDecodeWorker": {"replicas": 3}}}},
+        _content_type="application/merge-patch+json",
+    )
+    patches = len(dgd.patches())
+    ticks, dead = tmp_path / "ticks.jsonl", tmp_path / "dead.jsonl"
     planner = start_flowplanner(
         "run",
         "--config",
         str(config),
         "--input",
-        f"kafka://{kafka_bootstrap}/{kafka_topic}?start=end",
+        f"kafka://{kafka_bootstrap}/{kafka_topic}",
         "--output",
         f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
         "--ticks",
         str(ticks),
+        "--dead-letters",
+        str(dead),
     )
+    history_end = decisions[-1]["time"]
     try:
-        wait_until(lambda: ticks.exists() and ticks.read_text(), "a tick of the restarted planner")
+        wait_until(
+            lambda: ticks.exists() and any(t["time"] > history_end for t in read_jsonl(ticks)),
+            "the restarted planner past the history",
+        )
     finally:
         planner.send_signal(signal.SIGTERM)
         _, err = planner.communicate(timeout=30)
     assert planner.returncode == 0, err
+    replayed = read_jsonl(ticks)
+    assert any(t["decision"] for t in replayed) is False  # nothing sent again...
+    assert any(t["ran_load"] and t["diagnostics"]["estimated_itl_ms"] for t in replayed)  # ...
+    assert not dead.exists() or dead.read_text() == ""  # ...though the history was replayed
+    assert len(dgd.patches()) == patches
+    assert dgd.get()["spec"]["services"]["VllmDecodeWorker"]["replicas"] == 3
     mark = json.loads(dgd.get()["metadata"]["annotations"][LAST_DECISION_ANNOTATION])
     applied = next(d for d in decisions if d["num_decode"] == 2)  # the decision patched in
     assert mark == {k: applied[k] for k in ("deployment", "decision_id", "time")}
