@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
+from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.tick import EngineKey
 from schemas import ForwardPassMetrics, LoadReason
 
@@ -57,52 +58,6 @@ _INFORMATIVE: frozenset[str] = frozenset(
     }
 )
 """Rule reasons worth reporting when the final count does not change."""
-
-
-class PrefillEstimator(Protocol):
-    """The part of ``PrefillPerfModel`` load scaling uses (spec §3.3)."""
-
-    def has_sufficient_data(self) -> bool: ...
-
-    def estimate_next_ttft(
-        self,
-        queued_prefill_tokens: int,
-        max_num_batched_tokens: int,
-        kv_hit_rate: float | None = None,
-    ) -> float | None: ...
-
-
-class DecodeEstimator(Protocol):
-    """The part of ``DecodePerfModel`` load scaling uses (spec §3.4)."""
-
-    def has_sufficient_data(self) -> bool: ...
-
-    def estimate_next_itl(
-        self, scheduled_decode_kv: int, queued_decode_kv: int
-    ) -> float | None: ...
-
-    @property
-    def coefficients(self) -> dict[str, float] | None: ...
-
-    def predict_one(self, x: dict[str, float]) -> float: ...
-
-
-class AggEstimator(Protocol):
-    """The part of ``AggPerfModel`` load scaling uses (spec §3.5)."""
-
-    def has_sufficient_data(self) -> bool: ...
-
-    def estimate_next_ttft(
-        self,
-        queued_prefill_tokens: int,
-        max_num_batched_tokens: int,
-        current_decode_kv: int,
-        kv_hit_rate: float | None = None,
-    ) -> float | None: ...
-
-    def estimate_next_itl(
-        self, scheduled_decode_kv: int, queued_decode_kv: int
-    ) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -247,7 +202,7 @@ def steady_state_itl_after_consolidation(itl_now_s: float, intercept_s: float, c
 
 
 def _steady_state_check(
-    model: DecodeEstimator,
+    model: DecodePerfModel,
     fpm: ForwardPassMetrics,
     c: float,
     itl_sla_ms: float,
@@ -439,7 +394,7 @@ def _ttft_check(
 
 
 def sla_prefill_proposal(
-    model: PrefillEstimator,
+    model: PrefillPerfModel,
     fpms: Fpms,
     n: int,
     *,
@@ -479,7 +434,7 @@ def sla_prefill_proposal(
 
 
 def sla_decode_proposal(
-    model: DecodeEstimator,
+    model: DecodePerfModel,
     fpms: Fpms,
     n: int,
     *,
@@ -549,7 +504,7 @@ def sla_decode_proposal(
 
 
 def sla_agg_proposals(
-    model: AggEstimator,
+    model: AggPerfModel,
     fpms: Fpms,
     n: int,
     *,

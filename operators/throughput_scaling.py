@@ -17,53 +17,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
-from operators.perf import clamp_kv_hit_rate
+from operators.perf import (
+    AggPerfModel,
+    DecodePerfModel,
+    PrefillPerfModel,
+    clamp_kv_hit_rate,
+)
 from schemas import TrafficObservation
-
-
-class PrefillCapacityModel(Protocol):
-    """The part of ``PrefillPerfModel`` throughput scaling uses."""
-
-    def find_best_engine_prefill_rps(
-        self,
-        ttft_sla_ms: float,
-        isl: float,
-        max_num_batched_tokens: int | None = None,
-        max_batch_requests: int | None = None,
-    ) -> tuple[float, float]: ...
-
-
-class DecodeCapacityModel(Protocol):
-    """The part of ``DecodePerfModel`` throughput scaling uses."""
-
-    def find_best_engine_decode_rps(
-        self,
-        itl_ms: float,
-        context_length: float,
-        osl: float,
-        max_kv_tokens: int | None = None,
-        max_num_seqs: int | None = None,
-        accept_length: float = 1.0,
-    ) -> tuple[float, float]: ...
-
-
-class AggCapacityModel(Protocol):
-    """The part of ``AggPerfModel`` throughput scaling uses."""
-
-    def find_best_engine_agg_rps(
-        self,
-        isl: float,
-        osl: float,
-        max_num_batched_tokens: int,
-        ttft_sla_ms: float,
-        itl_sla_ms: float,
-        max_kv_tokens: int | None = None,
-        max_num_seqs: int | None = None,
-        kv_hit_rate: float | None = None,
-        accept_length: float = 1.0,
-    ) -> tuple[float, float, float]: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +60,7 @@ def replicas_for(demand_rps: float, engine_rps: float, min_endpoint: int) -> int
 
 
 def prefill_capacity(
-    model: PrefillCapacityModel,
+    model: PrefillPerfModel,
     demand_rps: float,
     isl: float,
     *,
@@ -122,7 +83,7 @@ def prefill_capacity(
 
 
 def decode_capacity(
-    model: DecodeCapacityModel,
+    model: DecodePerfModel,
     demand_rps: float,
     isl: float,
     osl: float,
@@ -148,7 +109,7 @@ def decode_capacity(
 
 
 def agg_capacity(
-    model: AggCapacityModel,
+    model: AggPerfModel,
     demand_rps: float,
     isl: float,
     osl: float,
