@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
+from time import monotonic
 from typing import Any
 
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
@@ -24,7 +26,24 @@ NO_DELIVERY_LIMIT = {"message.timeout.ms": 0}
 """librdkafka retries a message for ``message.timeout.ms`` (0 = for ever) before failing it."""
 
 
+WAIT_SLICE_S = 0.25
+"""A sink waiting for its broker flushes this long at a time, then checks for a stop request."""
+
 log = logging.getLogger(__name__)
+_open: dict[int, weakref.ref[_DecisionSinkPartition]] = {}
+"""The decision sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
+
+
+def stop_waiting() -> None:
+    """A stop was requested: every open decision sink stops waiting for an unreachable broker.
+
+    For sinks on bytewax worker threads, which SIGTERM/SIGINT do not interrupt (Python runs
+    signal handlers on the main thread); safe to call from a signal handler. A waiting sink
+    returns, and the decisions it still holds are reported (and dropped) when it is closed.
+    """
+    for ref in list(_open.values()):  # one C-level copy: atomic under the GIL
+        if (partition := ref()) is not None:
+            partition.stop_requested = True
 
 
 class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
@@ -33,25 +52,50 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         self._topic = topic
         self._where = where
         self._timeout_s = timeout_s
+        self._stopped = False  # a stop ended a wait: close() does not wait again
+        self.stop_requested = False  # set by stop_waiting()
+        key = id(self)
+        _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
 
     def _deliver(self, failures: list[str]) -> None:
         """Wait until every queued decision is acknowledged, however long the broker is away.
 
         Nothing is dropped and nothing is reordered (the producer retries until delivery); a
         decision the broker refuses (``failures``, filled by the delivery callback) raises.
+        The wait is made of short flushes so that a stop request ends it: on the main thread
+        SIGTERM/SIGINT interrupt a flush (KeyboardInterrupt), on a worker thread
+        :func:`stop_waiting` does. The decisions still queued then are reported by ``close``.
         """
-        waited = 0.0
-        while remaining := self._producer.flush(self._timeout_s):
-            if failures:
-                break
-            waited += self._timeout_s
-            DECISION_DELIVERY_WAITS.labels(sink=self._where).inc()
-            log.warning(
-                "%d decisions wait for %s (%g s so far): retrying until it answers",
-                remaining,
-                self._where,
-                waited,
-            )
+        started = monotonic()
+        warned = 0
+        announced = False
+        try:
+            while remaining := self._producer.flush(min(WAIT_SLICE_S, self._timeout_s)):
+                if failures:
+                    break
+                if self.stop_requested:
+                    self._stopped = True
+                    return
+                if not announced:
+                    announced = True
+                    log.info(
+                        "%d decisions not acknowledged yet by %s: waiting for it",
+                        remaining,
+                        self._where,
+                    )
+                waits = int((monotonic() - started) / self._timeout_s)
+                if waits > warned:
+                    warned = waits
+                    DECISION_DELIVERY_WAITS.labels(sink=self._where).inc()
+                    log.warning(
+                        "%d decisions wait for %s (%.1f s so far): retrying until it answers",
+                        remaining,
+                        self._where,
+                        monotonic() - started,
+                    )
+        except KeyboardInterrupt:
+            self._stopped = True
+            raise
         flush(self._producer, self._where, self._timeout_s, failures, "decisions")
 
     def write_batch(self, items: list[ScalingDecision]) -> None:
@@ -77,7 +121,32 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         self._deliver(failures)
 
     def close(self) -> None:
-        flush(self._producer, self._where, self._timeout_s, [], "decisions")
+        """Deliver what is still queued within ``timeout_s`` (without waiting after a stop),
+        then report and drop the rest. Never raises: bytewax closes sinks as it unwinds a stop."""
+        _open.pop(id(self), None)
+        stopping = self._stopped or self.stop_requested
+        try:
+            remaining = self._producer.flush(0 if stopping else self._timeout_s)
+        except KeyboardInterrupt:  # a second stop request while closing
+            remaining = len(self._producer)
+        except Exception as error:  # closing must not fail the shutdown
+            log.error("closing the producer of %s failed: %s", self._where, error)
+            remaining = len(self._producer)
+        if not remaining:
+            return
+        log.error(
+            "%d decisions not delivered to %s: dropped at shutdown (%s)",
+            remaining,
+            self._where,
+            "stopped while waiting for the broker"
+            if stopping
+            else f"not acknowledged within {self._timeout_s:g} s",
+        )
+        try:
+            self._producer.purge()
+            self._producer.flush(0)  # serve the delivery reports of the purged messages
+        except (Exception, KeyboardInterrupt) as error:
+            log.error("purging the producer of %s failed: %s", self._where, error)
 
 
 class KafkaDecisionSink(DynamicSink[ScalingDecision]):
@@ -91,8 +160,11 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
     rather than failing the run — a restarted worker would replay its inputs and send their
     decisions again. A decision the broker refuses raises :class:`KafkaConnectorError`, and so
     does one that outlives a ``message.timeout.ms`` given in ``config`` (by default there is
-    no limit). Closing waits at most ``timeout_s``. :meth:`delivered` reads back, per
-    deployment, the newest decision the topic holds, so a restarted planner resumes after it.
+    no limit). A stop request (SIGTERM/SIGINT, :func:`stop_waiting`) ends a wait. Closing
+    waits at most ``timeout_s`` (not at all after a stop), then logs an error naming how many
+    decisions were not delivered and drops them; it never raises. :meth:`delivered` reads
+    back, per deployment, the newest decision the topic holds, so a restarted planner resumes
+    after it.
 
     >>> sink = KafkaDecisionSink("127.0.0.1:9092", "decisions", partitions=3)
     >>> sink.topic, sink.partitions

@@ -22,6 +22,7 @@ from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DgdUnavailableError
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
+from connectors.kafka.sink import stop_waiting
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
@@ -50,6 +51,7 @@ class _StopRequest:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.signal = signal.Signals(signum).name
+        stop_waiting()  # sinks on worker threads waiting for a broker (signals reach only this one)
         raise KeyboardInterrupt(self.signal)
 
 
