@@ -12,7 +12,8 @@ COPY bench bench
 COPY examples examples
 COPY deploy deploy
 COPY tests/data tests/data
-RUN pip install --no-cache-dir .
+# editable: the commands find their default config, trace and profile beside the code (/app)
+RUN pip install --no-cache-dir -e .
 ENV OPENBLAS_NUM_THREADS=1
 ENTRYPOINT ["flowplanner"]
 CMD ["--help"]

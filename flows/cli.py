@@ -94,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowplanner`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as the docs
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # of ``signal`` advise
+        return 1
 
 
 if __name__ == "__main__":

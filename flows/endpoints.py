@@ -133,6 +133,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.live |= not url.until_end
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
+            if scheme == "zmq+tcp" and not _has_port(netloc):
+                raise EndpointError(f"{address!r}: give the publisher's HOST:PORT")
             url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
             deployment, role = _zmq_target(address, query, configs)
             zmq_endpoints.append(EndpointSpec(url, deployment, role))
@@ -193,6 +195,14 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     return wiring
 
 
+def _has_port(netloc: str) -> bool:
+    """``HOST:PORT`` with a port number (IPv6 hosts in brackets)."""
+    try:
+        return urlsplit(f"//{netloc}").port is not None
+    except ValueError:  # a port that is not a number
+        return False
+
+
 def _zmq_target(
     address: str, query: dict[str, str], configs: dict[str, PlannerConfig]
 ) -> tuple[str, Role]:
@@ -204,8 +214,12 @@ def _zmq_target(
             f"{address!r}: say which configured deployment its engines serve "
             f"(?deployment=NAME, one of {known})"
         )
-    role = query.get("role", "decode")
     roles = configs[deployment].roles
+    role = query.get("role", roles[0] if len(roles) == 1 else None)
+    if role is None:
+        raise EndpointError(
+            f"{address!r}: say which role its engines play (?role=R, one of {', '.join(roles)})"
+        )
     if role not in roles:
         raise EndpointError(
             f"{address!r}: role {role!r} is not part of mode {configs[deployment].mode!r} "

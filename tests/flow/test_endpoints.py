@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,6 +34,28 @@ def test_an_fpm_publisher_must_belong_to_a_configured_deployment_and_role(addres
     with pytest.raises(EndpointError, match=message) as caught:
         wire([address], ["-"], CONFIGS)
     assert address in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("zmq+tcp://127.0.0.1?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        ("zmq+tcp://127.0.0.1:x?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        (
+            "zmq+tcp://127.0.0.1:29999?deployment=split",
+            "say which role its engines play (?role=R, one of prefill",
+        ),
+    ],
+)
+def test_an_fpm_publisher_needs_a_port_and_in_a_split_deployment_a_role(address, message):
+    with pytest.raises(EndpointError, match=re.escape(message)):
+        wire([address], ["-"], CONFIGS)
+
+
+def test_a_single_role_deployment_needs_no_role():
+    [source] = wire(["zmq+tcp://[::1]:29999?deployment=llama"], ["-"], CONFIGS).inputs
+    assert isinstance(source, ZmqFpmSource)
+    assert source.endpoints == [EndpointSpec("tcp://[::1]:29999", "llama", "decode")]
 
 
 def test_a_valid_fpm_publisher_is_wired():

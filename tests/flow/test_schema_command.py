@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 from tests.flow.runner import flowplanner
 
@@ -60,3 +63,16 @@ def test_one_type_prints_its_schema_itself():
     assert schema["title"] == "ScalingDecision"  # ready for a validator, not wrapped by name
     assert schema == json.loads(flowplanner("schema").stdout)["ScalingDecision"]
     assert "agg" in schema["properties"]["num_decode"]["description"]
+
+
+def test_a_reader_that_stops_early_is_no_error_of_ours():
+    piped = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m flows.cli schema | head -1",  # > a pipe's buffer
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert piped.stdout.strip()
+    assert piped.stderr == ""  # no BrokenPipeError traceback
