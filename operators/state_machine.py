@@ -112,11 +112,13 @@ class PlannerStateMachine:
                 config.fpm_sample_bucket_size,
             )
             if config.mode == "agg":
-                self._models["decode"] = AggPerfModel(*sizes)  # linear under either basis
+                self._models["decode"] = AggPerfModel(*sizes)
             else:
                 for role in config.roles:
-                    model_cls = PrefillPerfModel if role == "prefill" else DecodePerfModel
-                    self._models[role] = model_cls(*sizes, basis=config.perf_model_basis)
+                    if role == "prefill":
+                        self._models[role] = PrefillPerfModel(*sizes, basis=config.perf_model_basis)
+                    else:
+                        self._models[role] = DecodePerfModel(*sizes)
 
     # --- read-only views ---------------------------------------------------------------------
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators.perf.basis import PerfModelBasis, WallTimeFit
+from operators.perf.basis import WallTimeFit
 from operators.perf.moving_average import DecodeShape, MovingAverage, PrefillShape
 from operators.perf.regression import (
     FpmRegressor,
@@ -51,7 +51,8 @@ class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
 
     Both slopes must be non-negative (no relaxable feature). Moving averages: ``avg_isl``,
     ``avg_decode_length``, ``avg_prefill_tokens`` (prefill tokens per forward pass, every FPM),
-    ``avg_num_prefill``, ``avg_num_decode``.
+    ``avg_num_prefill``, ``avg_num_decode``. Always linear (``PlannerConfig.perf_model_basis``
+    shapes the prefill model only).
 
     >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
     >>> model = AggPerfModel()
@@ -74,9 +75,8 @@ class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
         max_num_fpm_samples: int = 64,
         min_observations: int = 5,
         bucket_count: int = 16,
-        basis: PerfModelBasis = "linear",
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis)
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
         self.isl_average = MovingAverage(max_num_fpm_samples)
         self.decode_length_average = MovingAverage(max_num_fpm_samples)
         self.prefill_tokens_average = MovingAverage(max_num_fpm_samples)

@@ -6,7 +6,6 @@ import math
 
 from river import stats
 
-from operators.perf.basis import PerfModelBasis
 from operators.perf.moving_average import DecodeShape, MovingAverage
 from operators.perf.regression import FpmRegressor, effective_accept_length, require_finite
 from schemas import ForwardPassMetrics
@@ -23,12 +22,12 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
     tokens per decode request), ``avg_num_decode``; ``max_observed_kv`` is the largest
     ``sum_decode_kv_tokens`` ever seen.
 
-    Linear under either ``basis``: expanding ``sum_decode_kv_tokens`` into segments was measured
-    (shipped H200 profile, bootstrap within a 256-sequence engine) and not adopted: against the
-    simulator's decode timing at batches <= 256 it cut the mean error only from 6.6 % to 5.4 %
-    (max 33 % either way, at batch 1-2 of long contexts, which no additive model reaches), and
-    in closed-loop replays it lowered our planner's SLA attainment (azure conv x20: 97.2 % ->
-    96.3 % at +1.3 % GPU-hours).
+    Always linear (``PlannerConfig.perf_model_basis`` shapes the prefill model only): expanding
+    ``sum_decode_kv_tokens`` into segments was measured (shipped H200 profile, bootstrap within a
+    256-sequence engine) and not adopted: against the simulator's decode timing at batches
+    <= 256 it cut the mean error only from 6.6 % to 5.4 % (max 33 % either way, at batch 1-2 of
+    long contexts, which no additive model reaches), and in closed-loop replays it lowered our
+    planner's SLA attainment (azure conv x20: 97.2 % -> 96.3 % at +1.3 % GPU-hours).
 
     >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
     >>> model = DecodePerfModel()
@@ -49,9 +48,8 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
         max_num_fpm_samples: int = 64,
         min_observations: int = 5,
         bucket_count: int = 16,
-        basis: PerfModelBasis = "linear",
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis)
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
         self.decode_length_average = MovingAverage(max_num_fpm_samples)
         self.num_decode_average = MovingAverage(max_num_fpm_samples)
         self.kv_max = stats.Max()

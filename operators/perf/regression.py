@@ -18,8 +18,8 @@ Conventions shared by :class:`~operators.perf.PrefillPerfModel`,
   ``"piecewise"`` fits the features a model lists in ``piecewise_features`` as a monotone
   continuous piecewise-linear function (:mod:`operators.perf.basis`). Whether a model is ready,
   and why not, is decided by the linear fit in both cases: the piecewise basis changes the shape
-  of an accepted fit, never whether there is one. A model without ``piecewise_features`` (agg)
-  is linear under either basis.
+  of an accepted fit, never whether there is one. Only the prefill model takes ``basis``; decode
+  and agg are always linear (a model without ``piecewise_features`` is linear under either basis).
 """
 
 from __future__ import annotations
