@@ -42,6 +42,10 @@ milliseconds (1.7e12), which would otherwise leave the planner's clock millennia
 EventTime = Annotated[float, Field(ge=0.0, le=MAX_EVENT_TIME_S, allow_inf_nan=False)]
 """An event time in seconds, 0 to :data:`MAX_EVENT_TIME_S`."""
 
+InputEventTime = Annotated[EventTime, Field(strict=True)]
+"""An input's event time: a JSON number, never a string or a bool (``"30"`` is refused, as
+FPM payloads refuse strings), so a producer's type bug is a dead letter, not a guess."""
+
 _PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -344,7 +348,7 @@ class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     deployment: Annotated[str, Field(min_length=1)]
-    time: EventTime
+    time: InputEventTime
 
 
 class FpmEvent(_Envelope):
@@ -459,6 +463,12 @@ class ClockEvent(_Envelope):
     >>> e = parse_event('{"type": "clock", "deployment": "d", "time": 30}')
     >>> type(e).__name__, e.time, e.payload
     ('ClockEvent', 30.0, {})
+    >>> from pydantic import ValidationError
+    >>> try:
+    ...     parse_event('{"type": "clock", "deployment": "d", "time": "30"}')
+    ... except ValidationError as err:
+    ...     print(err.errors()[0]["loc"], err.errors()[0]["msg"])
+    ('clock', 'time') Input should be a valid number
     """
 
     type: Literal["clock"] = "clock"

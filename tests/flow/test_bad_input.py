@@ -55,6 +55,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
         (batch_event(t + 1e9, 90000), "after the event's time"),  # would never expire
         ("this is not json at all", "Invalid JSON"),
         (fpm_event(**{"payload.fpm.wall_time": "slow"}), "wall_time"),
+        (fpm_event(**{"time": str(t)}), "fpm.time: Input should be a valid number"),
         (
             fpm_event(**{"payload.fpm.scheduled_requests.num_decode_requests": 2.5}),
             "num_decode_requests",
