@@ -30,6 +30,7 @@ from river import stats
 
 from operators.ack_gate import AckGate
 from operators.state_machine import PlannerStateMachine
+from operators.throughput_scaling import quantile_key
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
@@ -54,13 +55,17 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 @dataclass
 class RequestStats:
-    """Request counts and sums of one window (mergeable).
+    """Request counts and sums of one window (mergeable: :meth:`merge`).
 
     >>> window = RequestStats(end_s=5.0)
     >>> window.add(RequestRecord(isl=3000, osl=150, kv_hit_rate=0.5))
     >>> window.add(RequestRecord(isl=1000, osl=50))  # no hit rate: not in the hit-rate mean
     >>> window.count, window.sum_isl / window.count, window.sum_hit / window.hits
     (2, 2000.0, 0.5)
+    >>> total = RequestStats(end_s=10.0)
+    >>> total.merge(window); total.merge(window)
+    >>> total.end_s, total.count, total.sum_osl, total.hits
+    (10.0, 4, 400.0, 2)
     """
 
     end_s: float
@@ -82,6 +87,16 @@ class RequestStats:
         if record.accept_length is not None:
             self.sum_accept += record.accept_length
             self.accepts += 1
+
+    def merge(self, other: RequestStats) -> None:
+        """Add ``other``'s counts and sums to these (``end_s`` stays this window's)."""
+        self.count += other.count
+        self.sum_isl += other.sum_isl
+        self.sum_osl += other.sum_osl
+        self.sum_hit += other.sum_hit
+        self.hits += other.hits
+        self.sum_accept += other.sum_accept
+        self.accepts += other.accepts
 
 
 class DeploymentPlanner:
@@ -286,13 +301,7 @@ class DeploymentPlanner:
         total = RequestStats(now_s)
         for window in self.request_windows:
             if since < window.end_s <= now_s + 1e-9:
-                total.count += window.count
-                total.sum_isl += window.sum_isl
-                total.sum_osl += window.sum_osl
-                total.sum_hit += window.sum_hit
-                total.hits += window.hits
-                total.sum_accept += window.sum_accept
-                total.accepts += window.accepts
+                total.merge(window)
         n = total.count
         return TrafficObservation(
             duration_s=duration_s,
@@ -311,7 +320,7 @@ class DeploymentPlanner:
 
     def _quantile_values(self, series: str) -> dict[str, float] | None:
         values = {
-            f"p{round(q * 100)}": quantile.get()
+            quantile_key(q): quantile.get()
             for q, quantile in zip(QUANTILES, self.quantiles[series], strict=True)
         }
         if any(v is None for v in values.values()):
