@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +47,11 @@ class JsonlFileSink(FileSink):
     """
 
     def __init__(self, path: str | Path) -> None:
+        """Creates the file (and missing parent directories) now, so a path that cannot be
+        written is an :class:`OSError` before the dataflow starts."""
         path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         super().__init__(path)

@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as the docs
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # of ``signal`` advise
         return 1
+    except OSError as exc:  # a file or socket the machine refuses: say which, in one line
+        print(f"flowplanner {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

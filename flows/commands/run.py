@@ -134,7 +134,10 @@ def run(args: argparse.Namespace) -> int:
         configs = load_config(args.config)
         wiring = wire(args.input, args.output, configs)
         bootstrap, warmup = preload(configs)
-    except (ConfigError, EndpointError, OSError, ValueError) as exc:
+    except OSError as exc:  # a file to read or write that cannot be used
+        print(f"flowplanner run: {exc}", file=sys.stderr)
+        return 1
+    except (ConfigError, EndpointError, ValueError) as exc:
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
     try:
@@ -155,16 +158,20 @@ def run(args: argparse.Namespace) -> int:
                 "never applied",
                 file=sys.stderr,
             )
-    sinks = PlannerSinks(
-        actuators=wiring.actuators,
-        decisions=wiring.decision_sinks,
-        ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
-        dead_letters=[
-            JsonlFileSink(args.dead_letters)
-            if args.dead_letters
-            else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
-        ],
-    )
+    try:
+        sinks = PlannerSinks(
+            actuators=wiring.actuators,
+            decisions=wiring.decision_sinks,
+            ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
+            dead_letters=[
+                JsonlFileSink(args.dead_letters)
+                if args.dead_letters
+                else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
+            ],
+        )
+    except OSError as exc:
+        print(f"flowplanner run: {exc}", file=sys.stderr)
+        return 1
     if args.reports:
         sinks.ticks.append(DiagnosticsReportSink(configs))
     port = args.metrics_port

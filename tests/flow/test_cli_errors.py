@@ -44,6 +44,17 @@ def test_run_output_that_cannot_be_opened_is_one_line(tmp_path):
     assert_clean_error(done, "Is a directory", str(tmp_path))
 
 
+@pytest.mark.parametrize("option", ["--ticks", "--dead-letters", "--output"])
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_run_file_outputs_that_cannot_be_written_stop_it_before_it_starts(tmp_path, option, where):
+    path = tmp_path if where == "a directory" else Path(RECORDING) / "out.jsonl"
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, option, str(path))
+    assert_clean_error(done, str(path.parent if where == "under a file" else path))
+    assert done.returncode == 1
+    assert "events in" not in done.stderr and "panicked" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
 def test_run_metrics_port_in_use_is_one_line():
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
