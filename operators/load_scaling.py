@@ -66,8 +66,10 @@ class LoadProposal:
 
     ``desired`` is the proposed replica count (``None`` = no opinion, keep the current count);
     ``reason`` is the rule's own view (``scale_up``, ``scale_down``, ``no_change``,
-    ``insufficient_data`` or ``scale_down_refused_consolidation``); ``estimate_ms`` is the
-    largest per-engine latency estimate, for diagnostics.
+    ``insufficient_data`` or ``scale_down_refused_consolidation``), or the rate guard's
+    (:class:`operators.rate_guard.RateGuard`: ``scale_down_refused_rate``,
+    ``scale_down_stabilizing``), or ``no_fpm_data`` from the state machine when a role has no
+    forward passes; ``estimate_ms`` is the largest per-engine latency estimate, for diagnostics.
 
     >>> LoadProposal(3, "scale_up", estimate_ms=612.0).desired
     3
