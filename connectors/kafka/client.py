@@ -8,7 +8,10 @@ offset of the last record batch + 1 instead of the end of the log.
 from __future__ import annotations
 
 import logging
+import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any, NamedTuple
 
@@ -17,7 +20,102 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
+
+REPEAT_INTERVAL_S = 30.0
+"""librdkafka logs a failed connection at every retry (about 20 a second per client while a
+broker refuses connections); the same message is logged at most once per this many seconds."""
+
+_VARYING = re.compile(r"\d+ ?ms\b|\d+ identical error\(s\) suppressed")
+"""Parts of a librdkafka message that differ between repeats of the same event."""
+
+
+@dataclass(slots=True)
+class _Repeats:
+    shown_at: float
+    held: int = 0
+
+
+class RepeatedMessageFilter(logging.Filter):
+    """Lets the same log message through at most once per ``interval_s``; the next one let
+    through after a hold says how many were held back.
+
+    Messages are the same when their level and text match, once the parts that differ between
+    retries (durations in ms, librdkafka's own suppression counts) and, for librdkafka's
+    ``"%s [%s] %s"`` records, the client's name are set aside: all clients failing to reach one
+    broker make one line. A message held back and never repeated after the interval goes
+    uncounted. Thread-safe (librdkafka logs from each client's polling thread).
+
+    >>> now = [0.0]
+    >>> repeats = RepeatedMessageFilter(30.0, clock=lambda: now[0])
+    >>> def record(client: str, ms: int) -> logging.LogRecord:
+    ...     text = f"127.0.0.1:9: Connection refused (after {ms}ms in state CONNECT)"
+    ...     args = ("FAIL", client, text)
+    ...     return logging.LogRecord("kafka", logging.ERROR, "", 0, "%s [%s] %s", args, None)
+    >>> [repeats.filter(record(client, ms)) for client, ms in [("c-1", 0), ("c-1", 3), ("p-2", 0)]]
+    [True, False, False]
+    >>> now[0] = 31.0
+    >>> shown = record("c-1", 1)
+    >>> repeats.filter(shown), shown.getMessage()
+    (True, 'FAIL [c-1] 127.0.0.1:9: Connection refused (after 1ms in state CONNECT) \
+(2 more like it in the last 31 s not logged)')
+    >>> repeats.held
+    2
+    """
+
+    MAX_MESSAGES = 1024
+    """Distinct messages remembered; past that, those out of their interval are forgotten."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = monotonic) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.clock = clock
+        self.held = 0  # messages held back so far
+        self._repeats: dict[tuple[int, str], _Repeats] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _shape(record: logging.LogRecord) -> str:
+        args = record.args
+        if record.msg == "%s [%s] %s" and isinstance(args, tuple) and len(args) == 3:
+            text = f"{args[0]} {args[2]}"  # librdkafka: facility, client name, message
+        else:
+            text = record.getMessage()
+        return _VARYING.sub("#", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, self._shape(record))
+        now = self.clock()
+        with self._lock:
+            repeats = self._repeats.get(key)
+            if repeats is not None and now - repeats.shown_at < self.interval_s:
+                repeats.held += 1
+                self.held += 1
+                return False
+            if repeats is None and len(self._repeats) >= self.MAX_MESSAGES:
+                self._forget(now)
+            self._repeats[key] = _Repeats(now)
+        if repeats is not None and repeats.held:
+            record.msg = (
+                f"{record.getMessage()} ({repeats.held} more like it in the last "
+                f"{now - repeats.shown_at:.0f} s not logged)"
+            )
+            record.args = ()
+        return True
+
+    def _forget(self, now: float) -> None:
+        for key, repeats in list(self._repeats.items()):
+            if now - repeats.shown_at >= self.interval_s:
+                del self._repeats[key]
+        if len(self._repeats) >= self.MAX_MESSAGES:  # all recent: a flood of distinct messages
+            self._repeats.clear()
+
+
+LIBRDKAFKA_REPEATS = RepeatedMessageFilter(REPEAT_INTERVAL_S)
+"""The filter of the ``connectors.kafka.librdkafka`` logger, which every client we configure
+logs to (a broker outage otherwise floods the log with one line per connection retry)."""
+
 _librdkafka_log = logging.getLogger("connectors.kafka.librdkafka")
+_librdkafka_log.addFilter(LIBRDKAFKA_REPEATS)
 
 BATCH_SIZE = 1000
 """Messages per consume call / source batch (bytewax throughput collapses with tiny batches)."""
