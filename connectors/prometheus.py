@@ -665,6 +665,18 @@ class PrometheusTrafficInput(FixedPartitionedSource[TrafficEvent, None]):
     def build_part(self, step_id: str, for_part: str, resume_state: None) -> _TrafficPartition:
         interval = self.intervals[for_part]
         delay = interval if self.first_read_after_seconds is None else self.first_read_after_seconds
+        source = self.sources[for_part]
+        try:  # say now, not at the first read (minutes away), when Prometheus does not answer
+            source.client.query("vector(1)")
+        except PrometheusQueryError as exc:
+            log.warning(
+                "%s: Prometheus at %s does not answer (%s); its traffic is unknown until it "
+                "does (first read in %g s)",
+                for_part,
+                source.client.settings.endpoint,
+                exc,
+                delay,
+            )
         return _TrafficPartition(
             source=self.sources[for_part],
             interval_s=interval,

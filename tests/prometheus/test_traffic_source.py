@@ -6,6 +6,7 @@ of the newest scrape, so Prometheus' ``increase()`` extrapolates nothing (spec Â
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 import uuid
@@ -228,3 +229,15 @@ def test_the_bytewax_input_polls_and_yields_traffic_events(fleet: Fleet) -> None
     assert before <= out[0].time <= time.time()
     assert out[0].payload.duration_s == WINDOW_S
     assert unknown_count(ghost.deployment, "no_data") == 1
+
+
+def test_a_prometheus_that_does_not_answer_is_reported_at_start(caplog) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    client = PrometheusClient(PrometheusSettings(endpoint=endpoint, timeout_s=2.0))
+    source = PrometheusTrafficSource(client, deployment="llama")
+    traffic = PrometheusTrafficInput([source], interval_seconds=180)
+    traffic.build_part("traffic", "llama", None)  # what bytewax does when the flow starts
+    assert f"llama: Prometheus at {endpoint} does not answer" in caplog.text
+    assert "first read in 180 s" in caplog.text
