@@ -81,11 +81,12 @@ def test_after_a_quiet_spell_an_old_event_is_late(tmp_path, kafka_bootstrap, kaf
         wait_until(
             lambda: ticks.exists() and any(t["time"] > last for t in read_jsonl(ticks)),
             "the windows of the first events to close",
+            timeout_s=120,
         )
         old = last - 60.0
         send(100, old)
         send(101, time.time())
-        wait_until(lambda: dead.exists() and dead.read_text(), "a dead letter")
+        wait_until(lambda: dead.exists() and dead.read_text(), "a dead letter", timeout_s=120)
     finally:
         planner.send_signal(signal.SIGTERM)
         _, err = planner.communicate(timeout=30)
