@@ -165,22 +165,20 @@ class DecodeTiming:
         cs = self._cs
         j = bisect_right(cs, c) - 1
         if j < 0 or j >= len(cs) - 1:
-            row = 0 if j < 0 else -1
-            us, bx, bv, sl = self._rows[row]
-            u = per_token * cs[row]  # the same batch at the row's context
-            k = bisect_right(us, u)
-            return bv[k] + sl[k] * (u - bx[k])
+            return self._row_s(0 if j < 0 else -1, per_token)
         # the same batch size on both bracketing context rows, then linear in context
-        us, bx, bv, sl = self._rows[j]
-        u = per_token * cs[j]
-        k = bisect_right(us, u)
-        lo = bv[k] + sl[k] * (u - bx[k])
-        us, bx, bv, sl = self._rows[j + 1]
-        u = per_token * cs[j + 1]
-        k = bisect_right(us, u)
-        hi = bv[k] + sl[k] * (u - bx[k])
+        lo = self._row_s(j, per_token)
+        hi = self._row_s(j + 1, per_token)
         w = (c - cs[j]) / (cs[j + 1] - cs[j])
         return lo * (1.0 - w) + hi * w
+
+    def _row_s(self, row: int, per_token: float) -> float:
+        """Context row ``row``'s ITL read at the same batch (``per_token`` KV usage per token
+        of context, so ``u = per_token · c_row``)."""
+        us, bx, bv, sl = self._rows[row]
+        u = per_token * self._cs[row]
+        k = bisect_right(us, u)
+        return bv[k] + sl[k] * (u - bx[k])
 
 
 class EngineTiming:
