@@ -62,17 +62,15 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
         target=stream_decode_load, args=(kafka_bootstrap, kafka_topic, stop), daemon=True
     )
     producer.start()
-    planner = start_flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        f"kafka://{kafka_bootstrap}/{kafka_topic}",
-        "--output",
-        f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
-        "--output",
-        str(tmp_path / "decisions.jsonl"),
-    )
+    target = f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1"
+
+    def start_planner(*files: str):
+        events = f"kafka://{kafka_bootstrap}/{kafka_topic}"
+        return start_flowplanner(
+            "run", "--config", str(config), "--input", events, "--output", target, *files
+        )
+
+    planner = start_planner("--output", str(tmp_path / "decisions.jsonl"))
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -112,19 +110,7 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
     )
     patches = len(dgd.patches())
     ticks, dead = tmp_path / "ticks.jsonl", tmp_path / "dead.jsonl"
-    planner = start_flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        f"kafka://{kafka_bootstrap}/{kafka_topic}",
-        "--output",
-        f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1",
-        "--ticks",
-        str(ticks),
-        "--dead-letters",
-        str(dead),
-    )
+    planner = start_planner("--ticks", str(ticks), "--dead-letters", str(dead))
     history_end = decisions[-1]["time"]
     try:
         wait_until(
