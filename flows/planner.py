@@ -149,10 +149,9 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
 
     It is a state snapshot timed at event time 0 (:func:`flows.horizon.untimed`), whatever its
     own ``time`` says: the event horizon places it at the planner's watermark, so it applies
-    from the next tick. Its ``time`` is
-    the orchestrator's clock, not the data's: one ahead of the data (or in milliseconds) would
-    move event time on and make every later measurement late, and the host clock would make a
-    replay depend on when it ran.
+    from the next tick. Its ``time`` is the orchestrator's clock, not the data's: one ahead of
+    the data (or in milliseconds) would move event time on and make every later measurement
+    late, and the host clock would make a replay depend on when it ran.
 
     >>> ack_event(DecisionAck(deployment="d", acked_decision_id=3, time=1e10)).time
     0.0
