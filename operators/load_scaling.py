@@ -17,7 +17,7 @@ survivors after N → N−1 and refuse when they would break the SLA margin).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -395,6 +395,65 @@ def _ttft_check(
     return ScaleDownCheck(True, False)
 
 
+def _sla_proposal(
+    estimates: list[float],
+    consolidation: Callable[[float], ScaleDownCheck],
+    n: int,
+    sla_ms: float,
+    sensitivity: float,
+    rule: ScaleDownRule,
+    min_endpoint: int,
+    max_step: int,
+) -> LoadProposal:
+    """The SLA rule on per-engine ``estimates`` (:func:`sla_step`), its scale-down checked by
+    the flat rule (§4.5) or by ``consolidation(c)`` with ``c = n / (n − 1)`` (§4.6), asked only
+    when there are estimates and a replica to remove."""
+    check = ScaleDownCheck(False, False)
+    if n > 1 and estimates:
+        if rule == "flat":
+            check = flat_scale_down(estimates, sla_ms, sensitivity)
+        else:
+            check = consolidation(n / (n - 1))
+    return sla_step(estimates, sla_ms, n, min_endpoint, check, max_step)
+
+
+def _itl_estimates(
+    model: DecodePerfModel | AggPerfModel,
+    engines: list[ForwardPassMetrics],
+    accept_length: float,
+    queue_aware: bool,
+) -> list[float]:
+    """Per-engine ITL estimates (ms per token), with ``queue_aware`` the batch-slot wait too."""
+    estimates = []
+    for f in engines:
+        sched, queued = f.scheduled_requests, f.queued_requests
+        itl = model.estimate_next_itl(sched.sum_decode_kv_tokens, queued.sum_decode_kv_tokens)
+        e = _ms(itl, accept_length)
+        if e is not None:
+            estimates.append(e * (queue_wait_factor(f) if queue_aware else 1.0))
+    return estimates
+
+
+def _itl_consolidation_check(
+    model: DecodePerfModel | AggPerfModel,
+    fpm: ForwardPassMetrics,
+    kv_load: int,
+    c: float,
+    itl_sla_ms: float,
+    sensitivity: float,
+    accept_length: float,
+    max_kv_tokens: int | None,
+    max_num_seqs: int | None,
+) -> ScaleDownCheck:
+    """§4.6 for one engine: its ``kv_load`` and decode requests grow by ``c``."""
+    post_kv = int(kv_load * c)
+    post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
+    post_seqs = math.ceil(decode_requests(fpm) * c)
+    return _itl_check(
+        post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, max_num_seqs
+    )
+
+
 def sla_prefill_proposal(
     model: PrefillPerfModel,
     fpms: Fpms,
@@ -416,23 +475,22 @@ def sla_prefill_proposal(
     estimates = [
         e for q in queues if (e := _ms(model.estimate_next_ttft(q, mbt, kv_hit_rate))) is not None
     ]
-    check = ScaleDownCheck(False, False)
-    if n > 1 and estimates:
-        if rule == "flat":
-            check = flat_scale_down(estimates, ttft_sla_ms, sensitivity)
-        else:
-            c = n / (n - 1)
-            own = _ms(model.estimate_next_ttft(0, mbt, kv_hit_rate))
-            check = _combine_checks(
-                _ttft_check(
-                    _ms(model.estimate_next_ttft(int(q * c), mbt, kv_hit_rate)),
-                    own,
-                    ttft_sla_ms,
-                    sensitivity,
-                )
-                for q in queues
+
+    def consolidation(c: float) -> ScaleDownCheck:
+        own = _ms(model.estimate_next_ttft(0, mbt, kv_hit_rate))
+        return _combine_checks(
+            _ttft_check(
+                _ms(model.estimate_next_ttft(int(q * c), mbt, kv_hit_rate)),
+                own,
+                ttft_sla_ms,
+                sensitivity,
             )
-    return sla_step(estimates, ttft_sla_ms, n, min_endpoint, check, max_step)
+            for q in queues
+        )
+
+    return _sla_proposal(
+        estimates, consolidation, n, ttft_sla_ms, sensitivity, rule, min_endpoint, max_step
+    )
 
 
 def sla_decode_proposal(
@@ -460,49 +518,31 @@ def sla_decode_proposal(
     if not model.has_sufficient_data() or n == 0:
         return LoadProposal(None, "insufficient_data")
     engines = list(fpms.values())
-    loads = [
-        (f.scheduled_requests.sum_decode_kv_tokens, f.queued_requests.sum_decode_kv_tokens)
-        for f in engines
-    ]
-    estimates = [
-        e * (queue_wait_factor(f) if queue_aware else 1.0)
-        for f, (sched, queued) in zip(engines, loads, strict=True)
-        if (e := _ms(model.estimate_next_itl(sched, queued), accept_length)) is not None
-    ]
-    check = ScaleDownCheck(False, False)
-    if n > 1 and estimates:
-        if rule == "flat":
-            check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
-        else:
-            c = n / (n - 1)
-            seq_cap = max_num_seqs if queue_aware else None
-            checks = []
-            for f, (sched, queued) in zip(engines, loads, strict=True):
-                steady = None
-                if queue_aware:
-                    steady = _steady_state_check(
-                        model,
-                        f,
-                        c,
-                        itl_sla_ms,
-                        sensitivity,
-                        accept_length,
-                        max_kv_tokens,
-                        max_num_seqs,
-                    )
-                if steady is not None:
-                    checks.append(steady)
-                    continue
-                post_kv = int((sched + queued) * c)
-                post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
-                post_seqs = math.ceil(decode_requests(f) * c)
-                checks.append(
-                    _itl_check(
-                        post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, seq_cap
-                    )
-                )
-            check = _combine_checks(checks)
-    return sla_step(estimates, itl_sla_ms, n, min_endpoint, check, max_step)
+    estimates = _itl_estimates(model, engines, accept_length, queue_aware)
+
+    def engine_check(f: ForwardPassMetrics, c: float) -> ScaleDownCheck:
+        if queue_aware:
+            steady = _steady_state_check(
+                model, f, c, itl_sla_ms, sensitivity, accept_length, max_kv_tokens, max_num_seqs
+            )
+            if steady is not None:
+                return steady
+        kv = f.scheduled_requests.sum_decode_kv_tokens + f.queued_requests.sum_decode_kv_tokens
+        seq_cap = max_num_seqs if queue_aware else None
+        return _itl_consolidation_check(
+            model, f, kv, c, itl_sla_ms, sensitivity, accept_length, max_kv_tokens, seq_cap
+        )
+
+    return _sla_proposal(
+        estimates,
+        lambda c: _combine_checks(engine_check(f, c) for f in engines),
+        n,
+        itl_sla_ms,
+        sensitivity,
+        rule,
+        min_endpoint,
+        max_step,
+    )
 
 
 def sla_agg_proposals(
@@ -530,7 +570,6 @@ def sla_agg_proposals(
     if not model.has_sufficient_data() or n == 0:
         return None, LoadProposal(None, "insufficient_data")
     engines = list(fpms.values())
-    c = n / (n - 1) if n > 1 else 1.0
 
     prefill: LoadProposal | None = None
     if max_num_batched_tokens:
@@ -541,55 +580,52 @@ def sla_agg_proposals(
             e = _ms(model.estimate_next_ttft(q, mbt, dkv, kv_hit_rate))
             if e is not None:
                 estimates.append(e)
-        check = ScaleDownCheck(False, False)
-        if n > 1 and estimates:
-            if rule == "flat":
-                check = flat_scale_down(estimates, ttft_sla_ms, sensitivity)
-            else:
-                checks = []
-                for f in engines:
-                    post_q = int(f.queued_requests.sum_prefill_tokens * c)
-                    # Spec §4.6: the scheduled decode KV grows by c. Ours (queue_aware): the
-                    # survivor also inherits the removed engine's queued decode KV.
-                    queued_dkv = f.queued_requests.sum_decode_kv_tokens if queue_aware else 0
-                    post_dkv = int((f.scheduled_requests.sum_decode_kv_tokens + queued_dkv) * c)
-                    own = _ms(model.estimate_next_ttft(0, mbt, post_dkv, kv_hit_rate))
-                    post = _ms(model.estimate_next_ttft(post_q, mbt, post_dkv, kv_hit_rate))
-                    checks.append(_ttft_check(post, own, ttft_sla_ms, sensitivity))
-                check = _combine_checks(checks)
-        prefill = _veto_as_hold(
-            sla_step(estimates, ttft_sla_ms, n, min_endpoint, check, max_step), n
+
+        def ttft_check(f: ForwardPassMetrics, c: float) -> ScaleDownCheck:
+            post_q = int(f.queued_requests.sum_prefill_tokens * c)
+            # Spec §4.6: the scheduled decode KV grows by c. Ours (queue_aware): the survivor
+            # also inherits the removed engine's queued decode KV.
+            queued_dkv = f.queued_requests.sum_decode_kv_tokens if queue_aware else 0
+            post_dkv = int((f.scheduled_requests.sum_decode_kv_tokens + queued_dkv) * c)
+            own = _ms(model.estimate_next_ttft(0, mbt, post_dkv, kv_hit_rate))
+            post = _ms(model.estimate_next_ttft(post_q, mbt, post_dkv, kv_hit_rate))
+            return _ttft_check(post, own, ttft_sla_ms, sensitivity)
+
+        proposal = _sla_proposal(
+            estimates,
+            lambda c: _combine_checks(ttft_check(f, c) for f in engines),
+            n,
+            ttft_sla_ms,
+            sensitivity,
+            rule,
+            min_endpoint,
+            max_step,
+        )
+        prefill = _veto_as_hold(proposal, n)
+
+    # The ITL consolidation check has no steady-state (Little's law) variant here, unlike
+    # decode's: that check needs a cost per request in flight (``itl = a + s·B``), and the agg
+    # model fits wall time on prefill tokens and decode KV only (no ``num_decode_requests``).
+    # So queue-aware agg checks the survivors' KV (queued prefill included) and batch slots.
+    seq_cap = max_num_seqs if queue_aware else None
+
+    def itl_check(f: ForwardPassMetrics, c: float) -> ScaleDownCheck:
+        kv = decode_kv_load(f, include_queued_prefill=True)
+        return _itl_consolidation_check(
+            model, f, kv, c, itl_sla_ms, sensitivity, accept_length, max_kv_tokens, seq_cap
         )
 
-    estimates = []
-    for f in engines:
-        e = _ms(
-            model.estimate_next_itl(
-                f.scheduled_requests.sum_decode_kv_tokens, f.queued_requests.sum_decode_kv_tokens
-            ),
-            accept_length,
-        )
-        if e is not None:
-            estimates.append(e * (queue_wait_factor(f) if queue_aware else 1.0))
-    check = ScaleDownCheck(False, False)
-    if n > 1 and estimates:
-        if rule == "flat":
-            check = flat_scale_down(estimates, itl_sla_ms, sensitivity)
-        else:
-            seq_cap = max_num_seqs if queue_aware else None
-            checks = []
-            for f in engines:
-                post_kv = int(decode_kv_load(f, include_queued_prefill=True) * c)
-                post = _ms(model.estimate_next_itl(post_kv, 0), accept_length)
-                post_seqs = math.ceil(decode_requests(f) * c)
-                checks.append(
-                    _itl_check(
-                        post_kv, post, itl_sla_ms, sensitivity, max_kv_tokens, post_seqs, seq_cap
-                    )
-                )
-            check = _combine_checks(checks)
-    decode = _veto_as_hold(sla_step(estimates, itl_sla_ms, n, min_endpoint, check, max_step), n)
-    return prefill, decode
+    proposal = _sla_proposal(
+        _itl_estimates(model, engines, accept_length, queue_aware),
+        lambda c: _combine_checks(itl_check(f, c) for f in engines),
+        n,
+        itl_sla_ms,
+        sensitivity,
+        rule,
+        min_endpoint,
+        max_step,
+    )
+    return prefill, _veto_as_hold(proposal, n)
 
 
 def _veto_as_hold(proposal: LoadProposal, n: int) -> LoadProposal:
