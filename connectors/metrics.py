@@ -265,8 +265,13 @@ class PlannerMetrics:
             gauge.set(record.time)
 
     def _integrate_gpu_hours(self, record: TickRecord) -> None:
-        clock = self._gpu.setdefault(record.deployment, _GpuClock())
-        config = self.configs.get(record.deployment)
+        clock = self._gpu.get(record.deployment)
+        if clock is None:  # GPUs per replica: the config's until the planner knows better
+            config = self.configs.get(record.deployment)
+            clock = self._gpu[record.deployment] = _GpuClock(
+                gpus_prefill=(config and config.prefill_engine_num_gpu) or 1,
+                gpus_decode=(config and config.decode_engine_num_gpu) or 1,
+            )
         if clock.last_time is not None and record.time > clock.last_time:
             gpus = clock.prefill * clock.gpus_prefill + clock.decode * clock.gpus_decode
             clock.hours += (record.time - clock.last_time) * gpus / 3600.0
@@ -276,11 +281,10 @@ class PlannerMetrics:
             clock.prefill = record.ready_prefill
         if record.ready_decode is not None:
             clock.decode = record.ready_decode
-        # GPUs per replica: what the planner knows (workers' capabilities), else the config
-        clock.gpus_prefill = (
-            record.gpus_per_prefill or (config and config.prefill_engine_num_gpu) or 1
-        )
-        clock.gpus_decode = record.gpus_per_decode or (config and config.decode_engine_num_gpu) or 1
+        # what the planner knows (workers' capabilities) holds until it says otherwise: a record
+        # of a window without a tick carries none
+        clock.gpus_prefill = record.gpus_per_prefill or clock.gpus_prefill
+        clock.gpus_decode = record.gpus_per_decode or clock.gpus_decode
         self.gpu_hours.labels(deployment=record.deployment).set(clock.hours)
 
     # --- reading and serving ------------------------------------------------------------------

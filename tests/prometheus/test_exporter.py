@@ -198,3 +198,12 @@ def test_gpu_hours_count_the_gpus_each_replica_has() -> None:
     for time in (0.0, 1800.0, 3600.0):
         metrics.observe(TickRecord(deployment="d", time=time, ready_decode=3, gpus_per_decode=4))
     assert metrics.value("gpu_hours", deployment="d") == pytest.approx(3 * 4)
+
+
+def test_a_record_without_a_tick_keeps_the_gpus_the_workers_reported() -> None:
+    # only ticks carry GPUs per replica; windows without one must not fall back to 1 GPU
+    metrics = PlannerMetrics({"d": PlannerConfig(mode="decode")})
+    metrics.observe(TickRecord(deployment="d", time=0.0, ready_decode=3, gpus_per_decode=4))
+    metrics.observe(TickRecord(deployment="d", time=1800.0, ready_decode=3))  # no tick ran
+    metrics.observe(TickRecord(deployment="d", time=3600.0, ready_decode=3, gpus_per_decode=4))
+    assert metrics.value("gpu_hours", deployment="d") == pytest.approx(3 * 4)
