@@ -6,8 +6,8 @@
                      └─► key by deployment
                           ─► event horizon (stateful, one per key) ─┬─► late, ahead ─► dead letters
                           ─► fold_window (tumbling, event time) ────┤
-                          ─► planner (stateful, one per key)        │
-                          ─► tick records ─► decisions              ┘
+                          ─► planner (stateful, one per key) ───────┤ (forward passes beyond
+                          ─► tick records ─► decisions              ┘  an engine's capabilities)
 
 Ticks come from the data's event time (:mod:`flows.clock`); a window ticks once event time
 passes its end (an input that ends mid-window leaves that window open rather than ticking on
@@ -117,7 +117,7 @@ class _PlannerStep:
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
-    ) -> tuple[DeploymentPlanner, TickRecord]:
+    ) -> tuple[DeploymentPlanner, tuple[TickRecord, list[DeadLetter]]]:
         deployment, end_s, window = closed
         if planner is None:
             config = self.configs[deployment]
@@ -136,7 +136,8 @@ class _PlannerStep:
                 warmup=self.warmup.get(deployment),
                 delivered=delivered,
             )
-        return planner, planner.on_window(end_s, window)
+        record = planner.on_window(end_s, window)
+        return planner, (record, planner.take_dead_letters())
 
 
 def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
@@ -246,14 +247,15 @@ def build_flow(
         delivered=delivered or {},
     )
     records = op.stateful_map("planner", closed, step)
-    tick_records = op.map("tick_records", records, lambda kv: kv[1])
+    tick_records = op.map("tick_records", records, lambda kv: kv[1][0])
+    beyond_limits = op.flat_map("beyond_engine_limits", records, lambda kv: kv[1][1])
     decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)
     decisions = op.map("count_decisions", decisions, _count_decision)
     applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 
     late = op.map("late_letters", windows.late, _late)
     refused = op.map("refused_letters", on_time.falses, lambda kv: kv[1])
-    dead = op.merge("dead_letters", valid.falses, refused, late)
+    dead = op.merge("dead_letters", valid.falses, refused, late, beyond_limits)
     dead = op.map("count_dead_letters", dead, _count_dead_letter)
 
     for kind, stream, kind_sinks in (

@@ -31,12 +31,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from operators.engine_limits import engine_limit_breach
 from schemas import (
     EngineCapabilities,
     ForwardPassMetrics,
     Role,
     ScheduledRequestMetrics,
     describe_validation_error,
+    fpm_to_row,
 )
 from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
 
@@ -152,13 +154,7 @@ def within_engine_limits(fpm: ForwardPassMetrics, caps: EngineCapabilities) -> b
     >>> within_engine_limits(decode(1049), EngineCapabilities())
     True
     """
-    s = fpm.scheduled_requests
-    if caps.max_num_seqs and s.num_prefill_requests + s.num_decode_requests > caps.max_num_seqs:
-        return False
-    if caps.max_num_batched_tokens and s.sum_prefill_tokens > caps.max_num_batched_tokens:
-        return False
-    kv = s.sum_decode_kv_tokens + s.sum_prefill_kv_tokens + s.sum_prefill_tokens
-    return not (caps.max_kv_tokens and kv > caps.max_kv_tokens)
+    return engine_limit_breach(fpm_to_row(0.0, fpm), caps) is None
 
 
 def _check_latency(key: str, index: int, value_ms: float) -> None:

@@ -7,6 +7,11 @@ inventory, capabilities, request statistics of recent windows — and runs the p
 closed window yields exactly one :class:`schemas.TickRecord` (``ran_load``/``ran_throughput`` say
 whether a tick ran), so downstream consumers can follow the planner's progress in event time.
 
+A forward pass the reporting engine cannot have run — beyond its role's known capabilities
+(:func:`operators.engine_limits.engine_limit_breach`) — is refused: it reaches neither the perf
+models' training nor the engine's latest state, and becomes a :class:`schemas.DeadLetter`
+(:meth:`DeploymentPlanner.take_dead_letters`).
+
 Decisions get consecutive ids per deployment, starting at 1. With an :class:`AckGate` (the
 virtual connector), a decision is only sent once the previous one is acknowledged — or after
 ``scaling_max_wait_seconds`` of event time without acknowledgement — and the gate numbers them.
@@ -22,6 +27,7 @@ ids.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -29,13 +35,16 @@ from dataclasses import dataclass
 from river import stats
 
 from operators.ack_gate import AckGate
+from operators.engine_limits import engine_limit_breach
 from operators.state_machine import PlannerStateMachine
 from operators.throughput_scaling import quantile_key
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
     FPM_COLUMN,
+    DeadLetter,
     DeliveredDecision,
+    EngineCapabilities,
     EngineLoad,
     ForwardPassMetrics,
     FpmRow,
@@ -107,6 +116,20 @@ class DeploymentPlanner:
     >>> record = planner.on_window(5.0, TickWindow())
     >>> record.time, record.ran_load, record.diagnostics.load_decision_reason
     (5.0, True, 'no_fpm_data')
+
+    A forward pass beyond the engine's capabilities is refused and dead-lettered:
+
+    >>> from schemas import ForwardPassMetrics as F, ScheduledRequestMetrics as S, fpm_to_row
+    >>> from schemas import EngineCapabilities, WorkerCapabilities
+    >>> too_big = F(worker_id="w0", wall_time=0.03,
+    ...             scheduled_requests=S(num_decode_requests=9, sum_decode_kv_tokens=5000))
+    >>> caps = WorkerCapabilities(decode=EngineCapabilities(max_kv_tokens=4000))
+    >>> rows = {("decode", "w0", 0): [fpm_to_row(7.0, too_big)]}
+    >>> record = planner.on_window(10.0, TickWindow(capabilities=caps, rows=rows))
+    >>> planner.latest, planner.training
+    ({}, {})
+    >>> [letter.reason.split(" is ")[1] for letter in planner.take_dead_letters()]
+    ["above the engine's max_kv_tokens = 4000"]
     """
 
     def __init__(
@@ -144,8 +167,14 @@ class DeploymentPlanner:
         self.traffic_events: deque[tuple[float, TrafficObservation]] = deque(maxlen=16)
         self.quantiles = self._fresh_quantiles()
         self.decisions = 0
+        self.dead_letters: list[DeadLetter] = []
 
     # --- window intake -------------------------------------------------------------------
+    def take_dead_letters(self) -> list[DeadLetter]:
+        """The inputs refused since the last call (forward passes beyond the engine's limits)."""
+        letters, self.dead_letters = self.dead_letters, []
+        return letters
+
     def on_window(self, end_s: float, window: TickWindow) -> TickRecord:
         """Absorb one closed window ending at ``end_s``; run the tick if one is due."""
         if self.next_tick is None:
@@ -175,8 +204,19 @@ class DeploymentPlanner:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
         per_engine = self.config.fpm_samples_per_engine_per_tick
+        limits = {
+            "prefill": self.machine.capabilities.prefill,
+            "decode": self.machine.capabilities.decode,
+        }
         for key, rows in window.rows.items():
             role, worker_id, dp_rank = key
+            caps = limits[role]
+            if caps is not None and (
+                caps.max_num_seqs or caps.max_num_batched_tokens or caps.max_kv_tokens
+            ):
+                rows = self._within_limits(key, rows, caps)
+                if not rows:
+                    continue
             self.latest[key] = rows[-1]
             if self.config.mode == "agg":
                 average = time_average(rows)
@@ -201,6 +241,33 @@ class DeploymentPlanner:
         self.requests_seen = self.requests_seen or bool(window.requests)
         self.request_windows.append(stats_)
         self.traffic_events.extend(window.traffic)
+
+    def _within_limits(
+        self, engine: EngineId, rows: list[FpmRow], caps: EngineCapabilities
+    ) -> list[FpmRow]:
+        """``rows`` without the passes beyond ``caps``, each of which is dead-lettered."""
+        kept = []
+        role, worker_id, dp_rank = engine
+        for row in rows:
+            breach = engine_limit_breach(row, caps)
+            if breach is None:
+                kept.append(row)
+                continue
+            time = row[FPM_COLUMN["time"]]
+            fpm = fpm_from_row(worker_id, dp_rank, row).model_dump(exclude_defaults=True)
+            event = {"type": "fpm", "deployment": self.deployment, "time": time}
+            self.dead_letters.append(
+                DeadLetter(
+                    source="planner",
+                    reason=f"invalid fpm of {role} engine {worker_id!r} (dp_rank {dp_rank}) "
+                    f"at {time!r}: {breach}",
+                    raw=json.dumps(
+                        event | {"payload": {"role": role, "fpm": fpm}}, separators=(",", ":")
+                    ),
+                    deployment=self.deployment,
+                )
+            )
+        return kept
 
     # --- ticks ---------------------------------------------------------------------------
     def _tick(self, tick: ScheduledTick, now_s: float) -> TickRecord:

@@ -121,3 +121,43 @@ def test_an_absurd_row_of_an_fpm_batch_is_dead_lettered(tmp_path: Path) -> None:
     assert_only_the_outlier_is_dead(mixed, at + 1, "row 0: scheduled.sum_decode_kv_tokens")
     assert mixed["decisions"] == clean["decisions"]
     assert mixed["ticks"] == clean["ticks"]
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "changes", "named"),
+    [
+        # within FPM_CEILINGS, but twice the KV the engine holds (the load loop used to stay
+        # at insufficient_data for the rest of the stream)
+        ({}, {"scheduled_requests.sum_decode_kv_tokens": 4_000_000}, "max_kv_tokens = 2000000"),
+        (
+            {"max_num_seqs": 512},
+            {"scheduled_requests.num_decode_requests": 100_000},
+            "max_num_seqs = 512",
+        ),
+    ],
+)
+def test_a_pass_beyond_the_engine_capabilities_is_dead_lettered(
+    tmp_path: Path, capabilities: dict, changes: dict, named: str
+) -> None:
+    events = decode_ramp("llama", engines=2, seconds=300, kv_end=300_000)
+    events[0]["payload"]["decode"].update(capabilities)  # max_kv_tokens 2e6 and these
+    events.append({"type": "clock", "deployment": "llama", "time": 305.0, "payload": {}})
+    config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
+    clean = run(tmp_path, "clean", config, events)
+    assert clean["dead"] == []
+    reasons = {t["diagnostics"]["load_decision_reason_decode"] for t in clean["ticks"]}
+    assert "insufficient_data" not in reasons
+
+    poisoned, _line = with_outlier(events, 49.75, changes)
+    mixed = run(tmp_path, "mixed", config, poisoned)
+
+    (dead,) = mixed["dead"]
+    ((field, value),) = changes.items()
+    assert f"{field.split('.')[-1]} {value}" in dead["reason"] and named in dead["reason"]
+    assert "'w0'" in dead["reason"] and "49.75" in dead["reason"], dead["reason"]
+    assert dead["deployment"] == "llama"
+    assert dead_letter_kind(dead["reason"]) == "invalid"  # counted like every invalid FPM
+    assert "1 dead-lettered" in mixed["stderr"]
+    assert json.loads(dead["raw"])["payload"]["fpm"]["counter_id"] == 199  # the pass, replayable
+    assert mixed["decisions"] == clean["decisions"]
+    assert mixed["ticks"] == clean["ticks"]
