@@ -7,7 +7,7 @@ inventory, capabilities, request statistics of recent windows — and runs the p
 closed window yields exactly one :class:`schemas.TickRecord` (``ran_load``/``ran_throughput`` say
 whether a tick ran), so downstream consumers can follow the planner's progress in event time.
 
-A forward pass the reporting engine cannot have run — beyond its role's known capabilities
+A forward pass the reporting engine cannot have run — beyond its role's known scheduler limits
 (:func:`operators.engine_limits.engine_limit_breach`) — is refused: it reaches neither the perf
 models' training nor the engine's latest state, and becomes a :class:`schemas.DeadLetter`
 (:meth:`DeploymentPlanner.take_dead_letters`).
@@ -117,19 +117,19 @@ class DeploymentPlanner:
     >>> record.time, record.ran_load, record.diagnostics.load_decision_reason
     (5.0, True, 'no_fpm_data')
 
-    A forward pass beyond the engine's capabilities is refused and dead-lettered:
+    A forward pass beyond the engine's scheduler limits is refused and dead-lettered:
 
     >>> from schemas import ForwardPassMetrics as F, ScheduledRequestMetrics as S, fpm_to_row
     >>> from schemas import EngineCapabilities, WorkerCapabilities
     >>> too_big = F(worker_id="w0", wall_time=0.03,
     ...             scheduled_requests=S(num_decode_requests=9, sum_decode_kv_tokens=5000))
-    >>> caps = WorkerCapabilities(decode=EngineCapabilities(max_kv_tokens=4000))
+    >>> caps = WorkerCapabilities(decode=EngineCapabilities(max_num_seqs=8))
     >>> rows = {("decode", "w0", 0): [fpm_to_row(7.0, too_big)]}
     >>> record = planner.on_window(10.0, TickWindow(capabilities=caps, rows=rows))
     >>> planner.latest, planner.training
     ({}, {})
     >>> [letter.reason.split(" is ")[1] for letter in planner.take_dead_letters()]
-    ["above the engine's max_kv_tokens = 4000"]
+    ["above the engine's max_num_seqs = 8"]
     """
 
     def __init__(
@@ -249,7 +249,7 @@ class DeploymentPlanner:
         kept = []
         role, worker_id, dp_rank = engine
         for row in rows:
-            breach = engine_limit_breach(row, caps)
+            breach = engine_limit_breach(row, caps, kv=False)  # prefix caching: see its docs
             if breach is None:
                 kept.append(row)
                 continue

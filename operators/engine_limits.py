@@ -2,11 +2,15 @@
 
 Admission holds every FPM to fixed ceilings (``schemas.fpm.FPM_CEILINGS``) that no engine can
 exceed. An engine whose capabilities are known is bounded much tighter: one iteration schedules
-at most ``max_num_seqs`` requests and at most ``max_num_batched_tokens`` fresh prefill tokens, and
-the KV its scheduled requests hold must fit ``max_kv_tokens``. Queued requests are not bounded:
-they wait precisely because the KV cache is full. An unknown capability (``None``) bounds
-nothing. The planner refuses a pass beyond these limits (:mod:`operators.deployment`): one such
-pass, within the fixed ceilings, used to blind the decode model for the rest of a stream.
+at most ``max_num_seqs`` requests and at most ``max_num_batched_tokens`` fresh prefill tokens —
+scheduler limits no reported pass can exceed. The KV its scheduled requests hold must fit
+``max_kv_tokens`` too, but only for passes computed from a profile: a live engine counts each
+request's context, and with prefix caching a prefix shared by many requests is held once but
+counted once per request, so a valid pass can report more KV than the engine has (``kv=False``
+leaves that rule out). Queued requests are not bounded: they wait precisely because the KV
+cache is full. An unknown capability (``None``) bounds nothing. The planner refuses a live pass
+beyond the scheduler limits (:mod:`operators.deployment`); the bootstrap drops profile points
+beyond all three (:mod:`operators.bootstrap`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ _PREFILL_KV = FPM_COLUMN["scheduled.sum_prefill_kv_tokens"]
 _DECODE_KV = FPM_COLUMN["scheduled.sum_decode_kv_tokens"]
 
 
-def engine_limit_breach(row: FpmRow, caps: EngineCapabilities) -> str | None:
+def engine_limit_breach(row: FpmRow, caps: EngineCapabilities, *, kv: bool = True) -> str | None:
     """Why the forward pass ``row`` cannot come from an engine with ``caps`` (naming the
-    fields, their values and the capability), or ``None`` when it fits.
+    fields, their values and the capability), or ``None`` when it fits; ``kv=False`` skips the
+    KV rule (live passes, see the module docs).
 
     Scheduled KV is ``sum_decode_kv_tokens + sum_prefill_kv_tokens + sum_prefill_tokens`` (the
     context of decoding requests, the cached and the fresh tokens of prefilling ones).
@@ -42,6 +47,8 @@ def engine_limit_breach(row: FpmRow, caps: EngineCapabilities) -> str | None:
     >>> print(engine_limit_breach(decode(300, 200_000), caps))  # doctest: +NORMALIZE_WHITESPACE
     scheduled requests = 300 (scheduled.num_prefill_requests 0
     + scheduled.num_decode_requests 300) is above the engine's max_num_seqs = 256
+    >>> engine_limit_breach(decode(100, 4_000_000), caps, kv=False) is None
+    True
     >>> engine_limit_breach(decode(300, 4_000_000), EngineCapabilities()) is None
     True
     """
@@ -59,7 +66,7 @@ def engine_limit_breach(row: FpmRow, caps: EngineCapabilities) -> str | None:
             f"scheduled.sum_prefill_tokens = {tokens} is above the engine's "
             f"max_num_batched_tokens = {caps.max_num_batched_tokens}"
         )
-    if caps.max_kv_tokens:
+    if kv and caps.max_kv_tokens:
         decode_kv, prefill_kv = row[_DECODE_KV], row[_PREFILL_KV]
         if decode_kv + prefill_kv + tokens > caps.max_kv_tokens:
             return (

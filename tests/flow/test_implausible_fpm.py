@@ -126,9 +126,6 @@ def test_an_absurd_row_of_an_fpm_batch_is_dead_lettered(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("capabilities", "changes", "named"),
     [
-        # within FPM_CEILINGS, but twice the KV the engine holds (the load loop used to stay
-        # at insufficient_data for the rest of the stream)
-        ({}, {"scheduled_requests.sum_decode_kv_tokens": 4_000_000}, "max_kv_tokens = 2000000"),
         (
             {"max_num_seqs": 512},
             {"scheduled_requests.num_decode_requests": 100_000},
@@ -161,3 +158,14 @@ def test_a_pass_beyond_the_engine_capabilities_is_dead_lettered(
     assert json.loads(dead["raw"])["payload"]["fpm"]["counter_id"] == 199  # the pass, replayable
     assert mixed["decisions"] == clean["decisions"]
     assert mixed["ticks"] == clean["ticks"]
+
+
+def test_more_kv_than_the_engine_holds_is_valid(tmp_path: Path) -> None:
+    # with prefix caching a shared prefix is held once but counted once per request: a pass may
+    # report more KV than max_kv_tokens (2e6 here) and must not be lost
+    events = decode_ramp("llama", engines=2, seconds=60, kv_end=300_000)
+    shared, _line = with_outlier(
+        events, 49.75, {"scheduled_requests.sum_decode_kv_tokens": 2_500_000}
+    )
+    config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
+    assert run(tmp_path, "shared", config, shared)["dead"] == []
