@@ -71,6 +71,7 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
             self._lateness = self.clock.lateness_of(value)
         timestamp = self.clock.ts_getter(value)
         state = self.state
+        self._advance()  # what quiet inputs let the host clock close already, before this item
         if timestamp > state.newest:
             state.newest, state.seen_at = timestamp, self._now
         watermark = self._advance()

@@ -8,35 +8,51 @@ planner already ticked past would be admitted and the planner would tick backwar
 deployment for as long as the run lasts, and in front of the windows:
 
 * a measurement behind the watermark is a dead letter (``late``), as the window's would be;
-* a measurement too far *ahead* is a dead letter too (``ahead``): one event stamped in the far
-  future would otherwise make every later valid event late. Live, that is more than
-  :data:`MAX_AHEAD_OF_HOST_S` past the host clock; in any run, more than
-  :data:`MAX_JUMP_S` past the deployment's newest event;
+* one stray timestamp must not move event time: a measurement more than :data:`MAX_JUMP_S`
+  from the deployment's newest (or the very first one) is held until the next measurement
+  confirms it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the
+  data); if the next one disagrees, the held one is a dead letter (``stray``). Live, a
+  measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead letter at
+  once (``ahead``);
 * a state snapshot (inventory, capabilities, acknowledgement) describes the present: it is
-  placed at the watermark if it is older; live, one that comes before the deployment's first
-  measurement waits for it and is placed at its time (an untimed snapshot — time 0 — would
-  otherwise open a window at the Unix epoch).
+  placed at the watermark if it is older. Live, its own time is another host's clock: it never
+  moves event time (one ahead is placed at the newest event), and one that comes before the
+  deployment's first measurement waits for it and is placed at its time (an untimed snapshot —
+  time 0 — would otherwise open a window at the Unix epoch).
 
->>> from datetime import timedelta
+At the end of a bounded input a held measurement is used (nothing follows to contradict it).
+
+>>> from bytewax.testing import TestingSink, TestingSource, run_main
+>>> import bytewax.operators as op
+>>> from bytewax.dataflow import Dataflow
 >>> from schemas import ClockEvent
+>>> times = [100.0, 101.0, 50.0, 9e10, 102.0]  # late, then a stray far ahead
+>>> flow = Dataflow("horizon_doc")
+>>> events = op.input("in", flow, TestingSource([ClockEvent(deployment="d", time=t)
+...                                              for t in times]))
+>>> keyed = op.key_on("key", events, lambda e: e.deployment)
 >>> clock = PlannerClock(event_time, timedelta(seconds=1))
->>> horizon = EventHorizon(clock, live=False)
->>> state, out = horizon(None, ClockEvent(deployment="llama", time=100.0))
->>> state, out = horizon(state, ClockEvent(deployment="llama", time=50.0))
->>> print(out[0].reason)
+>>> out = []
+>>> op.output("out", EventHorizon(clock, live=False).apply("horizon", keyed), TestingSink(out))
+>>> run_main(flow)
+>>> for _key, item in out:
+...     print(item.time if isinstance(item, ClockEvent) else item.reason)
+100.0
+101.0
 late: event time 50.0 is behind the planner's watermark
->>> state, out = horizon(state, ClockEvent(deployment="llama", time=9e10))
->>> out[0].reason.split(":")[0]
-'ahead'
+stray: event time 90000000000.0 is more than 604800 s from the events around it
+102.0
 """
 
 from __future__ import annotations
 
 import time as host
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from bytewax.operators.windowing import ClockLogic
+import bytewax.operators as op
+from bytewax.operators import StatefulLogic
 
 from flows.clock import EPOCH, ClockState, PlannerClock
 from schemas import AckEvent, CapabilitiesEvent, DeadLetter, Event, InventoryEvent
@@ -46,8 +62,8 @@ MAX_AHEAD_OF_HOST_S = 300.0
 healthy hosts agree within well under a second; this is a broken clock or a wrong unit)."""
 
 MAX_JUMP_S = 7 * 24 * 3600.0
-"""*ours*: an event more than 7 days past its deployment's newest is refused (no recording or
-live stream of one deployment pauses for a week; this is a corrupt timestamp)."""
+"""*ours*: a measurement more than 7 days from its deployment's newest needs the next one to
+confirm it (a stream of one deployment does not jump by a week for a single event)."""
 
 
 def untimed() -> float:
@@ -76,26 +92,29 @@ def late_letter(event: Event) -> DeadLetter:
     )
 
 
+def _refused(event: Event, kind: str, how_far: str) -> DeadLetter:
+    return DeadLetter(
+        source="window",
+        reason=f"{kind}: event time {event.time} is more than {how_far}",
+        raw=event.model_dump_json(),
+        deployment=event.deployment,
+    )
+
+
 @dataclass
 class HorizonState:
-    """One deployment's clock, whether it has seen a measurement, and the snapshots waiting
-    for the first one (the newest inventory and acknowledgement, every capabilities event)."""
+    """One deployment's clock state, its newest used measurement, the measurement held for
+    confirmation, and the snapshots waiting for the first measurement (live)."""
 
-    clock: ClockLogic[Event, ClockState]
-    measured: bool = False
+    clock: ClockState | None = None
+    newest: float | None = None
+    held: Event | None = None
     waiting: list[Event] = field(default_factory=list)
-
-    def wait(self, snapshot: Event) -> None:
-        """Hold ``snapshot`` until the first measurement; a newer one of a kind that replaces
-        (inventory, acknowledgement) takes the older one's place."""
-        if not isinstance(snapshot, CapabilitiesEvent):  # capabilities merge: keep them all
-            self.waiting = [e for e in self.waiting if type(e) is not type(snapshot)]
-        self.waiting.append(snapshot)
 
 
 @dataclass(frozen=True)
 class EventHorizon:
-    """The ``stateful_flat_map`` step: one event in, the events to window (or dead letters) out.
+    """The horizon step: events of one deployment in, the events to window or dead letters out.
 
     See the module docs for the rules and an example.
     """
@@ -103,43 +122,74 @@ class EventHorizon:
     clock: PlannerClock
     live: bool
 
-    def __call__(
-        self, state: HorizonState | None, event: Event
-    ) -> tuple[HorizonState, list[Event | DeadLetter]]:
-        if state is None:
-            state = HorizonState(self.clock.build(None))
-        ahead = self._ahead(state, event)
-        if ahead is not None:
-            return state, [ahead]
-        snapshot = is_state_snapshot(event)
-        if snapshot and self.live and not state.measured:
-            state.wait(event)
-            return state, []
-        state.clock.before_batch()
-        timestamp, watermark = state.clock.on_item(event)
-        if snapshot:  # placed at the watermark if older
-            return state, [event.model_copy(update={"time": _seconds(timestamp)})]
+    def apply(
+        self, step_id: str, keyed: op.KeyedStream[Event]
+    ) -> op.KeyedStream[Event | DeadLetter]:
+        """Add the step to a dataflow (``op.stateful``)."""
+        return op.stateful(step_id, keyed, lambda state: _Horizon(self, state or HorizonState()))
+
+
+class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
+    def __init__(self, horizon: EventHorizon, state: HorizonState) -> None:
+        self.live = horizon.live
+        self.clock = horizon.clock.build(state.clock)
+        self.state = state
+
+    def on_item(self, event: Event) -> tuple[Iterable[Event | DeadLetter], bool]:
+        if self.live and event.time > host.time() + MAX_AHEAD_OF_HOST_S:
+            past = f"{MAX_AHEAD_OF_HOST_S:g} s past the host clock"
+            return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
+        if is_state_snapshot(event):
+            return self._snapshot(event), StatefulLogic.RETAIN
+        out: list[Event | DeadLetter] = []
+        state = self.state
+        if state.held is not None:
+            held, state.held = state.held, None
+            if abs(event.time - held.time) <= MAX_JUMP_S:
+                out += self._use(held)  # confirmed: a real gap in the data
+            else:
+                out.append(_refused(held, "stray", f"{MAX_JUMP_S:g} s from the events around it"))
+        if state.newest is None or event.time > state.newest + MAX_JUMP_S:  # far behind: late
+            state.held = event
+            return out, StatefulLogic.RETAIN
+        return out + self._use(event), StatefulLogic.RETAIN
+
+    def on_eof(self) -> tuple[Iterable[Event | DeadLetter], bool]:
+        held, self.state.held = self.state.held, None
+        return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
+
+    def snapshot(self) -> HorizonState:
+        self.state.clock = self.clock.snapshot()
+        return self.state
+
+    def _use(self, event: Event) -> list[Event | DeadLetter]:
+        self.clock.before_batch()
+        timestamp, watermark = self.clock.on_item(event)
         if timestamp < watermark:
-            return state, [late_letter(event)]
-        state.measured = True
+            return [late_letter(event)]
+        state = self.state
+        state.newest = event.time if state.newest is None else max(state.newest, event.time)
         waiting = [e.model_copy(update={"time": event.time}) for e in state.waiting]
         state.waiting = []
-        return state, [*waiting, event]
+        return [*waiting, event]
 
-    def _ahead(self, state: HorizonState, event: Event) -> DeadLetter | None:
-        newest = _seconds(state.clock.snapshot().newest)
-        if self.live and event.time > host.time() + MAX_AHEAD_OF_HOST_S:
-            why = f"more than {MAX_AHEAD_OF_HOST_S:g} s past the host clock"
-        elif state.measured and event.time > newest + MAX_JUMP_S:
-            why = f"more than {MAX_JUMP_S:g} s past the newest event ({newest})"
-        else:
-            return None
-        return DeadLetter(
-            source="window",
-            reason=f"ahead: event time {event.time} is {why}",
-            raw=event.model_dump_json(),
-            deployment=event.deployment,
-        )
+    def _snapshot(self, event: Event) -> list[Event | DeadLetter]:
+        state = self.state
+        if not self.live:
+            self.clock.before_batch()
+            timestamp, _watermark = self.clock.on_item(event)  # ahead: moves event time
+            return [_at(event, _seconds(timestamp))]
+        if state.newest is None:  # wait for the first measurement
+            if not isinstance(event, CapabilitiesEvent):  # capabilities merge: keep them all
+                state.waiting = [e for e in state.waiting if type(e) is not type(event)]
+            state.waiting.append(event)
+            return []
+        watermark = _seconds(self.clock.on_notify())
+        return [_at(event, max(watermark, min(event.time, state.newest)))]
+
+
+def _at(event: Event, seconds: float) -> Event:
+    return event if seconds == event.time else event.model_copy(update={"time": seconds})
 
 
 def _seconds(timestamp: datetime) -> float:

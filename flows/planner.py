@@ -222,7 +222,7 @@ def build_flow(
         is_state=is_state_snapshot,
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
     )
-    horizon = op.stateful_flat_map("event_horizon", keyed, EventHorizon(clock, live))
+    horizon = EventHorizon(clock, live).apply("event_horizon", keyed)
     on_time = op.branch("on_time", horizon, lambda kv: not isinstance(kv[1], DeadLetter))
     windows = fold_window(
         "tick_window",

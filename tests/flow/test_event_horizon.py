@@ -7,11 +7,18 @@ from __future__ import annotations
 import json
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 
+import bytewax.operators as op
 import pytest
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, TestingSource, run_main
 from confluent_kafka import Producer
 
+from flows.clock import PlannerClock
+from flows.horizon import EventHorizon, event_time
+from schemas import ClockEvent, InventoryEvent
 from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import wait_until
@@ -30,19 +37,57 @@ def run(tmp_path: Path, stream: Path, tag: str) -> tuple[list[dict], list[dict]]
     return read_jsonl(decisions), read_jsonl(dead) if dead.exists() else []
 
 
-def test_an_event_stamped_far_ahead_is_refused_and_changes_nothing(tmp_path):
-    lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
-    clean, dead = run(tmp_path, EXAMPLE / "decode_burst.jsonl", "clean")
+def shifted(lines: list[str], by: float) -> list[str]:
+    return [
+        json.dumps(json.loads(line) | {"time": json.loads(line)["time"] + by}) for line in lines
+    ]
+
+
+def with_stray(lines: list[str], at: int, time: float) -> list[str]:
+    """``lines`` with a copy of forward pass ``lines[at]`` stamped ``time`` inserted before it."""
+    return [*lines[:at], json.dumps(json.loads(lines[at]) | {"time": time}), *lines[at:]]
+
+
+DAY = 24 * 3600.0
+
+
+@pytest.mark.parametrize(
+    ("case", "shift", "stray_at", "stray_time"),
+    [
+        ("mid-stream, far ahead", 0.0, 500, 9e10),
+        ("the first pass, far ahead", 0.0, 2, 9e10),
+        ("the first pass, far behind", 1.78e9, 2, 1.0),
+    ],
+)
+def test_one_stray_timestamp_is_refused_and_changes_nothing(
+    tmp_path, case, shift, stray_at, stray_time
+):
+    lines = shifted((EXAMPLE / "decode_burst.jsonl").read_text().splitlines(), shift)
+    assert json.loads(lines[stray_at])["type"] == "fpm"
+    clean_stream = tmp_path / "clean.jsonl"
+    clean_stream.write_text("\n".join(lines) + "\n")
+    clean, dead = run(tmp_path, clean_stream, "clean")
     assert clean and dead == []
-    poison = json.loads(lines[len(lines) // 2]) | {"time": 9e10}
     poisoned = tmp_path / "poisoned.jsonl"
-    lines.insert(len(lines) // 2, json.dumps(poison))
-    poisoned.write_text("\n".join(lines) + "\n")
+    poisoned.write_text("\n".join(with_stray(lines, stray_at, stray_time)) + "\n")
 
     decisions, dead = run(tmp_path, poisoned, "poisoned")
     assert decisions == clean
     [letter] = dead
-    assert letter["reason"].startswith("ahead: event time 90000000000.0 is more than")
+    assert letter["reason"] == (
+        f"stray: event time {stray_time} is more than 604800 s from the events around it"
+    )
+
+
+def test_a_real_gap_of_days_is_crossed(tmp_path):
+    lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
+    once, _ = run(tmp_path, EXAMPLE / "decode_burst.jsonl", "once")
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join(lines + shifted(lines, 8 * DAY)) + "\n")
+    decisions, dead = run(tmp_path, twice, "twice")
+    assert dead == []
+    assert decisions[: len(once)] == once
+    assert any(d["time"] > 8 * DAY for d in decisions)  # the planner goes on after the gap
 
 
 def fpm_event(counter: int, at: float) -> bytes:
@@ -83,15 +128,44 @@ def test_after_a_quiet_spell_an_old_event_is_late(tmp_path, kafka_bootstrap, kaf
             "the windows of the first events to close",
             timeout_s=120,
         )
-        old = last - 60.0
-        send(100, old)
-        send(101, time.time())
-        wait_until(lambda: dead.exists() and dead.read_text(), "a dead letter", timeout_s=120)
+        closed = min(t["time"] for t in read_jsonl(ticks) if t["time"] > last)
+        old, delayed = last - 60.0, (last + closed) / 2  # the second is newer than any seen,
+        send(100, delayed)  # but inside a window the host clock has closed
+        send(101, old)
+        send(102, time.time())
+        wait_until(lambda: len(read_jsonl(dead)) == 2 if dead.exists() else False, "two letters")
     finally:
         planner.send_signal(signal.SIGTERM)
         _, err = planner.communicate(timeout=30)
     assert planner.returncode == 0, err
-    [letter] = read_jsonl(dead)
-    assert letter["reason"] == f"late: event time {old} is behind the planner's watermark"
+    assert [letter["reason"] for letter in read_jsonl(dead)] == [
+        f"late: event time {t} is behind the planner's watermark" for t in (delayed, old)
+    ]
     times = [t["time"] for t in read_jsonl(ticks)]
     assert times == sorted(set(times))  # never backwards, never twice
+
+
+def test_live_a_snapshot_never_moves_event_time():
+    # an orchestrator whose clock runs 30 s ahead: its inventory is placed at the newest
+    # measurement, and the measurements after it are not late; an untimed one before the first
+    # measurement waits for it
+    now = time.time()
+    inventory = {"ready_num_decode": 2, "expected_num_decode": 2}
+    snapshot = InventoryEvent(deployment="d", time=0.0, payload=inventory)
+    events = [snapshot, *(ClockEvent(deployment="d", time=now - 10 + k) for k in (0, 1))]
+    events += [snapshot.model_copy(update={"time": now + 30})]
+    events += [ClockEvent(deployment="d", time=now - 10 + k) for k in (2, 3)]
+    flow = Dataflow("live_snapshots")
+    keyed = op.key_on("key", op.input("in", flow, TestingSource(events)), lambda e: e.deployment)
+    clock = PlannerClock(event_time, timedelta(seconds=1), timedelta(seconds=5))
+    out: list = []
+    op.output("out", EventHorizon(clock, live=True).apply("horizon", keyed), TestingSink(out))
+    run_main(flow)
+    assert [(type(e).__name__, e.time) for _key, e in out] == [
+        ("InventoryEvent", now - 10),  # waited for the first measurement
+        ("ClockEvent", now - 10),
+        ("ClockEvent", now - 9),
+        ("InventoryEvent", now - 9),  # not 30 s ahead: at the newest measurement
+        ("ClockEvent", now - 8),
+        ("ClockEvent", now - 7),
+    ]
