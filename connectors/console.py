@@ -29,7 +29,7 @@ class _JsonlPartition(StatefulSinkPartition[BaseModel, int]):
 
 
 class JsonlFileSink(FileSink):
-    """Write pydantic records to one file as JSON lines (truncated on resume, like FileSink).
+    """Write pydantic records to one file as JSON lines (emptied when the sink is made).
 
     Like every fixed-partitioned sink it takes ``(key, record)`` pairs; one worker writes.
 
@@ -47,13 +47,14 @@ class JsonlFileSink(FileSink):
     """
 
     def __init__(self, path: str | Path) -> None:
-        """Creates the file (and missing parent directories) now, so a path that cannot be
-        written is an :class:`OSError` before the dataflow starts."""
+        """Creates the file empty (and missing parent directories) now: a file holds one run's
+        records, even a run that writes none, and a path that cannot be written is an
+        :class:`OSError` before the dataflow starts."""
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        path.write_text("")
         super().__init__(path)
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _JsonlPartition:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.flow.runner import flowplanner, read_jsonl, write_config
@@ -14,6 +16,7 @@ from tests.flow.streams import (
 )
 
 ITL_SLA_MS = DECODE_CONFIG["itl_ms"]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def true_itl_ms(kv: int, n: int) -> float:
@@ -154,3 +157,21 @@ def test_a_late_inventory_snapshot_applies_from_the_next_tick(tmp_path):
     assert read_jsonl(tmp_path / "d.jsonl") == []  # a state snapshot is never dropped as late
     ready = {t["time"]: t["ready_decode"] for t in read_jsonl(tmp_path / "t.jsonl")}
     assert ready[15.0] == 2 and ready[20.0] == 3 and ready[25.0] == 3
+
+
+def test_file_outputs_hold_one_run_even_one_that_writes_nothing(tmp_path):
+    quiet = tmp_path / "quiet.jsonl"  # capabilities, inventory, a few passes: no decision
+    lines = (EXAMPLES / "decode_burst.jsonl").read_text().splitlines(keepends=True)
+    quiet.write_text("".join(lines[:10]))
+    outputs = {name: tmp_path / f"{name}.jsonl" for name in ("decisions", "ticks", "dead")}
+    for path in outputs.values():
+        path.write_text('{"from": "an earlier run"}\n')
+    done = flowplanner(
+        "run",
+        *("--config", str(EXAMPLES / "decode.yaml"), "--input", str(quiet)),
+        *("--output", str(outputs["decisions"])),
+        *("--ticks", str(outputs["ticks"]), "--dead-letters", str(outputs["dead"])),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "0 decisions" in done.stderr
+    assert all(path.read_text() == "" for path in outputs.values())
