@@ -81,10 +81,12 @@ class Wiring:
     acks: Source | None = None
     live: bool = False
 
-    def delivered(self) -> dict[str, DeliveredDecision]:
+    def delivered(self, *, actuators_only: bool = False) -> dict[str, DeliveredDecision]:
         """Per deployment, the newest decision the outputs already hold (a decisions topic, a
-        DGD's annotation), read from each: a restarted worker resumes after it."""
-        sinks = self.decision_sinks + self.actuators
+        DGD's annotation), read from each: a restarted worker resumes after it. With
+        ``actuators_only``, what the outputs that change a fleet hold (what the virtual
+        connector's orchestrator may still have to acknowledge)."""
+        sinks = self.actuators if actuators_only else self.decision_sinks + self.actuators
         remembering = (s for s in sinks if isinstance(s, KafkaDecisionSink | DgdSink))
         return DeliveredDecision.newest(mark for sink in remembering for mark in sink.delivered())
 

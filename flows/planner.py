@@ -114,6 +114,7 @@ class _PlannerStep:
     hold_for_acks: bool = False
     warmup: dict[str, list[TrafficObservation]] = field(default_factory=dict)
     delivered: dict[str, DeliveredDecision] = field(default_factory=dict)
+    in_flight: dict[str, DeliveredDecision] = field(default_factory=dict)
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
@@ -121,12 +122,16 @@ class _PlannerStep:
         deployment, end_s, window = closed
         if planner is None:
             config = self.configs[deployment]
-            delivered = self.delivered.get(deployment)
             gate = None
             if self.hold_for_acks and not config.advisory:  # nothing acknowledges advice
-                # the delivered decision awaits its acknowledgement
-                sent = delivered.decision_id if delivered else 0
-                gate = AckGate(config.scaling_max_wait_seconds, last_emitted_id=sent)
+                sent = self.in_flight.get(deployment)  # it awaits its acknowledgement
+                held = self.delivered.get(deployment)
+                gate = AckGate(
+                    config.scaling_max_wait_seconds,
+                    last_emitted_id=sent.decision_id if sent else 0,
+                    in_flight=(sent.num_prefill, sent.num_decode) if sent else None,
+                    numbered_after=held.decision_id if held else 0,
+                )
             planner = DeploymentPlanner(
                 deployment,
                 config,
@@ -134,7 +139,7 @@ class _PlannerStep:
                 bootstrap=self.bootstrap.get(deployment),
                 gate=gate,
                 warmup=self.warmup.get(deployment),
-                delivered=delivered,
+                delivered=self.delivered.get(deployment),
             )
         record = planner.on_window(end_s, window)
         return planner, (record, planner.take_dead_letters())
@@ -186,6 +191,7 @@ def build_flow(
     acks: Source | None = None,
     warmup: dict[str, list[TrafficObservation]] | None = None,
     delivered: dict[str, DeliveredDecision] | None = None,
+    in_flight: dict[str, DeliveredDecision] | None = None,
     name: str = "flowplanner",
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
@@ -196,7 +202,8 @@ def build_flow(
     acknowledged (:class:`operators.ack_gate.AckGate`). ``warmup`` pre-trains each
     deployment's load predictors with historical traffic windows (spec §7.6). ``delivered``
     is, per deployment, the newest decision the outputs already hold: a restarted planner
-    resumes after it (see :mod:`operators.deployment`).
+    resumes after it (see :mod:`operators.deployment`). ``in_flight`` is the newest decision
+    the virtual connector's topic holds: behind ``acks`` it awaits its acknowledgement.
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -245,6 +252,7 @@ def build_flow(
         hold_for_acks=acks is not None,
         warmup=warmup or {},
         delivered=delivered or {},
+        in_flight=in_flight or {},
     )
     records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1][0])

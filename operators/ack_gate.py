@@ -42,7 +42,10 @@ class AckGate:
 
     Feed it the planner's decisions (:meth:`offer`), the environment's acknowledgements
     (:meth:`acknowledge`) and the passing of event time (:meth:`advance`); each returns the
-    decision to send now, if any. State is plain attributes (pickles; snapshot-able).
+    decision to send now, if any. State is plain attributes (pickles; snapshot-able). A
+    restarted planner passes the last decision sent before (``last_emitted_id`` and its
+    targets, ``in_flight``), so it waits for that one's acknowledgement as before the restart,
+    and the highest id any output holds (``numbered_after``), so ids stay unique.
 
     >>> def decision(t, n):
     ...     return ScalingDecision(deployment="llama", decision_id=1, time=t, num_decode=n,
@@ -67,13 +70,16 @@ class AckGate:
         *,
         last_emitted_id: int = 0,
         acked_decision_id: int = 0,
+        in_flight: Targets | None = None,
+        numbered_after: int = 0,
     ) -> None:
         if not max_wait_seconds > 0:
             raise ValueError(f"max_wait_seconds must be > 0, got {max_wait_seconds}")
         self.max_wait_seconds = float(max_wait_seconds)
         self.last_emitted_id = last_emitted_id
         self.acked_decision_id = acked_decision_id
-        self.in_flight: Targets | None = None
+        self.in_flight = in_flight
+        self.numbered_after = numbered_after
         self.held: ScalingDecision | None = None
         self.hold_since: float | None = None
         self.replaced = 0
@@ -137,7 +143,7 @@ class AckGate:
             note += f" (replaced {self.replaced} older held decision(s))"
         if decision.note and note:
             note = f"{decision.note}; {note}"
-        decision_id = max(self.last_emitted_id, self.acked_decision_id) + 1
+        decision_id = max(self.last_emitted_id, self.acked_decision_id, self.numbered_after) + 1
         released = decision.model_copy(
             update={"decision_id": decision_id, "note": note or decision.note}
         )

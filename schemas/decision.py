@@ -131,26 +131,30 @@ class DeliveredDecision(BaseModel):
     deployment: str = Field(min_length=1)
     decision_id: int = Field(ge=1)
     time: EventTime
+    num_prefill: int | None = Field(default=None, ge=0)
+    num_decode: int | None = Field(default=None, ge=0)
 
     @classmethod
     def of(cls, decision: ScalingDecision) -> DeliveredDecision:
-        """What delivering ``decision`` leaves behind."""
+        """What delivering ``decision`` leaves behind (its id, time and targets)."""
         return cls(
-            deployment=decision.deployment, decision_id=decision.decision_id, time=decision.time
+            deployment=decision.deployment,
+            decision_id=decision.decision_id,
+            time=decision.time,
+            num_prefill=decision.num_prefill,
+            num_decode=decision.num_decode,
         )
 
     @classmethod
     def newest(cls, delivered: Iterable[DeliveredDecision]) -> dict[str, DeliveredDecision]:
-        """Per deployment, the highest id and the latest time any of ``delivered`` holds."""
+        """Per deployment, the decision with the highest id any of ``delivered`` holds, at the
+        latest time any holds."""
         newest: dict[str, DeliveredDecision] = {}
         for mark in delivered:
             seen = newest.get(mark.deployment)
             if seen is not None:
-                mark = cls(
-                    deployment=mark.deployment,
-                    decision_id=max(seen.decision_id, mark.decision_id),
-                    time=max(seen.time, mark.time),
-                )
+                latest = mark if mark.decision_id >= seen.decision_id else seen
+                mark = latest.model_copy(update={"time": max(seen.time, mark.time)})
             newest[mark.deployment] = mark
         return newest
 

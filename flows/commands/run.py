@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         delivered = wiring.delivered()
+        in_flight = wiring.delivered(actuators_only=True) if wiring.acks else {}
     except USER_FACING_ERRORS as exc:
         print(f"flowplanner run: {user_facing_cause(exc)}", file=sys.stderr)
         return 1
@@ -196,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=bootstrap,
         warmup=warmup,
         delivered=delivered,
+        in_flight=in_flight,
     )
     stop = _StopRequest()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
 from flows.planner import PlannerSinks, build_flow
+from operators.ack_gate import AckGate
 from schemas import DecisionAck, DeliveredDecision, PlannerConfig, ScalingDecision, parse_event
 from tests.flow.runner import flowplanner, read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams, write_stream
@@ -90,8 +91,12 @@ def test_ids_continue_after_the_topic_when_the_history_is_not_replayed(
     assert [d["decision_id"] for d in sent] == list(range(1, len(sent) + 1))
 
 
-def run_gated(delivered: DeliveredDecision, acks: list[DecisionAck]) -> list[ScalingDecision]:
-    """The planner behind the virtual connector's ack gate, in the bytewax runtime."""
+def run_gated(
+    delivered: DeliveredDecision, acks: list[DecisionAck], *, in_flight: bool = True
+) -> list[ScalingDecision]:
+    """The planner behind the virtual connector's ack gate, in the bytewax runtime; the
+    delivered decision is in the virtual connector's topic (``in_flight``) or only in another
+    output."""
     events = [parse_event(json.dumps(e)) for e in decode_ramp("alpha", engines=2, seconds=120)]
     decisions: list[ScalingDecision] = []
     flow = build_flow(
@@ -100,16 +105,45 @@ def run_gated(delivered: DeliveredDecision, acks: list[DecisionAck]) -> list[Sca
         PlannerSinks(decisions=[TestingSink(decisions)]),
         acks=TestingSource(acks),
         delivered={"alpha": delivered},
+        in_flight={"alpha": delivered} if in_flight else {},
     )
     run_main(flow)
     return decisions
 
 
 def test_behind_the_ack_gate_a_restarted_worker_waits_for_the_delivered_decision():
-    delivered = DeliveredDecision(deployment="alpha", decision_id=3, time=100.0)
+    delivered = DeliveredDecision(deployment="alpha", decision_id=3, time=100.0, num_decode=4)
     # decision 3 went out before the restart and nobody acknowledged it: everything is held
     assert run_gated(delivered, acks=[]) == []
     # acknowledged: the next decision after 100 s goes out, numbered on from 3
     ack = DecisionAck(deployment="alpha", acked_decision_id=3)
     sent = run_gated(delivered, acks=[ack])
     assert [(d.decision_id, d.time) for d in sent][:1] == [(4, 105.0)]
+
+
+def test_a_decision_only_another_output_holds_is_not_awaited():
+    # an advisory run exported decision 3; the same worker, now acting, must not wait for an
+    # acknowledgement of a decision the orchestrator never received
+    delivered = DeliveredDecision(deployment="alpha", decision_id=3, time=100.0, num_decode=4)
+    sent = run_gated(delivered, acks=[], in_flight=False)
+    assert [(d.decision_id, d.time) for d in sent][:1] == [(4, 105.0)]
+
+
+def test_a_decision_equal_to_the_one_in_flight_before_the_restart_is_not_held():
+    # decision 3 (decode 3) is in flight; the restarted planner asks for decode 3 again: the
+    # orchestrator is already on it, so nothing is held or sent once 3 is acknowledged — as
+    # without the restart. A different target is held and released by the acknowledgement.
+    def gate(num_decode: int) -> AckGate:
+        sent = DeliveredDecision(
+            deployment="alpha", decision_id=3, time=100.0, num_decode=num_decode
+        )
+        return AckGate(1800, last_emitted_id=sent.decision_id, in_flight=(None, sent.num_decode))
+
+    again = ScalingDecision(
+        deployment="alpha", decision_id=1, time=105.0, num_decode=3, source="load", reason="x"
+    )
+    same, other = gate(3), gate(5)
+    assert same.offer(again) is None and other.offer(again) is None
+    assert same.acknowledge(3, now=110.0) is None
+    released = other.acknowledge(3, now=110.0)
+    assert released is not None and released.decision_id == 4

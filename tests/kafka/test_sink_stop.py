@@ -96,7 +96,7 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
                 wait_until(
                     lambda: topic_partitions(out_bootstrap, decisions) is not None,
                     "the decision sink to start",
-                    timeout_s=60,
+                    timeout_s=120,
                 )
                 out_broker.send_signal(signal.SIGSTOP)
                 producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -108,7 +108,7 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
                 wait_until(
                     lambda: WAITING in err_path.read_text(),
                     "the decision sink to wait for the paused broker",
-                    timeout_s=60,
+                    timeout_s=120,
                 )
                 planner.send_signal(signal.SIGTERM)
                 planner.wait(timeout=60)

@@ -212,7 +212,13 @@ def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
     [patch] = dgd.patches()
     assert patch.content_type == MERGE_PATCH
     mark = json.loads(patch.body["metadata"]["annotations"].pop(LAST_DECISION_ANNOTATION))
-    assert mark == {"deployment": "llama", "decision_id": 1, "time": 1.0}
+    assert mark == {
+        "deployment": "llama",
+        "decision_id": 1,
+        "time": 1.0,
+        "num_prefill": 2,
+        "num_decode": 1,
+    }
     assert patch.body == {
         "metadata": {"resourceVersion": version, "annotations": {}},
         "spec": {"services": {"VllmPrefillWorker": {"replicas": 2}}},
@@ -227,7 +233,9 @@ def test_a_restarted_actuator_reads_back_the_last_decision_it_applied(dgd, make_
     assert actuator.apply(decision(4, prefill=2)).outcome == "applied"
     assert actuator.apply(decision(5, prefill=2)).outcome == "no_change"  # nothing written
     delivered = make_actuator().delivered()
-    assert delivered == DeliveredDecision(deployment="llama", decision_id=4, time=4.0)
+    assert delivered == DeliveredDecision(
+        deployment="llama", decision_id=4, time=4.0, num_prefill=2
+    )
 
 
 def test_an_annotation_that_does_not_parse_is_passed_over(dgd, make_actuator, caplog):
