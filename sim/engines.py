@@ -23,7 +23,9 @@ batch (an admission, a finish, a preemption) a decode-only stretch is one *segme
 ``n`` identical-composition iterations whose KV grows by ``B`` tokens per step; its iteration
 times follow a linear model (exact at its ends) so the end of the segment, and the iteration in
 progress at any time, are closed-form. Running KV sums are kept as ``sum(base) + B * step``
-with per-request ``base`` offsets, finishes come from a heap keyed by decode step.
+with per-request ``base`` offsets, finishes come from a heap keyed by decode step. Routing
+brings an engine to the request's time by counting the segment's iterations done by then (the
+rows themselves are built later, at the next flush or at the segment's end).
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ class Engine:
         self._completing: list[SimRequest] = []
         self._seg: list[float] = [0.0, 0.0, 0.0]  # t0, w1, slope
         self._seg_n = 0
-        self._seg_done = 0  # iterations of the segment already emitted as rows
+        self._seg_done = 0  # iterations of the segment already counted in S
+        self._seg_rows = 0  # iterations of the segment already emitted as rows (<= _seg_done)
         self._seg_kb = 0
         self._seg_var = 0.0
         self._seg_q: tuple = ()
@@ -298,9 +301,26 @@ class Engine:
     def catch_up(self, t: float) -> None:
         """Bring the engine's counters to time ``t``: what it reports then does not depend on
         when the simulation was last advanced (routing looks at it between events)."""
-        self.sync(t)
-        if self._act == _SEG:
-            self._materialize_before(t)
+        while self.act_end < t:
+            self._complete()
+        if self._act != _SEG:
+            return
+        # routing calls this every few iterations: step from the first iteration not yet
+        # counted (segment times rise, and the last one ends at act_end >= t), and fall back
+        # to the closed form after a long stretch
+        t0, w1, slope = self._seg
+        h = 0.5 * slope
+        done = self._seg_done
+        j = done + 1
+        stop = j + 8
+        while t0 + j * (w1 + h * (j - 1)) < t:
+            j += 1
+            if j == stop:
+                j = self._first_ending_at_or_after(t)
+                break
+        if j > done + 1:  # iterations done..j-1 ended before t; rows follow at the next flush
+            self.S += j - 1 - done
+            self._seg_done = j - 1
 
     def complete_due(self, t: float) -> None:
         """Complete every activity that ends at or before ``t`` (event-driven engines)."""
@@ -578,6 +598,7 @@ class Engine:
         seg[2] = slope
         self._seg_n = n
         self._seg_done = 0
+        self._seg_rows = 0
         self._seg_kb = kb
         self._seg_var = _var(B, self.sum_base, self.sum_base_sq)
         self._seg_q = self._queued()
@@ -609,6 +630,7 @@ class Engine:
         else:
             n = self._seg_n
             self.S += n - self._seg_done
+            self._seg_done = n
             self._emit_segment(n)
             end = self.last_row_t
         self._finish_due(end)
@@ -629,8 +651,8 @@ class Engine:
         kb = self._seg_kb - B  # K of iteration j is kb + B*j
         var = self._seg_var
         qn, qs, qv, dn, ds, dv = self._seg_q
-        c = self.counter - self._seg_done  # counter of iteration j is c + j
-        first = self._seg_done + 1
+        c = self.counter - self._seg_rows  # counter of iteration j is c + j
+        first = self._seg_rows + 1
         self.rows.extend(
             [
                 (
@@ -655,7 +677,7 @@ class Engine:
             ]
         )
         self.counter = c + m
-        self._seg_done = m
+        self._seg_rows = m
         self.last_row_t = self.rows[-1][0]
 
     def _first_ending_at_or_after(self, t: float) -> int:
@@ -673,9 +695,10 @@ class Engine:
             disc = b * b + 4.0 * h * d
             j = math.ceil((-b + math.sqrt(disc if disc > 0 else 0.0)) / (2.0 * h))
         j = min(max(j, 1), n)
-        while j > 1 and self._seg_time(j - 1) >= t:
+        # the iteration ends _seg_time(j), inlined (a hot path)
+        while j > 1 and t0 + (j - 1) * (w1 + h * (j - 2)) >= t:
             j -= 1
-        while j < n and self._seg_time(j) < t:
+        while j < n and t0 + j * (w1 + h * (j - 1)) < t:
             j += 1
         return j
 
@@ -689,10 +712,11 @@ class Engine:
     def _materialize_before(self, until: float) -> None:
         """Emit the segment's iterations that end before ``until`` (the rest stay planned)."""
         m = self._first_ending_at_or_after(until) - 1
-        if m <= self._seg_done:
-            return
-        self.S += m - self._seg_done
-        self._emit_segment(m)
+        if m > self._seg_done:
+            self.S += m - self._seg_done
+            self._seg_done = m
+        if m > self._seg_rows:
+            self._emit_segment(m)
 
     def _heartbeats(self, upto: float) -> None:
         """Idle: one heartbeat row per ``heartbeat_s`` of silence before ``upto``."""

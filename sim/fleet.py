@@ -482,13 +482,19 @@ class FleetSim:
         best_cost = math.inf
         prefill = role == "prefill"
         for eng in engines:
+            extra = req.isl - eng.prefix_hit(req.hash_ids, req.block_size) if prefix else 0
             if prefill:
-                cost = eng.prefill_tokens_at(t)
+                cost = eng.prefill_tokens_at(t) + extra
             else:
+                if (
+                    eng.act_end >= t
+                    and eng.sum_base + eng.B * eng.S + eng.waiting_need + extra > best_cost
+                ):
+                    # nothing completes before t, so its load can only have grown (S rises):
+                    # not the least loaded, no need to bring it to t
+                    continue
                 eng.catch_up(t)
-                cost = eng.sum_base + eng.B * eng.S + eng.waiting_need
-            if prefix:
-                cost += req.isl - eng.prefix_hit(req.hash_ids, req.block_size)
+                cost = eng.sum_base + eng.B * eng.S + eng.waiting_need + extra
             if cost < best_cost:
                 best_cost = cost
                 best = [eng]

@@ -163,22 +163,29 @@ class DecodeTiming:
         c = kv_tokens / batch
         per_token = batch * self.inv_max_kv  # KV usage of this batch per token of context
         cs = self._cs
+        rows = self._rows
         j = bisect_right(cs, c) - 1
+        # each context row read at the same batch: u = per_token * c_row on row r, then
+        # bv[k] + sl[k] * (u - bx[k]) at k = bisect_right(us, u) (inlined: a hot path)
         if j < 0 or j >= len(cs) - 1:
-            return self._row_s(0 if j < 0 else -1, per_token)
+            r = 0 if j < 0 else -1
+            us, bx, bv, sl = rows[r]
+            u = per_token * cs[r]
+            k = bisect_right(us, u)
+            return bv[k] + sl[k] * (u - bx[k])
         # the same batch size on both bracketing context rows, then linear in context
-        lo = self._row_s(j, per_token)
-        hi = self._row_s(j + 1, per_token)
-        w = (c - cs[j]) / (cs[j + 1] - cs[j])
-        return lo * (1.0 - w) + hi * w
-
-    def _row_s(self, row: int, per_token: float) -> float:
-        """Context row ``row``'s ITL read at the same batch (``per_token`` KV usage per token
-        of context, so ``u = per_token · c_row``)."""
-        us, bx, bv, sl = self._rows[row]
-        u = per_token * self._cs[row]
+        c_lo = cs[j]
+        c_hi = cs[j + 1]
+        us, bx, bv, sl = rows[j]
+        u = per_token * c_lo
         k = bisect_right(us, u)
-        return bv[k] + sl[k] * (u - bx[k])
+        lo = bv[k] + sl[k] * (u - bx[k])
+        us, bx, bv, sl = rows[j + 1]
+        u = per_token * c_hi
+        k = bisect_right(us, u)
+        hi = bv[k] + sl[k] * (u - bx[k])
+        w = (c - c_lo) / (c_hi - c_lo)
+        return lo * (1.0 - w) + hi * w
 
 
 class EngineTiming:
