@@ -7,7 +7,9 @@ planner already ticked past would be admitted and the planner would tick backwar
 :class:`EventHorizon` keeps the same clock (:class:`flows.clock.PlannerClock`) for each
 deployment for as long as the run lasts, and in front of the windows:
 
-* a measurement behind the watermark is a dead letter (``late``), as the window's would be;
+* live, a measurement behind the watermark is a dead letter (``late``), as the window's would
+  be (a replay never drops a key's windows before its end: there the window step's clock is
+  the one that counts);
 * one stray timestamp must not move event time: a measurement more than :data:`MAX_JUMP_S`
   from the deployment's newest (or the very first one) is held until the next measurement
   confirms it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the
@@ -26,7 +28,7 @@ At the end of a bounded input a held measurement is used (nothing follows to con
 >>> import bytewax.operators as op
 >>> from bytewax.dataflow import Dataflow
 >>> from schemas import ClockEvent
->>> times = [100.0, 101.0, 50.0, 9e10, 102.0]  # late, then a stray far ahead
+>>> times = [100.0, 101.0, 9e10, 102.0]  # a stray far ahead
 >>> flow = Dataflow("horizon_doc")
 >>> events = op.input("in", flow, TestingSource([ClockEvent(deployment="d", time=t)
 ...                                              for t in times]))
@@ -39,7 +41,6 @@ At the end of a bounded input a held measurement is used (nothing follows to con
 ...     print(item.time if isinstance(item, ClockEvent) else item.reason)
 100.0
 101.0
-late: event time 50.0 is behind the planner's watermark
 stray: event time 90000000000.0 is more than 604800 s from the events around it
 102.0
 """
@@ -163,11 +164,14 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         return self.state
 
     def _use(self, event: Event) -> list[Event | DeadLetter]:
+        state = self.state
+        if not self.live:  # replays never drop a key's windows: the window step's clock will do
+            state.newest = event.time if state.newest is None else max(state.newest, event.time)
+            return [event]
         self.clock.before_batch()
         timestamp, watermark = self.clock.on_item(event)
         if timestamp < watermark:
             return [late_letter(event)]
-        state = self.state
         state.newest = event.time if state.newest is None else max(state.newest, event.time)
         waiting = [e.model_copy(update={"time": event.time}) for e in state.waiting]
         state.waiting = []
@@ -175,10 +179,8 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
 
     def _snapshot(self, event: Event) -> list[Event | DeadLetter]:
         state = self.state
-        if not self.live:
-            self.clock.before_batch()
-            timestamp, _watermark = self.clock.on_item(event)  # ahead: moves event time
-            return [_at(event, _seconds(timestamp))]
+        if not self.live:  # its time is data; the window step places it if late
+            return [event]
         if state.newest is None:  # wait for the first measurement
             if not isinstance(event, CapabilitiesEvent):  # capabilities merge: keep them all
                 state.waiting = [e for e in state.waiting if type(e) is not type(event)]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from river import stats
 
 from operators.ack_gate import AckGate
-from operators.engine_limits import engine_limit_breach
+from operators.engine_limits import engine_limit_breach, within_scheduler_limits
 from operators.state_machine import PlannerStateMachine
 from operators.throughput_scaling import quantile_key
 from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
@@ -211,9 +211,7 @@ class DeploymentPlanner:
         for key, rows in window.rows.items():
             role, worker_id, dp_rank = key
             caps = limits[role]
-            if caps is not None and (
-                caps.max_num_seqs or caps.max_num_batched_tokens or caps.max_kv_tokens
-            ):
+            if caps is not None and not within_scheduler_limits(rows, caps):
                 rows = self._within_limits(key, rows, caps)
                 if not rows:
                     continue

@@ -76,3 +76,22 @@ def engine_limit_breach(row: FpmRow, caps: EngineCapabilities, *, kv: bool = Tru
                 f"max_kv_tokens = {caps.max_kv_tokens}"
             )
     return None
+
+
+def within_scheduler_limits(rows: list[FpmRow], caps: EngineCapabilities) -> bool:
+    """Whether every pass of ``rows`` fits ``caps``' scheduler limits (the fast check of a
+    window's passes; :func:`engine_limit_breach` with ``kv=False`` says why one does not).
+
+    >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics, fpm_to_row
+    >>> rows = [fpm_to_row(1.0, ForwardPassMetrics(scheduled_requests=ScheduledRequestMetrics(
+    ...     num_decode_requests=n))) for n in (10, 300)]
+    >>> caps = EngineCapabilities(max_num_seqs=256)
+    >>> within_scheduler_limits(rows[:1], caps), within_scheduler_limits(rows, caps)
+    (True, False)
+    """
+    seqs, tokens = caps.max_num_seqs, caps.max_num_batched_tokens
+    if not rows:
+        return True
+    if seqs and max(row[_PREFILL_REQUESTS] + row[_DECODE_REQUESTS] for row in rows) > seqs:
+        return False
+    return not (tokens and max(row[_PREFILL_TOKENS] for row in rows) > tokens)
