@@ -37,3 +37,19 @@ def start_flowplanner(*args: str) -> subprocess.Popen[str]:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_recorded(config: Path, inputs: list[Path], out: Path, workers: int = 1) -> dict:
+    """``flowplanner run`` over recorded ``inputs`` with file outputs in ``out``: its
+    decisions, ticks, dead letters (lists of records) and its stderr."""
+    args = ["run", "--config", str(config)]
+    for path in inputs:
+        args += ["--input", str(path)]
+    files = {name: out / f"{name}.jsonl" for name in ("decisions", "ticks", "dead")}
+    done = flowplanner(
+        *args,
+        *("--output", str(files["decisions"]), "--ticks", str(files["ticks"])),
+        *("--dead-letters", str(files["dead"]), "-w", str(workers)),
+    )
+    assert done.returncode == 0, done.stderr
+    return {name: read_jsonl(path) for name, path in files.items()} | {"stderr": done.stderr}

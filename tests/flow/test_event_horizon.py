@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from flows.clock import PlannerClock
 from flows.horizon import EventHorizon, event_time
 from schemas import ClockEvent, InventoryEvent
-from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
+from tests.flow.runner import read_jsonl, run_recorded, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import wait_until
 
@@ -27,14 +27,8 @@ EXAMPLE = Path(__file__).parents[2] / "examples"
 
 
 def run(tmp_path: Path, stream: Path, tag: str) -> tuple[list[dict], list[dict]]:
-    decisions, dead = tmp_path / f"{tag}.out", tmp_path / f"{tag}.dead"
-    done = flowplanner(
-        "run",
-        *("--config", str(EXAMPLE / "decode.yaml"), "--input", str(stream)),
-        *("--output", str(decisions), "--dead-letters", str(dead)),
-    )
-    assert done.returncode == 0, done.stderr
-    return read_jsonl(decisions), read_jsonl(dead) if dead.exists() else []
+    done = run_recorded(EXAMPLE / "decode.yaml", [stream], tmp_path / tag)
+    return done["decisions"], done["dead"]
 
 
 def shifted(lines: list[str], by: float) -> list[str]:

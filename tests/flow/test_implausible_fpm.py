@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from connectors.pipeline_metrics import dead_letter_kind
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.runner import read_jsonl, run_recorded, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -25,22 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def run(tmp_path: Path, name: str, config: Path, events: list[dict]) -> dict:
     """Decisions, ticks and dead letters of one CLI run over ``events``."""
     stream = write_stream(tmp_path / f"{name}.jsonl", events)
-    files = {kind: tmp_path / f"{name}.{kind}.jsonl" for kind in ("decisions", "ticks", "dead")}
-    done = flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        str(stream),
-        "--output",
-        str(files["decisions"]),
-        "--ticks",
-        str(files["ticks"]),
-        "--dead-letters",
-        str(files["dead"]),
-    )
-    assert done.returncode == 0, done.stderr
-    return {kind: read_jsonl(path) for kind, path in files.items()} | {"stderr": done.stderr}
+    return run_recorded(config, [stream], tmp_path / name)
 
 
 def with_outlier(events: list[dict], time: float, changes: dict) -> tuple[list[dict], int]:

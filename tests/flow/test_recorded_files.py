@@ -17,29 +17,9 @@ from bytewax.testing import TestingSink, run_main
 
 import connectors.recorded
 from connectors.recorded import RecordedSource
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.runner import run_recorded as run
+from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
-
-
-def run(config: Path, inputs: list[Path], out: Path, workers: int = 1) -> dict:
-    """Run ``flowplanner run``; decisions, ticks, dead letters and the summary line."""
-    args = ["run", "--config", str(config)]
-    for path in inputs:
-        args += ["--input", str(path)]
-    files = {name: out / f"{name}.jsonl" for name in ("decisions", "ticks", "dead")}
-    done = flowplanner(
-        *args,
-        "--output",
-        str(files["decisions"]),
-        "--ticks",
-        str(files["ticks"]),
-        "--dead-letters",
-        str(files["dead"]),
-        "-w",
-        str(workers),
-    )
-    assert done.returncode == 0, done.stderr
-    return {name: read_jsonl(path) for name, path in files.items()} | {"stderr": done.stderr}
 
 
 def clock_line(deployment: str, time: float) -> str:

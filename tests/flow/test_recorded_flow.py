@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.runner import flowplanner, read_jsonl, run_recorded, write_config
 from tests.flow.streams import (
     DECODE_CONFIG,
     decode_ramp,
@@ -34,24 +34,8 @@ def two_deployments(tmp_path_factory):
 
 
 def run_flow(root, config, stream, workers: int, tag: str):
-    decisions, ticks, dead = root / f"d{tag}.jsonl", root / f"t{tag}.jsonl", root / f"x{tag}.jsonl"
-    done = flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        str(stream),
-        "--output",
-        str(decisions),
-        "--ticks",
-        str(ticks),
-        "--dead-letters",
-        str(dead),
-        "-w",
-        str(workers),
-    )
-    assert done.returncode == 0, done.stderr
-    return read_jsonl(decisions), read_jsonl(ticks), read_jsonl(dead)
+    done = run_recorded(config, [stream], root / tag, workers)
+    return done["decisions"], done["ticks"], done["dead"]
 
 
 def by_key(records):
