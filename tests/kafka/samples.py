@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -51,3 +53,22 @@ def write_raw(
 
 def event_line(deployment: str, time: float) -> bytes:
     return json.dumps({"type": "clock", "deployment": deployment, "time": time}).encode()
+
+
+def write_in_background(
+    part: Any, decisions: list[ScalingDecision]
+) -> tuple[threading.Thread, list]:
+    """Start ``part.write_batch(decisions)`` on a thread (it may wait for a paused broker); the
+    list receives ``None`` when it returns, or the exception it raised."""
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            part.write_batch(decisions)
+            outcome.append(None)
+        except BaseException as error:  # the test reports it
+            outcome.append(error)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer, outcome

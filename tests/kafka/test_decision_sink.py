@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 
 import bytewax.operators as op
@@ -18,7 +17,7 @@ from connectors.kafka import (
     read_decision_messages,
     read_decisions,
 )
-from tests.kafka.samples import make_decision, topic_partitions, write_raw
+from tests.kafka.samples import make_decision, topic_partitions, write_in_background, write_raw
 from tests.services.kafka import tansu_broker, tansu_process
 from tests.services.process import free_port, wait_until
 
@@ -131,19 +130,11 @@ def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, timeout_s=0.5).build("out", 0, 1)
         part.write_batch([make_decision(decision_id=1)])
-        outcome: list[BaseException | None] = []
-
-        def write() -> None:
-            try:
-                part.write_batch([make_decision(decision_id=2), make_decision(decision_id=3)])
-                outcome.append(None)
-            except BaseException as error:  # the test reports it
-                outcome.append(error)
-
         broker.send_signal(signal.SIGSTOP)
         try:
-            writer = threading.Thread(target=write, daemon=True)
-            writer.start()
+            writer, outcome = write_in_background(
+                part, [make_decision(decision_id=2), make_decision(decision_id=3)]
+            )
             wait_until(
                 lambda: sum("decisions wait for" in r.getMessage() for r in caplog.records) >= 3,
                 "three warnings of the waiting sink",

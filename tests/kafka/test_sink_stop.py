@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -24,7 +23,7 @@ from connectors.kafka import KafkaDecisionSink, ensure_topic
 from connectors.kafka.sink import stop_waiting
 from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-from tests.kafka.samples import make_decision, topic_partitions
+from tests.kafka.samples import make_decision, topic_partitions, write_in_background
 from tests.services.kafka import tansu_process, unique_topic
 from tests.services.process import wait_until
 
@@ -40,19 +39,11 @@ def test_stop_waiting_ends_a_wait_on_another_thread_and_close_reports_the_rest(
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, timeout_s=0.5).build("out", 0, 1)
         part.write_batch([make_decision(decision_id=1)])
-        outcome: list[BaseException | None] = []
-
-        def write() -> None:
-            try:
-                part.write_batch([make_decision(decision_id=2), make_decision(decision_id=3)])
-                outcome.append(None)
-            except BaseException as error:  # the test reports it
-                outcome.append(error)
-
         broker.send_signal(signal.SIGSTOP)
         try:
-            writer = threading.Thread(target=write, daemon=True)
-            writer.start()
+            writer, outcome = write_in_background(
+                part, [make_decision(decision_id=2), make_decision(decision_id=3)]
+            )
             wait_until(
                 lambda: any(WAITING in r.getMessage() for r in caplog.records),
                 "the sink to wait for the paused broker",
