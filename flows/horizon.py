@@ -11,11 +11,12 @@ deployment for as long as the run lasts, and in front of the windows:
   be (a replay never drops a key's windows before its end: there the window step's clock is
   the one that counts);
 * one stray timestamp must not move event time: a measurement more than :data:`MAX_JUMP_S`
-  from the deployment's newest (or the very first one) is held until the next measurement
-  confirms it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the
-  data); if the next one disagrees, the held one is a dead letter (``stray``). Live, a
-  measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead letter at
-  once (``ahead``);
+  past the deployment's newest (and, in a replay, the very first one) is held until the next
+  measurement confirms it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real
+  gap in the data); if the next one disagrees, the held one is a dead letter (``stray``).
+  Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
+  letter at once (``ahead``), and the first one is used at once (a live source's first
+  traffic observation may be minutes from its second);
 * a state snapshot (inventory, capabilities, acknowledgement) describes the present: it is
   placed at the watermark if it is older. Live, its own time is another host's clock: it never
   moves event time (one ahead is placed at the newest event), and one that comes before the
@@ -150,8 +151,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
                 out += self._use(held)  # confirmed: a real gap in the data
             else:
                 out.append(_refused(held, "stray", f"{MAX_JUMP_S:g} s from the events around it"))
-        if state.newest is None or event.time > state.newest + MAX_JUMP_S:  # far behind: late
-            state.held = event
+        first = state.newest is None and not self.live  # live, the host clock bounds the first
+        if first or (state.newest is not None and event.time > state.newest + MAX_JUMP_S):
+            state.held = event  # (far behind is merely late)
             return out, StatefulLogic.RETAIN
         return out + self._use(event), StatefulLogic.RETAIN
 
