@@ -12,7 +12,18 @@ DEAD_LETTERS = Counter(
     "flowplanner_dead_letters", "Inputs rejected with a reason (dead-lettered)", ["kind"]
 )
 DEAD_LETTER_KINDS = frozenset(
-    ("invalid", "unknown", "role", "late", "truncated", "corrupt", "malformed", "undecodable")
+    (
+        "invalid",
+        "unknown",
+        "role",
+        "late",
+        "ahead",
+        "stray",
+        "truncated",
+        "corrupt",
+        "malformed",
+        "undecodable",
+    )
 )
 """The ``kind`` label of a dead letter: the first word of its reason when it is one of these
 (every reason the flow writes starts with one), else ``other`` — a label is never free text.

@@ -94,7 +94,7 @@ class PlannerSinks:
     >>> configs = {"llama": PlannerConfig(mode="decode")}
     >>> run_main(build_flow(configs, [TestingSource(events)], sinks))
     >>> [(r.time, r.ran_load) for r in ticks], [d.reason for d in dead]
-    ([(5.0, True)], ["unknown deployment 'x'"])
+    ([(5.0, True)], ["unknown deployment 'x' (the config has llama)"])
     """
 
     decisions: list[Sink] = field(default_factory=list)

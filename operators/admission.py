@@ -32,7 +32,7 @@ class Admission:
     >>> admit(RawEvent("in.jsonl", 1, '{"type":"clock","deployment":"llama","time":1}')).type
     'clock'
     >>> admit(RawEvent("in.jsonl", 2, '{"type":"clock","deployment":"x","time":1}')).reason
-    "unknown deployment 'x'"
+    "unknown deployment 'x' (the config has llama)"
     """
 
     def __init__(self, configs: dict[str, PlannerConfig]) -> None:
@@ -52,7 +52,9 @@ class Admission:
             event = item
         config = self.configs.get(event.deployment)
         if config is None:
-            return self._reject(item, f"unknown deployment {event.deployment!r}", event)
+            known = ", ".join(sorted(self.configs))
+            reason = f"unknown deployment {event.deployment!r} (the config has {known})"
+            return self._reject(item, reason, event)
         if isinstance(event, FpmEvent | FpmBatchEvent) and event.payload.role not in config.roles:
             reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
             return self._reject(item, reason, event)

@@ -16,6 +16,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink, TestingSource, run_main
 from confluent_kafka import Producer
 
+from connectors.pipeline_metrics import dead_letter_kind
 from flows.clock import PlannerClock
 from flows.horizon import EventHorizon, event_time
 from schemas import ClockEvent, InventoryEvent
@@ -71,6 +72,7 @@ def test_one_stray_timestamp_is_refused_and_changes_nothing(
     assert letter["reason"] == (
         f"stray: event time {stray_time} is more than 604800 s from the events around it"
     )
+    assert dead_letter_kind(letter["reason"]) == "stray"  # a metric label of its own
 
 
 def test_a_real_gap_of_days_is_crossed(tmp_path):
