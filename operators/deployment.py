@@ -204,13 +204,9 @@ class DeploymentPlanner:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
         per_engine = self.config.fpm_samples_per_engine_per_tick
-        limits = {
-            "prefill": self.machine.capabilities.prefill,
-            "decode": self.machine.capabilities.decode,
-        }
         for key, rows in window.rows.items():
             role, worker_id, dp_rank = key
-            caps = limits[role]
+            caps: EngineCapabilities | None = getattr(self.machine.capabilities, role)
             if caps is not None and not within_scheduler_limits(rows, caps):
                 rows = self._within_limits(key, rows, caps)
                 if not rows:
@@ -288,10 +284,9 @@ class DeploymentPlanner:
         self.next_tick = effects.next_tick
         decision = None
         if effects.scale_to is not None:
-            self.decisions += 1
+            self.decisions += 1  # a decision delivered before a restart keeps its id
         if effects.scale_to is not None and not self._delivered_before(now_s):
-            if self.delivered is not None:
-                self.decisions = max(self.decisions, self.delivered.decision_id + 1)
+            self.decisions = max(self.decisions, self._first_new_id)
             target = effects.scale_to
             decision = ScalingDecision(
                 deployment=self.deployment,
@@ -327,6 +322,11 @@ class DeploymentPlanner:
     def _delivered_before(self, now_s: float) -> bool:
         """Whether a decision at ``now_s`` reached the outputs before a restart."""
         return self.delivered is not None and now_s <= self.delivered.time
+
+    @property
+    def _first_new_id(self) -> int:
+        """The lowest id a decision not delivered before a restart may take."""
+        return 1 if self.delivered is None else self.delivered.decision_id + 1
 
     def _observations(self) -> FpmObservations:
         by_role: dict[Role, dict[tuple[str, int], ForwardPassMetrics]] = {}
