@@ -264,13 +264,15 @@ class StepTimes:
         return 1000 * self.seconds["throughput tick"] / len(self.throughput_ticks)
 
 
-def _timed(times: StepTimes, step: str, function: Callable) -> Callable:
+def _timed(totals: dict[str, float], key: str, function: Callable) -> Callable:
+    """``function``, its CPU seconds added to ``totals[key]`` on every call."""
+
     def wrapper(*args: object, **kwargs: object) -> object:
         start = time.process_time()
         try:
             return function(*args, **kwargs)
         finally:
-            times.seconds[step] += time.process_time() - start
+            totals[key] += time.process_time() - start
 
     return wrapper
 
@@ -279,10 +281,10 @@ def _instrument(planner: DeploymentPlanner, times: StepTimes) -> None:
     # Instance attributes shadow the methods: each sub-step's CPU time is accumulated, the
     # planner's own code runs unchanged.
     machine = planner.machine
-    planner._absorb = _timed(times, "window intake", planner._absorb)  # type: ignore[method-assign]
-    machine._train = _timed(times, "perf model train", machine._train)  # type: ignore[method-assign]
-    machine._load_tick = _timed(times, "load rules (+fit)", machine._load_tick)  # type: ignore[method-assign]
-    machine._throughput_tick = _timed(times, "throughput tick", machine._throughput_tick)  # type: ignore[method-assign]
+    planner._absorb = _timed(times.seconds, "window intake", planner._absorb)  # type: ignore[method-assign]
+    machine._train = _timed(times.seconds, "perf model train", machine._train)  # type: ignore[method-assign]
+    machine._load_tick = _timed(times.seconds, "load rules (+fit)", machine._load_tick)  # type: ignore[method-assign]
+    machine._throughput_tick = _timed(times.seconds, "throughput tick", machine._throughput_tick)  # type: ignore[method-assign]
 
 
 def run_steps(
@@ -358,7 +360,7 @@ def history_costs(
     per_model: dict[str, float] = dict.fromkeys(forecaster.num_req.names, 0.0)
     for predictor in series:
         for name, candidate in zip(predictor.names, predictor.candidates, strict=True):
-            candidate.forecast = _timed_model(per_model, name, candidate.forecast)  # type: ignore[method-assign]
+            candidate.forecast = _timed(per_model, name, candidate.forecast)  # type: ignore[method-assign]
     rnd = random.Random(seed)
     costs = []
     for i in range(ticks):
@@ -376,17 +378,6 @@ def history_costs(
         if forecasts is not None:
             forecasts.append((forecast.num_req, forecast.isl, forecast.osl))
     return costs, per_model
-
-
-def _timed_model(totals: dict[str, float], name: str, function: Callable) -> Callable:
-    def wrapper() -> object:
-        start = time.process_time()
-        try:
-            return function()
-        finally:
-            totals[name] += time.process_time() - start
-
-    return wrapper
 
 
 # --- 4. BLAS threads -------------------------------------------------------------------------
