@@ -22,29 +22,24 @@ the process's exit.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from connectors.dgd import DGD_ACTIONS, ApplyResult, DgdActuator, DgdUnavailableError
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
+from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
 from schemas import DeadLetter, DeliveredDecision, InventoryEvent, ScalingDecision, TickRecord
 
 log = logging.getLogger(__name__)
 
 ActuatorFactory = Callable[[], DgdActuator]
-MAX_SLEEP = timedelta(seconds=1)
-"""Longest the inventory poller sleeps between checks (well under bytewax's 10 s epoch)."""
-PENDING_CHECK = timedelta(milliseconds=20)
-"""How often the inventory poller looks whether a poll in flight has finished."""
-T = TypeVar("T")
 
 
 def parse_dgd_target(target: str) -> tuple[str | None, str | None]:
@@ -74,46 +69,6 @@ def _factory_for(target: str, **kwargs: Any) -> ActuatorFactory:
     return build
 
 
-class _DaemonExecutor:
-    """Runs submitted jobs one at a time, in order, on one daemon thread.
-
-    Like a one-thread :class:`concurrent.futures.ThreadPoolExecutor`, except that its thread
-    never holds up the process's exit (a request hung on the API server must not delay a stop).
-
-    >>> executor = _DaemonExecutor("doc")
-    >>> executor.submit(lambda: 6 * 7).result()
-    42
-    >>> executor.shutdown(wait=True)
-    """
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None]
-        self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Callable[[], T]) -> Future[T]:
-        future: Future[T] = Future()
-        self._jobs.put((job, future))
-        return future
-
-    def _run(self) -> None:
-        while (entry := self._jobs.get()) is not None:
-            job, future = entry
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled while queued
-            try:
-                future.set_result(job())
-            except BaseException as err:  # handed to whoever asks the future
-                future.set_exception(err)
-
-    def shutdown(self, *, wait: bool) -> None:
-        """Stop after the jobs already submitted (``wait``: until then)."""
-        self._jobs.put(None)
-        if wait:
-            self._thread.join()
-
-
 class _DgdSinkPartition(StatelessSinkPartition[Any]):
     def __init__(
         self,
@@ -127,7 +82,7 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
         self._lock = threading.Lock()
         self._queued: dict[str, ScalingDecision] = {}  # newest not yet applied, per deployment
         self._jobs: list[Future[None]] = []
-        self._applier = _DaemonExecutor(f"dgd-apply-{actuator.dgd}")
+        self._applier = DaemonExecutor(f"dgd-apply-{actuator.dgd}")
 
     def _report(self, result: ApplyResult) -> None:
         if self.on_result is not None:
@@ -288,7 +243,7 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         self.max_polls = max_polls
         self.polls = 0
         self.awake: datetime | None = None
-        self._poller = _DaemonExecutor(f"dgd-inventory-{deployment}")
+        self._poller = DaemonExecutor(f"dgd-inventory-{deployment}")
         self._pending: Future[InventoryEvent | None] | None = None
 
     def next_batch(self) -> list[InventoryEvent]:

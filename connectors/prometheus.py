@@ -62,11 +62,10 @@ from typing import Literal
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
+from connectors.polling import MAX_SLEEP, PENDING_CHECK
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
 
 log = logging.getLogger(__name__)
-MAX_SLEEP = timedelta(seconds=1)
-"""Longest a poller partition sleeps between checks (well under bytewax's 10 s epoch)."""
 
 DEFAULT_ENDPOINT = "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
 MetricsSource = Literal["frontend", "router"]
@@ -606,7 +605,7 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
 
     def next_awake(self) -> datetime | None:
         if self._pending is not None:
-            return datetime.now(UTC) + timedelta(milliseconds=20)
+            return datetime.now(UTC) + PENDING_CHECK
         if self.max_polls is not None and self.polls >= self.max_polls:
             return None  # done: let next_batch end the partition now
         # Never sleep past bytewax's epoch (10 s): a new epoch waits for every partition, so
