@@ -81,14 +81,19 @@ class Wiring:
     acks: Source | None = None
     live: bool = False
 
-    def delivered(self, *, actuators_only: bool = False) -> dict[str, DeliveredDecision]:
+    def delivered(self) -> tuple[dict[str, DeliveredDecision], dict[str, DeliveredDecision]]:
         """Per deployment, the newest decision the outputs already hold (a decisions topic, a
-        DGD's annotation), read from each: a restarted worker resumes after it. With
-        ``actuators_only``, what the outputs that change a fleet hold (what the virtual
-        connector's orchestrator may still have to acknowledge)."""
-        sinks = self.actuators if actuators_only else self.decision_sinks + self.actuators
-        remembering = (s for s in sinks if isinstance(s, KafkaDecisionSink | DgdSink))
-        return DeliveredDecision.newest(mark for sink in remembering for mark in sink.delivered())
+        DGD's annotation), read once from each — a restarted worker resumes after it — and the
+        newest the outputs that change a fleet hold (what the virtual connector's orchestrator
+        may still have to acknowledge)."""
+        held = {id(sink): sink.delivered() for sink in self._remembering()}
+        actuated = [m for sink in self.actuators for m in held.get(id(sink), [])]
+        everywhere = [mark for marks in held.values() for mark in marks]
+        return DeliveredDecision.newest(everywhere), DeliveredDecision.newest(actuated)
+
+    def _remembering(self) -> list[KafkaDecisionSink | DgdSink]:
+        sinks = self.decision_sinks + self.actuators
+        return [s for s in sinks if isinstance(s, KafkaDecisionSink | DgdSink)]
 
 
 def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:

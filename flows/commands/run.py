@@ -134,15 +134,11 @@ def run(args: argparse.Namespace) -> int:
         configs = load_config(args.config)
         wiring = wire(args.input, args.output, configs)
         bootstrap, warmup = preload(configs)
-    except OSError as exc:  # a file to read or write that cannot be used
-        print(f"flowplanner run: {exc}", file=sys.stderr)
-        return 1
-    except (ConfigError, EndpointError, ValueError) as exc:
+    except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
     try:
-        delivered = wiring.delivered()
-        in_flight = wiring.delivered(actuators_only=True) if wiring.acks else {}
+        delivered, in_flight = wiring.delivered()
     except USER_FACING_ERRORS as exc:
         print(f"flowplanner run: {user_facing_cause(exc)}", file=sys.stderr)
         return 1
@@ -159,20 +155,16 @@ def run(args: argparse.Namespace) -> int:
                 "never applied",
                 file=sys.stderr,
             )
-    try:
-        sinks = PlannerSinks(
-            actuators=wiring.actuators,
-            decisions=wiring.decision_sinks,
-            ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
-            dead_letters=[
-                JsonlFileSink(args.dead_letters)
-                if args.dead_letters
-                else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
-            ],
-        )
-    except OSError as exc:
-        print(f"flowplanner run: {exc}", file=sys.stderr)
-        return 1
+    sinks = PlannerSinks(  # a file that cannot be written: an OSError, one line (flows.cli)
+        actuators=wiring.actuators,
+        decisions=wiring.decision_sinks,
+        ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
+        dead_letters=[
+            JsonlFileSink(args.dead_letters)
+            if args.dead_letters
+            else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
+        ],
+    )
     if args.reports:
         sinks.ticks.append(DiagnosticsReportSink(configs))
     port = args.metrics_port
