@@ -52,8 +52,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         self._topic = topic
         self._where = where
         self._timeout_s = timeout_s
-        self._stopped = False  # a stop ended a wait: close() does not wait again
-        self.stop_requested = False  # set by stop_waiting()
+        self.stop_requested = False  # set by stop_waiting() or a KeyboardInterrupt in a wait
         key = id(self)
         _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
 
@@ -74,7 +73,6 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
                 if failures:
                     break
                 if self.stop_requested:
-                    self._stopped = True
                     return
                 if not announced:
                     announced = True
@@ -94,7 +92,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
                         monotonic() - started,
                     )
         except KeyboardInterrupt:
-            self._stopped = True
+            self.stop_requested = True  # close() does not wait again
             raise
         flush(self._producer, self._where, self._timeout_s, failures, "decisions")
 
@@ -124,7 +122,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         """Deliver what is still queued within ``timeout_s`` (without waiting after a stop),
         then report and drop the rest. Never raises: bytewax closes sinks as it unwinds a stop."""
         _open.pop(id(self), None)
-        stopping = self._stopped or self.stop_requested
+        stopping = self.stop_requested
         try:
             remaining = self._producer.flush(0 if stopping else self._timeout_s)
         except KeyboardInterrupt:  # a second stop request while closing
