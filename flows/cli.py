@@ -91,14 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_STATUS = 141
+"""Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowplanner`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as the docs
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # of ``signal`` advise
-        return 1
+    except BrokenPipeError:
+        # Whoever read the output stopped (``| head``); nothing more can be shown. Point stdout
+        # at /dev/null so the interpreter's final flush does not complain a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     except OSError as exc:  # a file or socket the machine refuses: say which, in one line
         print(f"flowplanner {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -22,9 +21,6 @@ from schemas import ScalingDecision
 COLUMNS = ("TIME", "DEPLOYMENT", "ID", "PREFILL", "DECODE", "SOURCE", "REASON")
 DEFAULT_WIDTHS = (20, 16, 4, 9, 9, 10)
 """Widths of every column but the last (used when following, before the data is known)."""
-
-SIGPIPE_STATUS = 141
-"""Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
 
 
 def timeout_seconds(text: str) -> float:
@@ -144,11 +140,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # Whoever read the table stopped (``| head``); nothing more can be shown. Point stdout
-        # at /dev/null so the interpreter's final flush does not complain a second time.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return SIGPIPE_STATUS
     return 0
 
 
