@@ -221,4 +221,5 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         )
         producer = Producer(producer_config(self.bootstrap, {**NO_DELIVERY_LIMIT, **self.config}))
         where = f"Kafka topic {self.topic} at {self.bootstrap}"
+        log.info("worker %d of %d writes decisions to %s", worker_index + 1, worker_count, where)
         return _DecisionSinkPartition(producer, self.topic, where, self.timeout_s)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -83,12 +84,15 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
                 config, kafka_bootstrap, events, out_bootstrap, decisions, workers, err_file
             )
             try:
-                # the sink creates its topic when the dataflow starts
-                wait_until(
-                    lambda: topic_partitions(out_bootstrap, decisions) is not None,
-                    "the decision sink to start",
-                    timeout_s=120,
+                # Every worker builds its sink (and checks the topic) as the dataflow starts:
+                # pausing the broker before the last one is built would fail the start instead.
+                _wait_for_log(
+                    planner,
+                    err_path,
+                    lambda err: err.count(" writes decisions to ") == workers,
+                    "every worker's decision sink to start",
                 )
+                assert topic_partitions(out_bootstrap, decisions) is not None
                 out_broker.send_signal(signal.SIGSTOP)
                 producer = Producer({"bootstrap.servers": kafka_bootstrap})
                 start = time.time() // 5 * 5 - 120.0  # recorded a while ago: ticks at once
@@ -96,10 +100,11 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
                     event["time"] += start
                     producer.produce(events, key="alpha", value=json.dumps(event).encode())
                 assert producer.flush(30) == 0
-                wait_until(
-                    lambda: WAITING in err_path.read_text(),
+                _wait_for_log(
+                    planner,
+                    err_path,
+                    lambda err: WAITING in err,
                     "the decision sink to wait for the paused broker",
-                    timeout_s=120,
                 )
                 planner.send_signal(signal.SIGTERM)
                 planner.wait(timeout=60)
@@ -124,6 +129,19 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
         re.MULTILINE,
     )
     assert summary.search(err), err[-3000:]
+
+
+def _wait_for_log(
+    planner: subprocess.Popen[str], err_path: Path, check: Callable[[str], bool], what: str
+) -> None:
+    """Wait until the planner's stderr passes ``check``; a timeout shows that stderr."""
+    try:
+        wait_until(lambda: check(err_path.read_text()), what, timeout_s=120)
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error} (planner exit status {planner.poll()}); its stderr ends:\n"
+            f"{err_path.read_text()[-3000:]}"
+        ) from None
 
 
 def _start_planner(
