@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import queue
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from tests.kafka.samples import make_decision, write_raw
 from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
+LINE_TIMEOUT_S = 60.0
+"""A ``flowplanner`` process starts (imports, connects to the broker) within this, even on a
+loaded machine."""
 HEADER = ["TIME", "DEPLOYMENT", "ID", "PREFILL", "DECODE", "SOURCE", "REASON"]
 
 
@@ -73,18 +78,56 @@ def test_follow_prints_new_decisions_as_they_arrive(kafka_bootstrap: str, kafka_
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines = LineReader(process)
     try:
-        assert read_line(process).startswith("TIME")
-        assert read_line(process).split()[:3] == ["60.0", "llama", "1"]
+        assert lines.next().startswith("TIME")
+        assert lines.next().split()[:3] == ["60.0", "llama", "1"]
         sink.write_batch([make_decision("llama", 2, time=120.0, num_decode=5)])
-        assert read_line(process).split()[:5] == ["120.0", "llama", "2", "2->3", "4->5"]
+        assert lines.next().split()[:5] == ["120.0", "llama", "2", "2->3", "4->5"]
         assert process.poll() is None, "still following"
     finally:
         process.terminate()
         process.wait(10)
 
 
-def read_line(process: subprocess.Popen, timeout_s: float = 20.0) -> str:
+class LineReader:
+    """The lines a process prints, read by a thread as they come.
+
+    Waiting with ``select()`` on the pipe before each ``readline()`` misses lines: one
+    ``readline()`` may pull the next lines into the file object's buffer too (the header and the
+    first row, when both were printed before the test got to read), and ``select()`` then waits
+    for bytes the pipe will never get again.
+    """
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def next(self, timeout_s: float = LINE_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.lines.get(timeout=0.2)
+            except queue.Empty:
+                pass
+            if not self.reader.is_alive() and self.lines.empty():  # stdout closed: it ended
+                raise AssertionError(
+                    f"`flowplanner decisions` exited with {self.process.wait()}: "
+                    f"{self.process.stderr.read()}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line from `flowplanner decisions` in {timeout_s:g} s")
+
+
+def first_line(process: subprocess.Popen, timeout_s: float = LINE_TIMEOUT_S) -> str:
+    """The first line a process prints, leaving the rest in its pipe (for a test that closes
+    the pipe after it). Only for the first line: see :class:`LineReader`."""
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout_s
@@ -92,7 +135,7 @@ def read_line(process: subprocess.Popen, timeout_s: float = 20.0) -> str:
             if selector.select(timeout=0.2):
                 return process.stdout.readline()
             assert process.poll() is None, process.stderr.read()
-    raise AssertionError("no line from `flowplanner decisions --follow`")
+    raise AssertionError(f"no line from `flowplanner decisions` in {timeout_s:g} s")
 
 
 def test_missing_topic_is_reported_not_a_traceback(kafka_bootstrap: str, kafka_topic: str) -> None:
@@ -122,7 +165,7 @@ def test_reader_that_stops_early_ends_the_command_quietly(
         [FLOWPLANNER, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert read_line(process).startswith("TIME")
+        assert first_line(process).startswith("TIME")
         process.stdout.close()
         stderr = process.stderr.read()
         assert process.wait(30) == 141, stderr  # as a command killed by SIGPIPE
