@@ -28,7 +28,9 @@ from tests.services.prometheus import prometheus_server
 EPOCH_S = 10.0
 """bytewax's default epoch interval, which ``flowplanner run`` keeps."""
 PAST_TWO_EPOCHS_S = 2.5 * EPOCH_S
-DEADLINE_S = 60.0
+DEADLINE_S = 180.0
+"""For the planner to start and tick over two epochs: generous, for a loaded machine (a passing
+run ends as soon as the ticks span two epochs; a stalled input shows as a gap, not as time)."""
 MAX_GAP_S = 5.0
 """Windows are 1 s and the engine publishes ten passes a second: every window has data."""
 
@@ -36,7 +38,7 @@ MAX_GAP_S = 5.0
 def publish_decode_load(url: str, stop: threading.Event) -> None:
     """One decode engine, ten forward passes a second, until ``stop``."""
     with FpmPublisher(url) as publisher:
-        publisher.wait_for_subscribers(1, timeout=30.0)
+        publisher.wait_for_subscribers(1, timeout=DEADLINE_S)  # the planner is starting
         counter = 0
         while not stop.is_set():
             counter += 1
