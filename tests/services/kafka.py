@@ -32,7 +32,9 @@ from confluent_kafka.admin import AdminClient
 
 from tests.services.process import die_with_parent, service_on_free_port
 
-STARTUP_TIMEOUT_S = 20.0
+STARTUP_TIMEOUT_S = 60.0
+"""For the broker to answer a metadata request; generous for a loaded CI machine (a broker that
+exits at start-up is retried on another port at once)."""
 STOP_TIMEOUT_S = 0.5
 """Grace period after SIGTERM (Tansu waits for connected clients; memory storage loses nothing)."""
 PORT_ATTEMPTS = 5

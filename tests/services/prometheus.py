@@ -31,9 +31,10 @@ import yaml
 
 from tests.services.process import die_with_parent, service_on_free_port
 
-STARTUP_TIMEOUT_S = 30.0
+STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
-WAIT_TIMEOUT_S = 30.0
+WAIT_TIMEOUT_S = 60.0
+"""For a PromQL condition (scrapes every 250 ms) on a loaded CI machine; a passing wait is short."""
 PORT_ATTEMPTS = 5
 BINARY = "prometheus"
 
