@@ -12,7 +12,9 @@ from connectors.zmq_source import ZmqFpmSource, ZmqItem
 from schemas import FpmBatchEvent
 from tests.zmq.publisher_process import PublisherProcess
 
-RUN_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 120.0
+"""For the publisher process to start (spawned: it imports afresh) and the run to end, even on a
+loaded machine; a passing run ends as soon as the source has its messages."""
 
 
 def messages_in(item: ZmqItem) -> int:
