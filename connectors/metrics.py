@@ -29,6 +29,8 @@ Two metrics of ours say whether the planner is alive and how far behind it is:
 ``flowplanner_ticks_total{deployment}`` counts planner ticks (records on which a loop ran) and
 ``flowplanner_event_time_seconds{deployment}`` is the end of the latest closed tick window, in
 event time (Unix seconds): on a live run ``time() - flowplanner_event_time_seconds`` is the lag.
+``flowplanner_perf_samples_set_aside_total{deployment,role}`` counts forward passes a perf model
+did not learn from: far off its fit and never confirmed by a second one (a stall, a wrong unit).
 
 A value the record does not carry (``None``) leaves the gauge at its last value, so a gauge
 always shows the latest known number (e.g. the throughput reason stays visible between the
@@ -103,6 +105,7 @@ class PlannerMetrics:
         self._gpu: dict[str, _GpuClock] = {}
         self._engines: dict[str, set[tuple[str, str, str, str]]] = {}
         self._latest: dict[str, float] = {}
+        self._set_aside: dict[tuple[str, str], int] = {}  # the totals the counter holds
 
         def gauge(name: str, doc: str, labels: Iterable[str] = ("deployment",)) -> Gauge:
             return Gauge(PREFIX + name, doc, list(labels), registry=self.registry)
@@ -167,6 +170,12 @@ class PlannerMetrics:
             "flowplanner_ticks",
             "Planner ticks (tick windows in which a scaling loop ran)",
             ["deployment"],
+            registry=self.registry,
+        )
+        self.perf_samples_set_aside = Counter(
+            "flowplanner_perf_samples_set_aside",
+            "Forward passes far off the perf model that no second one confirmed (not learned)",
+            ["deployment", "role"],
             registry=self.registry,
         )
         self.event_time = Gauge(
@@ -258,6 +267,12 @@ class PlannerMetrics:
             self.ticks.labels(deployment=record.deployment).inc()
         else:
             self.ticks.labels(deployment=record.deployment)  # 0 is a value too
+        for role, total in record.perf_samples_set_aside.items():
+            counter = self.perf_samples_set_aside.labels(deployment=record.deployment, role=role)
+            seen = self._set_aside.get((record.deployment, role), 0)
+            if total > seen:
+                counter.inc(total - seen)
+                self._set_aside[(record.deployment, role)] = total
         gauge = self.event_time.labels(deployment=record.deployment)
         latest = self._latest.get(record.deployment)
         if latest is None or record.time > latest:

@@ -317,6 +317,7 @@ class DeploymentPlanner:
             observed_traffic=traffic,
             gpus_per_prefill=self.machine.gpus_per_replica("prefill"),
             gpus_per_decode=self.machine.gpus_per_replica("decode"),
+            perf_samples_set_aside=self.machine.perf_samples_set_aside,
         )
 
     def _delivered_before(self, now_s: float) -> bool:

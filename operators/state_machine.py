@@ -111,14 +111,17 @@ class PlannerStateMachine:
                 config.load_min_observations,
                 config.fpm_sample_bucket_size,
             )
+            screen = config.perf_model_suspect_factor
             if config.mode == "agg":
-                self._models["decode"] = AggPerfModel(*sizes)
+                self._models["decode"] = AggPerfModel(*sizes, suspect_factor=screen)
             else:
                 for role in config.roles:
                     if role == "prefill":
-                        self._models[role] = PrefillPerfModel(*sizes, basis=config.perf_model_basis)
+                        self._models[role] = PrefillPerfModel(
+                            *sizes, basis=config.perf_model_basis, suspect_factor=screen
+                        )
                     else:
-                        self._models[role] = DecodePerfModel(*sizes)
+                        self._models[role] = DecodePerfModel(*sizes, suspect_factor=screen)
 
     # --- read-only views ---------------------------------------------------------------------
     @property
@@ -143,6 +146,11 @@ class PlannerStateMachine:
         """The aggregated-engine perf model (SLA target, agg mode), else ``None``."""
         model = self._models.get("decode")
         return model if isinstance(model, AggPerfModel) else None
+
+    @property
+    def perf_samples_set_aside(self) -> dict[Role, int]:
+        """Forward passes each perf model has set aside as unconfirmed suspects, so far."""
+        return {role: model.set_aside for role, model in self._models.items()}
 
     @property
     def throughput_lower_bounds(self) -> Mapping[Role, int]:

@@ -62,6 +62,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "load_rate_window_seconds": 0.0,
     "perf_model_basis": "linear",
     "fpm_samples_per_engine_per_tick": 1,
+    "perf_model_suspect_factor": None,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -115,6 +116,13 @@ class PlannerConfig(BaseModel):
     ``linear`` by measurement: in closed-loop replays (azure conv / code traces ×20, shipped
     H200 profile) our planner's attainment and GPU-hours were unchanged within 0.1 pp / 0.4 %
     (the load and rate signals decide there, not the fitted prefill curve)."""
+    perf_model_suspect_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = 4.0
+    """*ours*: a forward pass whose wall time is more than this many times what the perf model
+    predicts for it (or less than its inverse) is learned only once a second such pass, on the
+    same side, confirms it within ``max_num_fpm_samples`` passes; unconfirmed ones are set
+    aside and counted (``flowplanner_perf_samples_set_aside_total``). One stall or wrong unit
+    then cannot reject or bend the fit, while a real change of engine speed still comes
+    through. Reference: ``None`` (every forward pass is learned)."""
 
     # --- throughput scaling (§9.3) ---
     throughput_adjustment_interval_seconds: Positive = Field(

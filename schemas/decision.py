@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import EventTime, TrafficObservation
+from schemas.events import EventTime, Role, TrafficObservation
 
 LoadReason = Literal[
     "unset",
@@ -249,3 +249,6 @@ class TickRecord(BaseModel):
     """GPUs of one prefill replica as the planner knows them (workers' capabilities, else the
     config; ``None`` when unknown) — what GPU-hours are counted with."""
     gpus_per_decode: int | None = None
+    perf_samples_set_aside: dict[Role, int] = Field(default_factory=dict)
+    """Forward passes each role's perf model has set aside so far (suspects nobody confirmed:
+    :class:`operators.perf.regression.FpmRegressor`); tick records only."""

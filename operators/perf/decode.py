@@ -7,7 +7,12 @@ import math
 from river import stats
 
 from operators.perf.moving_average import DecodeShape, MovingAverage
-from operators.perf.regression import FpmRegressor, effective_accept_length, require_finite
+from operators.perf.regression import (
+    SUSPECT_FACTOR,
+    FpmRegressor,
+    effective_accept_length,
+    require_finite,
+)
 from schemas import ForwardPassMetrics
 
 DEFAULT_KV_BATCH_CAP = 256
@@ -48,8 +53,11 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
         max_num_fpm_samples: int = 64,
         min_observations: int = 5,
         bucket_count: int = 16,
+        suspect_factor: float | None = SUSPECT_FACTOR,
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count)
+        super().__init__(
+            max_num_fpm_samples, min_observations, bucket_count, suspect_factor=suspect_factor
+        )
         self.decode_length_average = MovingAverage(max_num_fpm_samples)
         self.num_decode_average = MovingAverage(max_num_fpm_samples)
         self.kv_max = stats.Max()

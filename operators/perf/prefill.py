@@ -7,6 +7,7 @@ import math
 from operators.perf.basis import PerfModelBasis
 from operators.perf.moving_average import MovingAverage, PrefillShape
 from operators.perf.regression import (
+    SUSPECT_FACTOR,
     FpmRegressor,
     chunked_prefill_seconds,
     clamp_kv_hit_rate,
@@ -53,8 +54,9 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
         min_observations: int = 5,
         bucket_count: int = 16,
         basis: PerfModelBasis = "linear",
+        suspect_factor: float | None = SUSPECT_FACTOR,
     ) -> None:
-        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis)
+        super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis, suspect_factor)
         self.isl_average = MovingAverage(max_num_fpm_samples)
         self.num_prefill_average = MovingAverage(max_num_fpm_samples)
 

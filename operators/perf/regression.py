@@ -12,7 +12,8 @@ Conventions shared by :class:`~operators.perf.PrefillPerfModel`,
   planner code uses the ``estimate_*`` / ``find_best_*`` methods, which say "not ready" with
   ``None`` / zero rates instead.
 * ``add_observation(fpm)`` always updates the moving averages first; an idle heartbeat
-  (``wall_time == 0``) is not a sample.
+  (``wall_time == 0``) is not a sample. A forward pass far off the model (ours, below) waits
+  for a second one before it is learned from.
 * The constructor stores parameters (``clone()`` works); all state is plain attributes that pickle.
 * ``basis`` (ours, ``PlannerConfig.perf_model_basis``): ``"linear"`` is the reference's OLS;
   ``"piecewise"`` fits the features a model lists in ``piecewise_features`` as a monotone
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -40,6 +42,10 @@ from operators.perf.basis import (
 )
 from operators.perf.samples import BucketedSampleStore, least_squares
 from schemas import ForwardPassMetrics
+
+SUSPECT_FACTOR = 4.0
+"""A forward pass that took more than this many times the wall time the model predicts for it,
+or less than its inverse, is a *suspect* (see :class:`FpmRegressor`)."""
 
 MAX_KV_HIT_RATE_DISCOUNT = 0.95
 """The KV-cache hit rate discount on prefill work is clamped to ``[0, 0.95]`` (spec §3.3)."""
@@ -91,8 +97,35 @@ def chunked_prefill_seconds(
     return (chunks - 1) * chunk_seconds(max_num_batched_tokens) + chunk_seconds(tail)
 
 
+@dataclass(frozen=True)
+class Suspect:
+    """A forward pass held back: its features, wall time, side and when it came."""
+
+    values: tuple[float, ...]
+    wall_time: float
+    slow: bool
+    """Slower than the model says (else faster)."""
+    arrival: int
+    """Its number among the forward passes the model was offered (``live_offered``)."""
+
+
 class FpmRegressor(base.Regressor):
     """Base class: OLS of forward-pass wall time on a few FPM features (see module docstring).
+
+    **Suspects** (ours; the reference learns every forward pass). Least squares over at most
+    ``max_num_fpm_samples`` samples lets one wrong forward pass — a 5 s stall, a wall time in
+    the wrong unit, within every bound a dead letter checks — pull the fit for as long as the
+    store keeps it, which for a lone sample in an outer bucket is a long time. So
+    once the model has a fit made from at least half the store, a forward pass offered through
+    :meth:`add_observation` whose wall time is more than ``SUSPECT_FACTOR`` (4) times that fit's
+    prediction, or less than a quarter of it, is held back as a suspect. A second suspect on the
+    same side (slower, or faster) within the next ``max_num_fpm_samples`` forward passes confirms
+    it: both are learned, in order — a real change of the engine's speed (or a region the fit
+    does not reach) comes through in pairs, nothing of it is lost. A suspect nobody confirms in
+    that time is set aside (:attr:`set_aside` counts them; the planner exports the count). The
+    screening fit is the one the model last computed, i.e. at the last tick, so screening costs
+    one prediction per forward pass and never a refit. Benchmark FPMs and :meth:`learn_one`
+    (river's interface, given curated samples) are never screened.
 
     Subclasses set ``feature_names`` (and ``relaxable_features``, ``piecewise_features``) and
     implement ``_features_of`` and ``_observe_averages``.
@@ -115,6 +148,12 @@ class FpmRegressor(base.Regressor):
     """Features the ``"piecewise"`` basis expands into segments (at most ``bucket_count`` per
     axis, as the sample store buckets them); the others stay linear."""
     basis: PerfModelBasis = "linear"  # class default: models pickled before the option existed
+    # Suspect screening (class defaults, as for ``basis``: models pickled before it existed).
+    suspect_factor: float | None = None  # models pickled before screening learn everything
+    suspects: tuple[Suspect, ...] = ()  # at most one per side
+    live_offered = 0  # forward passes offered through add_observation
+    set_aside = 0  # suspects never confirmed
+    _screen: WallTimeFit | None = None  # the last fit made from half the store or more
 
     def __init__(
         self,
@@ -122,7 +161,15 @@ class FpmRegressor(base.Regressor):
         min_observations: int = 5,
         bucket_count: int = 16,
         basis: PerfModelBasis = "linear",
+        suspect_factor: float | None = SUSPECT_FACTOR,
     ) -> None:
+        if suspect_factor is not None and not (
+            isinstance(suspect_factor, Real)
+            and math.isfinite(suspect_factor)
+            and suspect_factor > 1
+        ):
+            raise ValueError(f"suspect_factor must be a number > 1 or None, got {suspect_factor!r}")
+        self.suspect_factor = suspect_factor
         for name, value in (
             ("max_num_fpm_samples", max_num_fpm_samples),
             ("min_observations", min_observations),
@@ -175,7 +222,7 @@ class FpmRegressor(base.Regressor):
         self._observe_averages(fpm)
         if fpm.wall_time == 0.0:
             return
-        self._add_sample(self._features_of(fpm), fpm.wall_time)
+        self._offer(self._features_of(fpm), fpm.wall_time)
 
     def load_benchmark_fpms(self, fpms: Iterable[ForwardPassMetrics]) -> None:
         """Add benchmark / profile FPMs (bootstrap), in order.
@@ -273,6 +320,33 @@ class FpmRegressor(base.Regressor):
             raise ValueError(f"feature(s) {negative} must be >= 0")
         return values
 
+    def _offer(self, values: tuple[float, ...], wall_time: float) -> None:
+        """Learn a live forward pass, unless it is an unconfirmed suspect (class docstring)."""
+        self.live_offered += 1
+        self._screen_and_learn(values, wall_time)
+        window = self.max_num_fpm_samples
+        expired = [s for s in self.suspects if self.live_offered - s.arrival >= window]
+        if expired:
+            self.set_aside += len(expired)
+            self.suspects = tuple(s for s in self.suspects if s not in expired)
+
+    def _screen_and_learn(self, values: tuple[float, ...], wall_time: float) -> None:
+        factor = self.suspect_factor
+        screen = self._screen if factor is not None else None
+        predicted = screen.predict(values) if screen is not None else None
+        if predicted is None or 1 / factor <= wall_time / predicted <= factor:
+            self._add_sample(values, wall_time)
+            return
+        slow = wall_time > predicted
+        held = [s for s in self.suspects if s.slow == slow]
+        if not held:
+            self.suspects = (*self.suspects, Suspect(values, wall_time, slow, self.live_offered))
+            return
+        self.suspects = tuple(s for s in self.suspects if s.slow != slow)
+        for suspect in held:
+            self._add_sample(suspect.values, suspect.wall_time)
+        self._add_sample(values, wall_time)
+
     def _add_sample(self, values: tuple[float, ...], wall_time: float) -> int:
         seq = self.samples.add(values, wall_time)
         self._outcome = None
@@ -294,4 +368,6 @@ class FpmRegressor(base.Regressor):
                 ]
                 fit = monotone_least_squares(xs, ys, segments)
             self._outcome = (fit, outcome.reason)
+            if len(stored) * 2 >= self.max_num_fpm_samples:
+                self._screen = fit
         return self._outcome[0]

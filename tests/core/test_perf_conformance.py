@@ -135,7 +135,7 @@ def test_pickle_keeps_an_unrefitted_change(model_cls: type[FpmRegressor]) -> Non
 
 
 def test_clone_is_unfitted_with_the_same_parameters(model_cls: type[FpmRegressor]) -> None:
-    model = model_cls(max_num_fpm_samples=17, min_observations=3, bucket_count=9)
+    model = model_cls(max_num_fpm_samples=17, min_observations=3, bucket_count=9, suspect_factor=3)
     model.load_benchmark_fpms(fpms(4))
     twin = model.clone()
     assert type(twin) is model_cls
@@ -143,11 +143,13 @@ def test_clone_is_unfitted_with_the_same_parameters(model_cls: type[FpmRegressor
         "max_num_fpm_samples": 17,
         "min_observations": 3,
         "bucket_count": 9,
+        "suspect_factor": 3,
     }
     assert twin.num_observations == 0 and not twin.is_ready and twin.coefficients is None
     assert answers(twin) == answers(
         model_cls(max_num_fpm_samples=17, min_observations=3, bucket_count=9)
     )
+    assert model_cls(suspect_factor=None).clone().suspect_factor is None  # learns every pass
     twin.load_benchmark_fpms(fpms(5))
     assert model.num_observations == 17  # the original does not share state with its clone
 
