@@ -99,7 +99,11 @@ def chunked_prefill_seconds(
 
 @dataclass(frozen=True)
 class Suspect:
-    """A forward pass held back: its features, wall time, side and when it came."""
+    """A forward pass held back: its features, wall time, side and when it came.
+
+    >>> Suspect(values=(512.0,), wall_time=5.0, slow=True, arrival=65).slow
+    True
+    """
 
     values: tuple[float, ...]
     wall_time: float
@@ -331,10 +335,12 @@ class FpmRegressor(base.Regressor):
             self.suspects = tuple(s for s in self.suspects if s not in expired)
 
     def _screen_and_learn(self, values: tuple[float, ...], wall_time: float) -> None:
-        factor = self.suspect_factor
-        screen = self._screen if factor is not None else None
-        predicted = screen.predict(values) if screen is not None else None
-        if predicted is None or 1 / factor <= wall_time / predicted <= factor:
+        factor, screen = self.suspect_factor, self._screen
+        if factor is None or screen is None:
+            self._add_sample(values, wall_time)
+            return
+        predicted = screen.predict(values)  # floored at 1 µs
+        if 1 / factor <= wall_time / predicted <= factor:
             self._add_sample(values, wall_time)
             return
         slow = wall_time > predicted
