@@ -22,7 +22,7 @@ def publish_engines(url: str) -> None:
     from connectors.zmq_publisher import FpmPublisher
 
     publisher = FpmPublisher(url)
-    assert publisher.wait_for_subscribers(1, timeout=30.0)
+    assert publisher.wait_for_subscribers(1, timeout=120.0)  # the planner process is starting
     start, counter, corrupted, skipped = time.time(), 0, False, False
     while (elapsed := time.time() - start) < SECONDS:
         kv = int(250_000 + 30_000 * elapsed)
@@ -87,7 +87,7 @@ def test_zmq_fpms_drive_decisions(tmp_path):
     decisions_file, dead_file = tmp_path / "decisions.jsonl", tmp_path / "dead.jsonl"
     gaps = f'flowplanner_fpm_sequence_gaps_total{{endpoint="{url}"}}'
     try:
-        engines.join(timeout=90)
+        engines.join(timeout=180)  # the planner's start (up to 120 s), then 20 s of passes
         # windows close on the system clock: wait for what is asserted below, not a fixed time
         wait_until(
             lambda: any(d["reason"] == "scale_up" for d in lines_of(decisions_file)),
