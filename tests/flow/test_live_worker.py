@@ -29,7 +29,8 @@ def wait_for_decisions(bootstrap: str, topic: str, count: int) -> list:
         seen = decisions_on(bootstrap, topic)
         return seen if len(seen) >= count else []
 
-    return wait_until(enough, f"{count} decisions on {topic}", interval_s=0.5)
+    # the first wait includes the worker's start: minutes on a loaded machine
+    return wait_until(enough, f"{count} decisions on {topic}", timeout_s=120, interval_s=0.5)
 
 
 def last_tick_time(ticks: Path) -> float:
@@ -78,7 +79,11 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         assert [d.decision_id for d in first] == [1]
         # the recording's last events (at +60 s) fall in the window [+60, +65), whose tick record
         # is stamped with its end: once it is written every window has ticked, the rest are held
-        wait_until(lambda: last_tick_time(ticks) >= start + 65.0, "the recording's last tick")
+        wait_until(
+            lambda: last_tick_time(ticks) >= start + 65.0,
+            "the recording's last tick",
+            timeout_s=120,
+        )
         assert len(list(read_decisions(kafka_bootstrap, decisions))) == 1
 
         done = flowplanner(
