@@ -55,7 +55,9 @@ def wait_for_last_window(ticks: Path, end: float) -> list[dict]:
         records = read_jsonl(ticks) if ticks.exists() else []
         return records if records and records[-1]["time"] >= end else []
 
-    return wait_until(through_end, f"a tick record at {end} s in {ticks}")
+    # includes the worker's start and the live clock closing the window: generous for a loaded
+    # machine, and a passing wait ends at once
+    return wait_until(through_end, f"a tick record at {end} s in {ticks}", timeout_s=120)
 
 
 def last_known(records: list[dict], get) -> float | None:  # type: ignore[no-untyped-def]
