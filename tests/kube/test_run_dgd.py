@@ -72,7 +72,7 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
 
     planner = start_planner("--output", str(tmp_path / "decisions.jsonl"))
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180  # the planner's start and first decisions
         while time.monotonic() < deadline:
             services = dgd.get()["spec"]["services"]
             if services["VllmDecodeWorker"]["replicas"] >= 2:
@@ -116,6 +116,7 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
         wait_until(
             lambda: ticks.exists() and any(t["time"] > history_end for t in read_jsonl(ticks)),
             "the restarted planner past the history",
+            timeout_s=120,
         )
     finally:
         planner.send_signal(signal.SIGTERM)
