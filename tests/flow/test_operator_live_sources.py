@@ -35,9 +35,9 @@ MAX_GAP_S = 5.0
 """Windows are 1 s and the engine publishes ten passes a second: every window has data."""
 
 
-def publish_decode_load(url: str, stop: threading.Event) -> None:
+def publish_decode_load(publisher: FpmPublisher, stop: threading.Event) -> None:
     """One decode engine, ten forward passes a second, until ``stop``."""
-    with FpmPublisher(url) as publisher:
+    with publisher:
         publisher.wait_for_subscribers(1, timeout=DEADLINE_S)  # the planner is starting
         counter = 0
         while not stop.is_set():
@@ -68,8 +68,7 @@ def longest_gap(ticks: Path) -> float:
 
 
 def test_planner_keeps_ticking_while_the_traffic_poller_waits(tmp_path):
-    url = f"tcp://127.0.0.1:{free_port()}"
-    port = free_port()
+    port = free_port()  # Prometheus must know the planner's port before the planner starts
     config = write_config(
         tmp_path / "c.yaml",
         {
@@ -96,20 +95,21 @@ def test_planner_keeps_ticking_while_the_traffic_poller_waits(tmp_path):
     with prometheus_server({"planner": [f"127.0.0.1:{port}"]}) as prometheus:
         traffic = f"prometheus://{prometheus.url.removeprefix('http://')}?deployment=alpha"
         span, gap, err = run_live(
-            tmp_path, config, url, port, "--input", traffic, "--input", str(inventory)
+            tmp_path, config, port, "--input", traffic, "--input", str(inventory)
         )
     assert span >= PAST_TWO_EPOCHS_S and gap <= MAX_GAP_S, err
 
 
-def run_live(
-    tmp_path: Path, config: Path, url: str, port: int, *args: str
-) -> tuple[float, float, str]:
+def run_live(tmp_path: Path, config: Path, port: int, *args: str) -> tuple[float, float, str]:
     """Run the planner on one live decode engine (+ ``args``) until its ticks span two epochs
     of event time (or the deadline); returns that span, the longest gap between ticks and
     a message naming them and the last tick."""
     ticks = tmp_path / "ticks.jsonl"
     stop = threading.Event()
-    engine = threading.Thread(target=publish_decode_load, args=(url, stop), daemon=True)
+    # bound before the planner starts (a port picked now and bound later may be taken by then)
+    publisher = FpmPublisher("tcp://127.0.0.1:*")
+    url = publisher.url
+    engine = threading.Thread(target=publish_decode_load, args=(publisher, stop), daemon=True)
     planner = start_flowplanner(
         "run",
         "--config",
@@ -143,7 +143,6 @@ def run_live(
 
 
 def test_planner_keeps_ticking_between_slow_dgd_inventory_polls(tmp_path):
-    url = f"tcp://127.0.0.1:{free_port()}"
     config = write_config(
         tmp_path / "c.yaml",
         {
@@ -161,7 +160,8 @@ def test_planner_keeps_ticking_between_slow_dgd_inventory_polls(tmp_path):
         dgd = create_dgd(server, client)
         target = f"dgd://{dgd.namespace}/{dgd.name}?deployment=alpha&host={server.url}&interval=30"
         try:
-            span, gap, err = run_live(tmp_path, config, url, free_port(), "--output", target)
+            # --metrics-port 0: the planner serves on a port it picks itself
+            span, gap, err = run_live(tmp_path, config, 0, "--output", target)
         finally:
             client.close()
     assert span >= PAST_TWO_EPOCHS_S and gap <= MAX_GAP_S, err
