@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from tests.services.process import wait_until
 
 
 def write_config(path: Path, deployments: dict[str, dict]) -> Path:
@@ -25,14 +29,34 @@ def flowplanner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     )
 
 
-def start_flowplanner(*args: str) -> subprocess.Popen[str]:
-    """The CLI as a long-lived process (a live worker, the fleet); stdout and stderr piped."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start_flowplanner(*args: str, stderr: Path | None = None) -> subprocess.Popen[str]:
+    """The CLI as a long-lived process (a live worker, the fleet); stdout piped, stderr piped or
+    written to the file ``stderr`` (to be read while the process runs)."""
+    with open(stderr, "w") if stderr is not None else contextlib.nullcontext() as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if err is None else err,
+            text=True,
+        )
+
+
+METRICS_LINE = re.compile(r"^flowplanner run: metrics on http://[^/]+:(\d+)/metrics$", re.MULTILINE)
+
+
+def metrics_port(process: subprocess.Popen[str], stderr: Path) -> int:
+    """The port a ``flowplanner run --metrics-port 0`` serves on, from the line it writes to its
+    ``stderr`` file once it listens (a port picked by the test and bound later by the process
+    could be taken by someone else in between)."""
+
+    def announced() -> re.Match[str] | None:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"flowplanner exited with {process.returncode}: {stderr.read_text()}"
+            )
+        return METRICS_LINE.search(stderr.read_text())
+
+    return int(wait_until(announced, "the metrics port", timeout_s=120).group(1))
 
 
 def read_jsonl(path: Path) -> list[dict]:

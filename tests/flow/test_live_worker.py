@@ -12,9 +12,15 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
-from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
+from tests.flow.runner import (
+    flowplanner,
+    metrics_port,
+    read_jsonl,
+    start_flowplanner,
+    write_config,
+)
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-from tests.services.process import free_port, wait_until
+from tests.services.process import wait_until
 
 
 def decisions_on(bootstrap: str, topic: str) -> list:
@@ -58,7 +64,7 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         producer.produce(events_topic, key="alpha", value=json.dumps(event).encode())
     assert producer.flush(30) == 0
 
-    port, ticks = free_port(), tmp_path / "ticks.jsonl"
+    ticks, err_path = tmp_path / "ticks.jsonl", tmp_path / "worker.err"
     worker = start_flowplanner(
         "run",
         "--config",
@@ -68,13 +74,15 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         "--output",
         f"virtual+kafka://{kafka_bootstrap}/{decisions}?acks={acks}",
         "--metrics-port",
-        str(port),
+        "0",
         "--ticks",
         str(ticks),
         "--dead-letters",
         str(tmp_path / "dead.jsonl"),
+        stderr=err_path,
     )
     try:
+        port = metrics_port(worker, err_path)
         first = wait_for_decisions(kafka_bootstrap, decisions, 1)
         assert [d.decision_id for d in first] == [1]
         # the recording's last events (at +60 s) fall in the window [+60, +65), whose tick record
@@ -119,6 +127,7 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         assert 'flowplanner_decisions_out_total{deployment="alpha"} 2.0' in text
     finally:
         worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=30)
+        worker.communicate(timeout=30)
+    err = err_path.read_text()
     assert worker.returncode == 0, err
     assert "stopped by SIGTERM" in err

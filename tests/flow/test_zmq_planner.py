@@ -8,20 +8,23 @@ import multiprocessing as mp
 import signal
 import time
 import urllib.request
+from multiprocessing.queues import Queue
 
 from schemas import ForwardPassMetrics
-from tests.flow.runner import read_jsonl, start_flowplanner, write_config
+from tests.flow.runner import metrics_port, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
-from tests.services.process import free_port, wait_until
+from tests.services.process import wait_until
 
 SECONDS = 20.0
 
 
-def publish_engines(url: str) -> None:
-    """Two decode engines whose KV load climbs, ten passes a second each, in real time."""
+def publish_engines(urls: Queue) -> None:
+    """Two decode engines whose KV load climbs, ten passes a second each, in real time; the URL
+    they publish on (a free port picked as they bind it) goes to ``urls``."""
     from connectors.zmq_publisher import FpmPublisher
 
-    publisher = FpmPublisher(url)
+    publisher = FpmPublisher("tcp://127.0.0.1:*")
+    urls.put(publisher.url)
     assert publisher.wait_for_subscribers(1, timeout=120.0)  # the planner process is starting
     start, counter, corrupted, skipped = time.time(), 0, False, False
     while (elapsed := time.time() - start) < SECONDS:
@@ -52,7 +55,6 @@ def scrape_with(port: int, line: str) -> str:
 
 
 def test_zmq_fpms_drive_decisions(tmp_path):
-    url = f"tcp://127.0.0.1:{free_port()}"
     config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
     status = tmp_path / "status.jsonl"  # what the DGD would say: two ready decode engines
     status.write_text(
@@ -66,28 +68,35 @@ def test_zmq_fpms_drive_decisions(tmp_path):
         )
         + "\n"
     )
-    port = free_port()
-    planner = start_flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        f"zmq+{url}?deployment=alpha&role=decode",
-        "--input",
-        str(status),
-        "--output",
-        str(tmp_path / "decisions.jsonl"),
-        "--dead-letters",
-        str(tmp_path / "dead.jsonl"),
-        "--metrics-port",
-        str(port),
-    )
-    engines = mp.get_context("spawn").Process(target=publish_engines, args=(url,))
+    # Ports are bound by whoever picks them (the engines, the planner's exporter) and passed on:
+    # a port picked by the test and bound later by another process may be taken in between.
+    spawn = mp.get_context("spawn")
+    urls = spawn.Queue()
+    engines = spawn.Process(target=publish_engines, args=(urls,))
     engines.start()
     decisions_file, dead_file = tmp_path / "decisions.jsonl", tmp_path / "dead.jsonl"
-    gaps = f'flowplanner_fpm_sequence_gaps_total{{endpoint="{url}"}}'
+    err_path, planner = tmp_path / "planner.err", None
     try:
-        engines.join(timeout=180)  # the planner's start (up to 120 s), then 20 s of passes
+        url = urls.get(timeout=120)
+        gaps = f'flowplanner_fpm_sequence_gaps_total{{endpoint="{url}"}}'
+        planner = start_flowplanner(
+            "run",
+            "--config",
+            str(config),
+            "--input",
+            f"zmq+{url}?deployment=alpha&role=decode",
+            "--input",
+            str(status),
+            "--output",
+            str(decisions_file),
+            "--dead-letters",
+            str(dead_file),
+            "--metrics-port",
+            "0",
+            stderr=err_path,
+        )
+        port = metrics_port(planner, err_path)
+        engines.join(timeout=180)  # for the planner to subscribe (120 s), then 20 s of passes
         # windows close on the system clock: wait for what is asserted below, not a fixed time
         wait_until(
             lambda: any(d["reason"] == "scale_up" for d in lines_of(decisions_file)),
@@ -96,9 +105,11 @@ def test_zmq_fpms_drive_decisions(tmp_path):
         wait_until(lambda: lines_of(dead_file), "the malformed frame's dead letter")
         text = wait_until(lambda: scrape_with(port, gaps), "the gap counter")
     finally:
-        planner.send_signal(signal.SIGTERM)
-        _, err = planner.communicate(timeout=30)
+        if planner is not None:
+            planner.send_signal(signal.SIGTERM)
+            planner.communicate(timeout=30)
         engines.kill()
+    err = err_path.read_text()
     assert engines.exitcode == 0 and planner.returncode == 0, err
     decisions = read_jsonl(decisions_file)
     # the engines' ITL climbs past 60 ms: the planner scales decode up, from live FPMs alone

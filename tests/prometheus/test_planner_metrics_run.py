@@ -16,7 +16,7 @@ from pathlib import Path
 
 from connectors.metrics import PlannerMetrics
 from schemas import TickRecord
-from tests.flow.runner import read_jsonl, start_flowplanner, write_config
+from tests.flow.runner import metrics_port, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm, decode_ramp
 from tests.services.process import free_port, wait_until
 from tests.services.prometheus import PrometheusServer, StartPrometheus
@@ -72,7 +72,7 @@ def test_exported_metrics_match_the_tick_records_of_the_run(
     config = write_config(tmp_path / "c.yaml", {d: dict(DECODE_CONFIG)})
     stream = write_lines(tmp_path / "s.jsonl", stream_with_bad_inputs(d))
     ticks, dead = tmp_path / "ticks.jsonl", tmp_path / "dead.jsonl"
-    port = free_port()
+    err_path = tmp_path / "worker.err"
     worker = start_flowplanner(
         "run",
         "--config",
@@ -82,13 +82,15 @@ def test_exported_metrics_match_the_tick_records_of_the_run(
         "--input",
         f"zmq+tcp://127.0.0.1:{free_port()}?deployment={d}&role=decode",
         "--metrics-port",
-        str(port),
+        "0",  # the worker picks its port as it binds it, and says which
         "--ticks",
         str(ticks),
         "--dead-letters",
         str(dead),
+        stderr=err_path,
     )
     try:
+        port = metrics_port(worker, err_path)
         # the last window [40, 45) closes once the live clock moves on
         records = wait_for_last_window(ticks, SECONDS + 5.0)
         prometheus = start_prometheus({"planner": [f"127.0.0.1:{port}"]})
@@ -138,7 +140,8 @@ def test_exported_metrics_match_the_tick_records_of_the_run(
         assert scalar(prometheus, 'flowplanner_events_in_total{source="recorded"}') == lines
     finally:
         worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=30)
+        worker.communicate(timeout=30)
+    err = err_path.read_text()
     assert worker.returncode == 0, err
     assert f"{lines} events in, 4 dead-lettered, {len(decisions)} decisions" in err
 
