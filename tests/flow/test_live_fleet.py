@@ -10,12 +10,13 @@ import time
 
 from connectors.kafka import read_decisions
 from tests.flow.runner import start_flowplanner, write_config
-from tests.services.process import free_port, wait_until
+from tests.services.process import wait_until
+
+FLEET_STARTED = re.compile(r"fleet 'sim': FPMs on (\S+) \(prefill\), (\S+) \(decode\);")
 
 
 def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
     events, decisions = f"{kafka_topic}-events", f"{kafka_topic}-decisions"
-    prefill, decode = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
     config = write_config(
         tmp_path / "c.yaml",
         {
@@ -47,10 +48,12 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
         events,
         "--decisions-topic",
         decisions,
+        # the fleet binds free ports it picks and names them (a port the test picked could be
+        # taken before the fleet process binds it)
         "--prefill-publish",
-        prefill,
+        "tcp://127.0.0.1:*",
         "--decode-publish",
-        decode,
+        "tcp://127.0.0.1:*",
         "--startup-delay",
         "5",
     )
@@ -59,11 +62,12 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
     planner = None
     try:
         # the fleet says so once its topics exist and it follows the decisions topic
-        wait_until(
-            lambda: any(line.startswith("fleet 'sim': FPMs on") for line in fleet_log),
+        started = wait_until(
+            lambda: [m for line in fleet_log if (m := FLEET_STARTED.match(line))],
             "the fleet to start",
             timeout_s=120.0,
         )
+        prefill, decode = started[0].groups()
         planner = start_flowplanner(
             "run",
             "--config",
