@@ -50,11 +50,11 @@ IMPLAUSIBLE = [  # (payload fields, the start of the dead letter's reason)
 def test_implausible_fpms_are_dead_letters_and_the_rest_flows(
     new_url: Callable[[], str],
 ) -> None:
-    url = new_url()
     steps = [("clock", 50.0), ("fpm", 0, GOOD)]  # seq 0
     steps += [("payload", 0, msgpack.packb(fields)) for fields, _ in IMPLAUSIBLE]  # seq 1-4
     steps += [("fpm", 0, AT_THE_CEILINGS), ("fpm", 0, GOOD)]  # seq 5, 6
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource(
         {url: ("llama", "decode")}, stop_after=len(steps) - 1, clock=publisher.now
     )

@@ -64,12 +64,12 @@ def metric(name: str, **labels: str) -> float:
 
 
 def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str]) -> None:
-    url = new_url()
     plan = [("w1", 0), ("w1", 1), ("w1", 0), ("w2", 0), ("w1", 1), ("w1", 0)]
     steps = [("clock", 1234.5)] + [
         ("fpm", 0, fpm_fields(w, r, step)) for step, (w, r) in enumerate(plan)
     ]
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=len(plan), clock=publisher.now)
     events_before = metric("flowplanner_events_in_total", source="zmq")
 
@@ -87,9 +87,9 @@ def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str
 def test_ungrouped_mode_yields_one_fpm_event_per_forward_pass(
     new_url: Callable[[], str],
 ) -> None:
-    url = new_url()
     steps = [("clock", 50.0)] + [("fpm", 0, fpm_fields("p0", 0, step)) for step in range(3)]
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource(
         [(url, "disagg", "prefill")], group=False, stop_after=3, clock=publisher.now
     )
@@ -104,11 +104,11 @@ def test_ungrouped_mode_yields_one_fpm_event_per_forward_pass(
 
 @pytest.mark.parametrize("transport", ["tcp"])
 def test_two_workers_each_subscribe_their_own_endpoints(new_url: Callable[[], str]) -> None:
-    urls = [new_url() for _ in range(3)]
     steps = [("clock", 10.0)] + [
         ("fpm", index, fpm_fields(f"w{index}", 0, step)) for step in range(4) for index in range(3)
     ]
-    publisher = PublisherProcess(urls, steps)
+    publisher = PublisherProcess([new_url() for _ in range(3)], steps).start()
+    urls = publisher.urls  # bound by the publisher process
     endpoints = {url: (f"dep{index}", "decode") for index, url in enumerate(urls)}
     source = ZmqFpmSource(endpoints, stop_after=4, clock=publisher.now)
 
@@ -123,7 +123,6 @@ def test_two_workers_each_subscribe_their_own_endpoints(new_url: Callable[[], st
 def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
     new_url: Callable[[], str],
 ) -> None:
-    url = new_url()
     good = encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.02))
     seq = (5).to_bytes(8, "big")
     steps = [
@@ -140,7 +139,8 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
         ("payload", 0, good + b"\x00"),  # seq 5: trailing bytes
         ("fpm", 0, fpm_fields("w1", step=1)),  # seq 6
     ]
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource(
         {url: ("llama", "decode")}, stop_after=len(steps) - 1, clock=publisher.now
     )
@@ -175,7 +175,6 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
 def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
     new_url: Callable[[], str],
 ) -> None:
-    url = new_url()
     steps = [
         ("clock", 7.0),
         ("fpm", 0, fpm_fields("w1", step=0)),  # seq 0
@@ -188,7 +187,8 @@ def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
         ("fpm", 0, fpm_fields("w1", step=4)),  # seq 0: publisher restarted
         ("fpm", 0, fpm_fields("w1", step=5)),  # seq 1
     ]
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=6, clock=publisher.now)
 
     items = run_source(source, publisher)
@@ -201,7 +201,6 @@ def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
 def test_engines_are_discovered_and_expire_after_silence(
     new_url: Callable[[], str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = new_url()
     deployment = f"dep-{uuid.uuid4().hex[:8]}"
     steps = [
         ("clock", 1000.0),
@@ -217,7 +216,8 @@ def test_engines_are_discovered_and_expire_after_silence(
         ("clock", 1005.0),
         ("fpm", 0, fpm_fields("w2")),  # w2 is back: discovered again
     ]
-    publisher = PublisherProcess([url], steps)
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource(
         {url: (deployment, "decode")},
         engine_silence_seconds=3.0,
