@@ -47,11 +47,14 @@ def stop_waiting() -> None:
 
 
 class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
-    def __init__(self, producer: Producer, topic: str, where: str, timeout_s: float) -> None:
+    def __init__(
+        self, producer: Producer, topic: str, where: str, timeout_s: float, warn_every_s: float
+    ) -> None:
         self._producer = producer
         self._topic = topic
         self._where = where
         self._timeout_s = timeout_s
+        self._warn_every_s = warn_every_s
         self.stop_requested = False  # set by stop_waiting() or a KeyboardInterrupt in a wait
         key = id(self)
         _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
@@ -69,7 +72,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         warned = 0
         announced = False
         try:
-            while remaining := self._producer.flush(min(WAIT_SLICE_S, self._timeout_s)):
+            while remaining := self._producer.flush(min(WAIT_SLICE_S, self._warn_every_s)):
                 if failures:
                     break
                 if self.stop_requested:
@@ -81,7 +84,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
                         remaining,
                         self._where,
                     )
-                waits = int((monotonic() - started) / self._timeout_s)
+                waits = int((monotonic() - started) / self._warn_every_s)
                 if waits > warned:
                     warned = waits
                     DECISION_DELIVERY_WAITS.labels(sink=self._where).inc()
@@ -153,7 +156,8 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
     The producer is idempotent (``enable.idempotence=true``, ``acks=all``), so retries never
     duplicate or reorder a deployment's decisions. The topic is created with ``partitions``
     partitions if it does not exist. Each batch is delivered before ``write_batch`` returns:
-    while the broker is unreachable the sink waits (a warning every ``timeout_s``, and
+    while the broker is unreachable the sink waits (a warning every ``warn_every_s``, by default
+    ``timeout_s``, the time allowed for one broker request; and
     ``flowplanner_decision_delivery_waits_total``) and the planner with it, keeping its state,
     rather than failing the run — a restarted worker would replay its inputs and send their
     decisions again. A decision the broker refuses raises :class:`KafkaConnectorError`, and so
@@ -178,15 +182,19 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         replication_factor: int = 1,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
+        warn_every_s: float | None = None,
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
+        if timeout_s <= 0 or (warn_every_s is not None and warn_every_s <= 0):
+            raise ValueError("timeout_s and warn_every_s must be > 0 seconds")
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.config = dict(config or {})
         self.timeout_s = timeout_s
+        self.warn_every_s = timeout_s if warn_every_s is None else warn_every_s
 
     def delivered(self) -> list[DeliveredDecision]:
         """The newest decision of each deployment in the topic (none if it does not exist).
@@ -222,4 +230,6 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         producer = Producer(producer_config(self.bootstrap, {**NO_DELIVERY_LIMIT, **self.config}))
         where = f"Kafka topic {self.topic} at {self.bootstrap}"
         log.info("worker %d of %d writes decisions to %s", worker_index + 1, worker_count, where)
-        return _DecisionSinkPartition(producer, self.topic, where, self.timeout_s)
+        return _DecisionSinkPartition(
+            producer, self.topic, where, self.timeout_s, self.warn_every_s
+        )

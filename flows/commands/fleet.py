@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from confluent_kafka import Producer
 
@@ -37,8 +38,10 @@ from schemas import (
 from sim.fleet import FleetSim
 
 
-def _follow_decisions(bootstrap: str, topic: str, inbox: queue.Queue[ScalingDecision]) -> None:
-    for decision in read_decisions(bootstrap, topic, follow=True, from_beginning=False):
+def _follow_decisions(
+    decisions: Iterator[ScalingDecision], inbox: queue.Queue[ScalingDecision]
+) -> None:
+    for decision in decisions:
         inbox.put(decision)
 
 
@@ -58,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
         ensure_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     inbox: queue.Queue[ScalingDecision] = queue.Queue()
-    threading.Thread(
-        target=_follow_decisions, args=(bootstrap, args.decisions_topic, inbox), daemon=True
-    ).start()
+    # The reading position is fixed here, before the start line a planner may be waiting for:
+    # every decision written after it is applied.
+    decisions = read_decisions(bootstrap, args.decisions_topic, follow=True, from_beginning=False)
+    threading.Thread(target=_follow_decisions, args=(decisions, inbox), daemon=True).start()
     print(
         f"fleet {scenario.deployment!r}: FPMs on {publishers['prefill'].url} (prefill), "
         f"{publishers['decode'].url} (decode); events to {events_topic}, decisions from "

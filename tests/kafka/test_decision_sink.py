@@ -130,10 +130,7 @@ def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
     # A paused broker (a network partition, a long GC) must not end a live planner: the sink
     # waits, says so, and delivers everything in order once the broker is back.
     with tansu_process() as (bootstrap, broker):
-        # The sink's timeout also bounds creating the topic as it is built: that gets the
-        # default, so a slow machine cannot fail the build; only the wait warns every 0.5 s.
-        part = KafkaDecisionSink(bootstrap, kafka_topic).build("out", 0, 1)
-        part._timeout_s = 0.5
+        part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
         part.write_batch([make_decision(decision_id=1)])
         broker.send_signal(signal.SIGSTOP)
         try:

@@ -38,7 +38,7 @@ def test_stop_waiting_ends_a_wait_on_another_thread_and_close_reports_the_rest(
     # stop_waiting() (called by `flowplanner run` on SIGTERM/SIGINT) must end the wait.
     caplog.set_level("INFO", logger="connectors.kafka.sink")
     with tansu_process() as (bootstrap, broker):
-        part = KafkaDecisionSink(bootstrap, kafka_topic, timeout_s=0.5).build("out", 0, 1)
+        part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
         part.write_batch([make_decision(decision_id=1)])
         broker.send_signal(signal.SIGSTOP)
         try:
