@@ -343,9 +343,9 @@ class DeploymentPlanner:
                 role=role,
                 worker_id=worker_id,
                 dp_rank=dp_rank,
-                queued_prefill_tokens=row[FPM_COLUMN["queued.sum_prefill_tokens"]],
-                queued_decode_kv_tokens=row[FPM_COLUMN["queued.sum_decode_kv_tokens"]],
-                inflight_decode_kv_tokens=row[FPM_COLUMN["scheduled.sum_decode_kv_tokens"]],
+                queued_prefill_tokens=int(row[FPM_COLUMN["queued.sum_prefill_tokens"]]),
+                queued_decode_kv_tokens=int(row[FPM_COLUMN["queued.sum_decode_kv_tokens"]]),
+                inflight_decode_kv_tokens=int(row[FPM_COLUMN["scheduled.sum_decode_kv_tokens"]]),
             )
             for (role, worker_id, dp_rank), row in sorted(self.latest.items())
         ]
@@ -385,10 +385,10 @@ class DeploymentPlanner:
         return {series: [stats.Quantile(q) for q in QUANTILES] for series in ("isl", "osl")}
 
     def _quantile_values(self, series: str) -> dict[str, float] | None:
-        values = {
-            quantile_key(q): quantile.get()
-            for q, quantile in zip(QUANTILES, self.quantiles[series], strict=True)
-        }
-        if any(v is None for v in values.values()):
-            return None
-        return {k: max(0.0, float(v)) for k, v in values.items()}
+        values = {}
+        for q, quantile in zip(QUANTILES, self.quantiles[series], strict=True):
+            value = quantile.get()
+            if value is None:
+                return None
+            values[quantile_key(q)] = max(0.0, float(value))
+        return values

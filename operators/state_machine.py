@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 from operators.bootstrap import within_engine_limits
 from operators.budget import apply_global_budget, apply_single_budget
@@ -180,7 +181,7 @@ class PlannerStateMachine:
             return
         for role, model in self._models.items():
             caps = self._caps(role)
-            model.retire_benchmarks(lambda fpm, caps=caps: within_engine_limits(fpm, caps))
+            model.retire_benchmarks(partial(within_engine_limits, caps=caps))
 
     def load_benchmark_fpms(self, role: Role, fpms: Iterable[ForwardPassMetrics]) -> int:
         """Bootstrap a perf model from profiled forward passes (spec §6.3).
@@ -363,7 +364,8 @@ class PlannerStateMachine:
 
     def _load_disagg(self, obs: FpmObservations, diag: TickDiagnostics) -> ScaleTarget | None:
         inv = self.inventory
-        held = {role for role in ("prefill", "decode") if inv.scaling_in_progress(role)}
+        both: tuple[Role, Role] = ("prefill", "decode")
+        held = {role for role in both if inv.scaling_in_progress(role)}
         if held and (self.config.in_progress_guard == "deployment" or len(held) == 2):
             self._set_load_reason(diag, "scaling_in_progress")
             return None

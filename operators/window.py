@@ -10,6 +10,7 @@ training samples, and the per-engine time average (agg mode).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import overload
 
 from schemas import (
     FPM_COLUMN,
@@ -126,6 +127,14 @@ def merge_windows(a: TickWindow, b: TickWindow) -> TickWindow:
     return a
 
 
+@overload
+def merge_capabilities(
+    old: WorkerCapabilities | None, new: WorkerCapabilities
+) -> WorkerCapabilities: ...
+@overload
+def merge_capabilities(
+    old: WorkerCapabilities | None, new: WorkerCapabilities | None
+) -> WorkerCapabilities | None: ...
 def merge_capabilities(
     old: WorkerCapabilities | None, new: WorkerCapabilities | None
 ) -> WorkerCapabilities | None:

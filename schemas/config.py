@@ -303,9 +303,11 @@ class PlannerConfig(BaseModel):
     @property
     def roles(self) -> tuple[Role, ...]:
         """Roles this deployment scales (agg engines are carried as ``decode``)."""
-        return {"disagg": ("prefill", "decode"), "prefill": ("prefill",)}.get(
-            self.mode, ("decode",)
-        )
+        roles: dict[str, tuple[Role, ...]] = {
+            "disagg": ("prefill", "decode"),
+            "prefill": ("prefill",),
+        }
+        return roles.get(self.mode, ("decode",))
 
     @property
     def sla_mode(self) -> bool:

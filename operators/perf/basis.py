@@ -48,7 +48,7 @@ linear fit's.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -75,7 +75,7 @@ class WallTimeFit(Protocol):
         ...
 
 
-def segment_knots(values: Sequence[float], max_segments: int) -> tuple[float, ...]:
+def segment_knots(values: Iterable[float], max_segments: int) -> tuple[float, ...]:
     """Knots ``k_0 … k_m`` at evenly spaced order statistics of the distinct ``values``.
 
     ``m = min(max_segments, distinct - 1)``; ``()`` / ``(v,)`` when there are no / one distinct

@@ -195,7 +195,7 @@ class ArimaPredictor(Predictor):
                 return True
             return False
 
-        initial = ((2, 2), (0, 0), (1, 0), (0, 1))
+        initial: tuple[tuple[int, int], ...] = ((2, 2), (0, 0), (1, 0), (0, 1))
         if start is not None and start[1] == d and allowed(start[0], start[2]):
             initial = ((start[0], start[2]),)
         for p, q in initial:
