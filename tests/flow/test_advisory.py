@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 
 from connectors.dgd_dataflow import DgdSink
 from connectors.kafka import KafkaDecisionSink
 from flows.endpoints import wire
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, ScalingDecision, parse_event
+from tests.flow.cluster import run_flow
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams
 
 
-def test_only_the_decisions_of_active_deployments_reach_the_actuators():
+def test_only_the_decisions_of_active_deployments_reach_the_actuators(workers):
     events = merge_streams(
         decode_ramp("active", engines=2, seconds=60), decode_ramp("advised", engines=2, seconds=60)
     )
@@ -31,7 +32,7 @@ def test_only_the_decisions_of_active_deployments_reach_the_actuators():
         PlannerSinks(decisions=[TestingSink(exported)], actuators=[TestingSink(applied)]),
         acks=TestingSource([]),  # behind the virtual connector: advice is never held
     )
-    run_main(flow)
+    run_flow(flow, workers)
     assert {d.deployment for d in exported} == {"active", "advised"}
     assert applied == [d for d in exported if d.deployment == "active"]
     # the active deployment waits for an acknowledgement after its first decision; the

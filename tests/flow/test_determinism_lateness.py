@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, parse_event
+from tests.flow.cluster import run_flow
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams
 
 
@@ -23,14 +24,14 @@ def with_late_pass(events: list[dict]) -> list[dict]:
     return [*events[:at], late, *events[at:], clock]
 
 
-def run(configs: dict[str, dict], events: list[dict]):
+def run(configs: dict[str, dict], events: list[dict], workers: int):
     decisions, ticks, dead = [], [], []
     flow = build_flow(
         {name: PlannerConfig(**config) for name, config in configs.items()},
         [TestingSource([parse_event(json.dumps(e)) for e in events])],
         PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
     )
-    run_main(flow)
+    run_flow(flow, workers)
     return decisions, ticks, dead
 
 
@@ -39,13 +40,14 @@ def only(records: list, deployment: str) -> list:
 
 
 @pytest.mark.parametrize("beta_lateness", [30.0, 0.0])
-def test_a_deployment_is_late_and_ticks_by_its_own_lateness(beta_lateness):
+def test_a_deployment_is_late_and_ticks_by_its_own_lateness(beta_lateness, workers):
     alpha = decode_ramp("alpha", engines=2, seconds=60)
-    alpha_alone = run({"alpha": DECODE_CONFIG}, with_late_pass(alpha))
+    alpha_alone = run({"alpha": DECODE_CONFIG}, with_late_pass(alpha), workers)
     beta = DECODE_CONFIG | {"allowed_lateness_seconds": beta_lateness}
     both = run(
         {"alpha": DECODE_CONFIG, "beta": beta},
         with_late_pass(merge_streams(alpha, decode_ramp("beta", engines=3, seconds=60))),
+        workers,
     )
 
     # alone, with no lateness allowed: the late pass is dead-lettered, every window ticks

@@ -13,13 +13,14 @@ from pathlib import Path
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Producer
 
 from connectors.pipeline_metrics import dead_letter_kind
 from flows.clock import PlannerClock
 from flows.horizon import EventHorizon, event_time
 from schemas import ClockEvent, InventoryEvent
+from tests.flow.cluster import run_flow
 from tests.flow.runner import read_jsonl, run_recorded, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import wait_until
@@ -141,7 +142,7 @@ def test_after_a_quiet_spell_an_old_event_is_late(tmp_path, kafka_bootstrap, kaf
     assert times == sorted(set(times))  # never backwards, never twice
 
 
-def test_live_a_snapshot_never_moves_event_time():
+def test_live_a_snapshot_never_moves_event_time(workers):
     # an orchestrator whose clock runs 30 s ahead: its inventory is placed at the newest
     # measurement, and the measurements after it are not late; an untimed one before the first
     # measurement waits for it
@@ -156,7 +157,7 @@ def test_live_a_snapshot_never_moves_event_time():
     clock = PlannerClock(event_time, timedelta(seconds=1), timedelta(seconds=5))
     out: list = []
     op.output("out", EventHorizon(clock, live=True).apply("horizon", keyed), TestingSink(out))
-    run_main(flow)
+    run_flow(flow, workers)
     assert [(type(e).__name__, e.time) for _key, e in out] == [
         ("InventoryEvent", now - 10),  # waited for the first measurement
         ("ClockEvent", now - 10),

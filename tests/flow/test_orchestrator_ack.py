@@ -12,24 +12,25 @@ import json
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.virtual import AckSource
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, parse_event
 from schemas.decision import DecisionAck
+from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 
 
-def acks_on(bootstrap: str, topic: str) -> list:
+def acks_on(bootstrap: str, topic: str, workers: int) -> list:
     out: list = []
     flow = Dataflow("acks_in")
     op.output(
         "out", op.input("acks", flow, AckSource(bootstrap, topic, until_end=True)), TestingSink(out)
     )
-    run_main(flow)
+    run_flow(flow, workers)
     return out
 
 
@@ -42,7 +43,9 @@ def raw_values(bootstrap: str, topic: str, count: int) -> list[dict]:
         consumer.close()
 
 
-def test_default_cli_ack_leaves_event_time_to_the_data(tmp_path, kafka_bootstrap, kafka_topic):
+def test_default_cli_ack_leaves_event_time_to_the_data(
+    tmp_path, kafka_bootstrap, kafka_topic, workers
+):
     acks = f"{kafka_topic}-acks"
     done = flowplanner(
         "ack",
@@ -52,7 +55,7 @@ def test_default_cli_ack_leaves_event_time_to_the_data(tmp_path, kafka_bootstrap
     assert done.returncode == 0, done.stderr
     (message,) = raw_values(kafka_bootstrap, acks, 1)
     assert message.get("time") is None, "no time given: the planner applies it from its next tick"
-    (ack,) = acks_on(kafka_bootstrap, acks)
+    (ack,) = acks_on(kafka_bootstrap, acks, workers)
     assert isinstance(ack, DecisionAck)
 
     # a recorded stream on its own event time (0 .. 60 s, as in the README), then a clock event
@@ -65,7 +68,7 @@ def test_default_cli_ack_leaves_event_time_to_the_data(tmp_path, kafka_bootstrap
         PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
         acks=TestingSource([ack]),
     )
-    run_main(flow)
+    run_flow(flow, workers)
 
     assert [d.reason for d in dead] == []
     assert [t.time for t in ticks] == [5.0 * k for k in range(1, 14)]

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Producer
 
 from connectors.kafka import read_decisions
 from flows.planner import PlannerSinks, build_flow
 from operators.ack_gate import AckGate
 from schemas import DecisionAck, DeliveredDecision, PlannerConfig, ScalingDecision, parse_event
+from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner, read_jsonl, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, merge_streams, write_stream
 
@@ -92,7 +93,11 @@ def test_ids_continue_after_the_topic_when_the_history_is_not_replayed(
 
 
 def run_gated(
-    delivered: DeliveredDecision, acks: list[DecisionAck], *, in_flight: bool = True
+    delivered: DeliveredDecision,
+    acks: list[DecisionAck],
+    workers: int,
+    *,
+    in_flight: bool = True,
 ) -> list[ScalingDecision]:
     """The planner behind the virtual connector's ack gate, in the bytewax runtime; the
     delivered decision is in the virtual connector's topic (``in_flight``) or only in another
@@ -107,25 +112,25 @@ def run_gated(
         delivered={"alpha": delivered},
         in_flight={"alpha": delivered} if in_flight else {},
     )
-    run_main(flow)
+    run_flow(flow, workers)
     return decisions
 
 
-def test_behind_the_ack_gate_a_restarted_worker_waits_for_the_delivered_decision():
+def test_behind_the_ack_gate_a_restarted_worker_waits_for_the_delivered_decision(workers):
     delivered = DeliveredDecision(deployment="alpha", decision_id=3, time=100.0, num_decode=4)
     # decision 3 went out before the restart and nobody acknowledged it: everything is held
-    assert run_gated(delivered, acks=[]) == []
+    assert run_gated(delivered, acks=[], workers=workers) == []
     # acknowledged: the next decision after 100 s goes out, numbered on from 3
     ack = DecisionAck(deployment="alpha", acked_decision_id=3)
-    sent = run_gated(delivered, acks=[ack])
+    sent = run_gated(delivered, acks=[ack], workers=workers)
     assert [(d.decision_id, d.time) for d in sent][:1] == [(4, 105.0)]
 
 
-def test_a_decision_only_another_output_holds_is_not_awaited():
+def test_a_decision_only_another_output_holds_is_not_awaited(workers):
     # an advisory run exported decision 3; the same worker, now acting, must not wait for an
     # acknowledgement of a decision the orchestrator never received
     delivered = DeliveredDecision(deployment="alpha", decision_id=3, time=100.0, num_decode=4)
-    sent = run_gated(delivered, acks=[], in_flight=False)
+    sent = run_gated(delivered, acks=[], workers=workers, in_flight=False)
     assert [(d.decision_id, d.time) for d in sent][:1] == [(4, 105.0)]
 
 

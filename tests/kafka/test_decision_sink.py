@@ -9,7 +9,7 @@ import time
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSource, cluster_main, run_main
+from bytewax.testing import TestingSource
 
 from connectors.kafka import (
     KafkaConnectorError,
@@ -17,19 +17,12 @@ from connectors.kafka import (
     read_decision_messages,
     read_decisions,
 )
+from tests.flow.cluster import run_flow
 from tests.kafka.samples import make_decision, topic_partitions, write_in_background, write_raw
 from tests.services.kafka import tansu_broker, tansu_process
 from tests.services.process import free_port, wait_until
 
 
-def run_flow(flow: Dataflow, workers: int) -> None:
-    if workers == 1:
-        run_main(flow)
-    else:
-        cluster_main(flow, [], 0, worker_count_per_proc=workers)
-
-
-@pytest.mark.parametrize("workers", [1, 2])
 def test_flow_writes_decisions_that_read_back_in_order(
     kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:

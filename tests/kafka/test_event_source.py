@@ -10,23 +10,21 @@ from pathlib import Path
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.recovery import RecoveryConfig, init_db_dir
-from bytewax.testing import TestingSink, cluster_main, poll_next_batch, run_main
+from bytewax.recovery import init_db_dir
+from bytewax.testing import TestingSink, poll_next_batch
 
 from connectors.kafka import KafkaEventSource, ensure_topic
 from schemas import RawEvent
+from tests.flow.cluster import run_flow
 from tests.kafka.samples import event_line, write_raw
 from tests.services.process import free_port
 
 
-def read_all(source: KafkaEventSource, workers: int = 1, recovery: Path | None = None) -> list:
+def read_all(source: KafkaEventSource, workers: int, recovery: Path | None = None) -> list:
     out: list = []
     flow = Dataflow("events_in")
     op.output("out", op.input("kafka", flow, source), TestingSink(out))
-    if workers == 1:
-        run_main(flow, recovery_config=recovery and RecoveryConfig(str(recovery)))
-    else:
-        cluster_main(flow, [], 0, worker_count_per_proc=workers)
+    run_flow(flow, workers, recovery=recovery)
     return out
 
 
@@ -41,7 +39,6 @@ def two_partition_topic(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     return written
 
 
-@pytest.mark.parametrize("workers", [1, 2])
 def test_bounded_source_reads_every_message_once(
     kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
@@ -60,22 +57,22 @@ def test_bounded_source_reads_every_message_once(
 
 
 def test_bounded_source_resumes_from_its_snapshot(
-    kafka_bootstrap: str, kafka_topic: str, tmp_path: Path
+    kafka_bootstrap: str, kafka_topic: str, tmp_path: Path, workers: int
 ) -> None:
     init_db_dir(tmp_path, 1)
     written = two_partition_topic(kafka_bootstrap, kafka_topic)
     source = KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True)
-    first = read_all(source, recovery=tmp_path)
+    first = read_all(source, workers, recovery=tmp_path)
     assert len(first) == sum(len(v) for v in written.values())
 
     write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 99.0)], partition=0)
     write_raw(kafka_bootstrap, kafka_topic, [event_line("qwen", 98.0)], partition=1)
-    second = read_all(source, recovery=tmp_path)
+    second = read_all(source, workers, recovery=tmp_path)
     assert sorted((e.source, e.position) for e in second) == [
         (f"kafka:{kafka_topic}/0", 6),
         (f"kafka:{kafka_topic}/1", 3),
     ]
-    assert read_all(source, recovery=tmp_path) == []
+    assert read_all(source, workers, recovery=tmp_path) == []
 
 
 def test_bounded_partition_stops_at_the_end_seen_when_it_starts(
@@ -99,10 +96,12 @@ def test_bounded_partition_stops_at_the_end_seen_when_it_starts(
     assert part.snapshot() == 2
 
 
-def test_start_at_end_skips_what_is_already_there(kafka_bootstrap: str, kafka_topic: str) -> None:
+def test_start_at_end_skips_what_is_already_there(
+    kafka_bootstrap: str, kafka_topic: str, workers: int
+) -> None:
     two_partition_topic(kafka_bootstrap, kafka_topic)
     source = KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True, start="end")
-    assert read_all(source) == []
+    assert read_all(source, workers) == []
 
 
 def test_following_partition_sees_new_messages_and_snapshots_the_next_offset(
@@ -174,19 +173,19 @@ def test_following_source_waits_for_a_topic_that_does_not_exist_yet(
 
 
 def test_missing_topic_stops_the_run_with_a_clear_error(
-    kafka_bootstrap: str, kafka_topic: str
+    kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
     with pytest.raises(Exception) as caught:
-        read_all(KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True))
+        read_all(KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True), workers)
     assert f"Kafka topic '{kafka_topic}' does not exist on {kafka_bootstrap}" in _chain(
         caught.value
     )
 
 
-def test_unreachable_broker_stops_the_run_with_a_clear_error() -> None:
+def test_unreachable_broker_stops_the_run_with_a_clear_error(workers: int) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
     with pytest.raises(Exception) as caught:
-        read_all(KafkaEventSource(bootstrap, "events", until_end=True, timeout_s=1.0))
+        read_all(KafkaEventSource(bootstrap, "events", until_end=True, timeout_s=1.0), workers)
     assert f"cannot reach Kafka at {bootstrap}" in _chain(caught.value)
 
 

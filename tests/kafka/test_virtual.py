@@ -9,7 +9,7 @@ from pathlib import Path
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaDecisionSink, ensure_topic, read_decisions
@@ -17,6 +17,7 @@ from connectors.virtual import AckSource, parse_ack, send_ack
 from operators.ack_gate import AckGate
 from schemas import MAX_RAW_CHARS, DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
+from tests.flow.cluster import run_flow
 from tests.kafka.samples import make_decision, write_raw
 from tests.services.process import free_port
 
@@ -41,22 +42,24 @@ def ack_cli(bootstrap: str, topic: str, deployment: str, decision_id: int, at: f
     )
 
 
-def read_acks(bootstrap: str, topic: str) -> list[DecisionAck | DeadLetter]:
+def read_acks(bootstrap: str, topic: str, workers: int) -> list[DecisionAck | DeadLetter]:
     out: list = []
     flow = Dataflow("acks_in")
     acks = op.input("acks", flow, AckSource(bootstrap, topic, until_end=True))
     op.output("out", acks, TestingSink(out))
-    run_main(flow)
+    run_flow(flow, workers)
     return out
 
 
-def test_ack_command_reaches_the_ack_source(kafka_bootstrap: str, kafka_topic: str) -> None:
+def test_ack_command_reaches_the_ack_source(
+    kafka_bootstrap: str, kafka_topic: str, workers: int
+) -> None:
     ack_cli(kafka_bootstrap, kafka_topic, "llama", 1, at=1000.5)
     ack_cli(kafka_bootstrap, kafka_topic, "qwen", 3, at=1001.0)
     write_raw(kafka_bootstrap, kafka_topic, [b'{"deployment": "llama", "acked_decision_id": -1}'])
     send_ack(kafka_bootstrap, kafka_topic, "llama", 2, time=1002.0)
 
-    assert read_acks(kafka_bootstrap, kafka_topic) == [
+    assert read_acks(kafka_bootstrap, kafka_topic, workers) == [
         DecisionAck(deployment="llama", acked_decision_id=1, time=1000.5),
         DecisionAck(deployment="qwen", acked_decision_id=3, time=1001.0),
         DeadLetter(
@@ -98,7 +101,7 @@ def test_ack_command_rejects_bad_arguments_and_unreachable_brokers(kafka_topic: 
 
 
 def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
-    kafka_bootstrap: str, kafka_topic: str
+    kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
     decisions_topic, acks_topic = f"{kafka_topic}.decisions", f"{kafka_topic}.acks"
     ensure_topic(kafka_bootstrap, acks_topic)
@@ -108,14 +111,14 @@ def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
     # Planner: the first decision goes out, the next one is held (1 not acknowledged yet).
     sink.write_batch([gate.offer(make_decision("llama", 1, time=0.0, num_decode=5))])
     assert gate.offer(make_decision("llama", 2, time=60.0, num_decode=6)) is None
-    assert read_acks(kafka_bootstrap, acks_topic) == []
+    assert read_acks(kafka_bootstrap, acks_topic, workers) == []
 
     # Orchestrator: reads the decision, applies it, acknowledges it.
     (applied,) = read_decisions(kafka_bootstrap, decisions_topic)
     ack_cli(kafka_bootstrap, acks_topic, applied.deployment, applied.decision_id, at=90.0)
 
     # Planner: the acknowledgement arrives through the AckSource and releases the held decision.
-    for ack in read_acks(kafka_bootstrap, acks_topic):
+    for ack in read_acks(kafka_bootstrap, acks_topic, workers):
         assert isinstance(ack, DecisionAck) and ack.time is not None
         released = gate.acknowledge(ack.acked_decision_id, now=ack.time)
         assert released is not None
@@ -135,7 +138,7 @@ def gate_step(gate: AckGate | None, item: ScalingDecision | float):
 
 
 def test_without_acknowledgement_the_flow_proceeds_after_the_timeout(
-    kafka_bootstrap: str, kafka_topic: str
+    kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
     # No orchestrator answers. In a real bytewax run the gate holds decision 2, replaces it with
     # 3, and sends 3 once 1800 s of event time have passed since the hold began.
@@ -153,7 +156,7 @@ def test_without_acknowledgement_the_flow_proceeds_after_the_timeout(
     keyed = op.key_on("by_deployment", items, lambda _: "llama")
     sent = op.filter_map("gate", op.stateful_map("hold", keyed, gate_step), lambda kv: kv[1])
     op.output("kafka", sent, KafkaDecisionSink(kafka_bootstrap, kafka_topic))
-    run_main(flow)
+    run_flow(flow, workers)
 
     out = list(read_decisions(kafka_bootstrap, kafka_topic))
     assert [(d.decision_id, d.num_decode, d.time) for d in out] == [(1, 5, 0.0), (2, 7, 200.0)]

@@ -17,12 +17,13 @@ import bytewax.operators as op
 import pytest
 import yaml
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, cluster_main, run_main
+from bytewax.testing import TestingSink
 from kubernetes import client as k8s
 
 from connectors.dgd import DgdActuator
 from connectors.dgd_dataflow import DgdInventorySource
 from schemas import InventoryEvent
+from tests.flow.cluster import run_flow
 
 from .apiserver import ApiServer
 from .dgd_operator import SimulatedOperator
@@ -46,7 +47,7 @@ class Sleeps(list):
 
 
 def poll_inventory(
-    actuator: Callable[[], DgdActuator], workers: int = 1, polls: int = 3
+    actuator: Callable[[], DgdActuator], workers: int, polls: int = 3
 ) -> list[InventoryEvent]:
     """What a :class:`DgdInventorySource` of deployment ``llama`` yields in ``polls`` polls,
     run in the real bytewax runtime; the polls are timed 100, 110, 120, ... s."""
@@ -62,14 +63,6 @@ def poll_inventory(
     op.output("out", op.input("inventory", flow, source), TestingSink(events))
     run_flow(flow, workers)
     return events
-
-
-def run_flow(flow: Dataflow, workers: int = 1) -> None:
-    """Run ``flow`` to completion with ``workers`` worker threads."""
-    if workers == 1:
-        run_main(flow)
-    else:
-        cluster_main(flow, [], 0, worker_count_per_proc=workers)
 
 
 def load_fixture(name: str) -> dict[str, Any]:

@@ -11,15 +11,16 @@ from typing import Any
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSource, run_main
+from bytewax.testing import TestingSource
 from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from schemas import DeadLetter, TickRecord, WorkerCounts
+from tests.flow.cluster import run_flow
 from tests.kube.decisions import decision
 
-from .conftest import DgdFixture, poll_inventory, run_flow
+from .conftest import DgdFixture, poll_inventory
 
 pytestmark = pytest.mark.services
 
@@ -41,7 +42,6 @@ def counter(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-@pytest.mark.parametrize("workers", [1, 2])
 def test_sink_applies_decisions_in_a_dataflow(dgd: DgdFixture, workers: int):
     results: list[ApplyResult] = []
     flow = Dataflow("dgd_sink")
@@ -85,13 +85,13 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
     assert patch.body["spec"] == {"services": {"VllmDecodeWorker": {"replicas": 4}}}
 
 
-def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture):
+def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture, workers: int):
     flow = Dataflow("dgd_sink_missing")
     decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
     missing = lambda: DgdActuator(kube_api_client(dgd.server.url), dgd.namespace, "nope")  # noqa: E731
     op.output("dgd", decisions, DgdSink(missing))
     with pytest.raises(Exception) as err:
-        run_main(flow)
+        run_flow(flow, workers)
     chain, exc = [], err.value
     while exc is not None:
         chain.append(exc)
@@ -102,7 +102,6 @@ def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture):
     assert dgd.patches() == []
 
 
-@pytest.mark.parametrize("workers", [1, 2])
 def test_inventory_source_polls_the_dgd(dgd: DgdFixture, workers: int):
     gets = itertools.count(1)
 
@@ -135,7 +134,7 @@ def test_inventory_source_polls_the_dgd(dgd: DgdFixture, workers: int):
     assert [e.payload for e in events] == [steady, rolling, rolling]
 
 
-def test_inventory_source_skips_a_failed_poll(dgd: DgdFixture):
+def test_inventory_source_skips_a_failed_poll(dgd: DgdFixture, workers: int):
     gets = itertools.count(1)
 
     def fail_second_poll(method: str, path: str) -> None:
@@ -144,7 +143,7 @@ def test_inventory_source_skips_a_failed_poll(dgd: DgdFixture):
 
     dgd.server.before_request(fail_second_poll)
     errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
-    events = poll_inventory(factory(dgd))
+    events = poll_inventory(factory(dgd), workers)
     assert [e.time for e in events] == [100.0, 110.0]  # the failed poll yielded nothing
     assert all(e.payload.ready_num_decode == 1 for e in events)
     errors_after = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")

@@ -12,7 +12,7 @@ from typing import Any
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSource, run_main
+from bytewax.testing import TestingSource
 from prometheus_client import REGISTRY
 
 from connectors.dgd import (
@@ -23,6 +23,7 @@ from connectors.dgd import (
     kube_api_client,
 )
 from connectors.dgd_dataflow import DgdSink
+from tests.flow.cluster import run_flow
 from tests.kube.decisions import decision
 
 from .conftest import DgdFixture, Sleeps, poll_inventory
@@ -92,12 +93,12 @@ def counter(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture):
+def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture, workers: int):
     good = dgd.get()
     html = Reply(200, b"<html>proxy error</html>", "text/html")
     errors_before = counter("flowplanner_dgd_read_errors_total", dgd="dynamo/vllm-disagg")
     with ScriptedServer(Reply.json(good), Reply.json(good), html, default=Reply.json(good)) as srv:
-        events = poll_inventory(lambda: actuator(srv))
+        events = poll_inventory(lambda: actuator(srv), workers)
     assert len(srv.requests) == 4  # the validation and three polls
     assert [e.time for e in events] == [100.0, 110.0]  # the malformed poll yielded nothing
     assert all(e.payload.expected_num_decode == 1 for e in events)
@@ -105,15 +106,16 @@ def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture):
     assert errors_after == errors_before + 1
 
 
-def test_sink_reports_a_malformed_read_as_failed(dgd: DgdFixture):
+def test_sink_reports_a_malformed_read_as_failed(dgd: DgdFixture, workers: int):
     good = dgd.get()
     html = Reply(200, b"<html>proxy error</html>", "text/html")
     results: list[ApplyResult] = []
-    with ScriptedServer(Reply.json(good), default=html) as server:
+    # each worker builds its sink partition, and each validates the DGD with one read
+    with ScriptedServer(*[Reply.json(good)] * workers, default=html) as server:
         flow = Dataflow("dgd_sink_malformed")
         decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
         op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
-        run_main(flow)
+        run_flow(flow, workers)
         assert "PATCH" not in [m for m, _ in server.requests]
     [result] = results
     assert result.outcome == "failed" and "malformed response" in result.reason

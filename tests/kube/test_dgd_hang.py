@@ -5,6 +5,10 @@ Nothing here is timed: the server holds the DGD request until the dataflow's out
 by :data:`ENOUGH` items written while it was held, and only then lets it go. A dataflow that
 blocked on the request would never write them; the hold then ends by a safety bound and the
 test fails on ``released_by_flow``.
+
+These run on one worker only: they check that a held DGD request does not block the one worker
+thread that also carries the other input. With a second worker the other input could flow on
+that worker whatever the connectors do, so the test could no longer fail.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from connectors.dgd import ApplyResult, DgdActuator, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
 from schemas import InventoryEvent
+from tests.flow.cluster import run_flow
 from tests.kube.decisions import decision
 
-from .conftest import DgdFixture, run_flow
+from .conftest import DgdFixture
 
 pytestmark = pytest.mark.services
 
@@ -135,7 +140,7 @@ def test_a_hanging_inventory_poll_does_not_stop_the_other_input(dgd: DgdFixture)
     watch = Watch(hold)
     op.output("out", op.merge("both", inventory, ticks), watch)
 
-    run_flow(flow)
+    run_flow(flow, workers=1)
 
     assert hold.released_by_flow, "the dataflow stopped while the DGD poll hung"
     assert len(watch.during_hold) >= ENOUGH
@@ -160,7 +165,7 @@ def test_a_hanging_apply_does_not_stop_the_other_input(dgd: DgdFixture):
     watch = Watch(hold)
     op.output("out", ticks, watch)
 
-    run_flow(flow)
+    run_flow(flow, workers=1)
 
     assert hold.released_by_flow, "the dataflow stopped while the DGD apply hung"
     assert len(watch.during_hold) >= ENOUGH

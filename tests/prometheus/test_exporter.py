@@ -7,7 +7,7 @@ import uuid
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSource, run_main
+from bytewax.testing import TestingSource
 
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.pipeline_metrics import FPM_GAPS
@@ -19,6 +19,7 @@ from schemas import (
     TickRecord,
     TrafficObservation,
 )
+from tests.flow.cluster import run_flow
 from tests.services.prometheus import PrometheusServer, StartPrometheus
 
 
@@ -83,22 +84,26 @@ def ticks(deployment: str) -> list[TickRecord]:
     ]
 
 
-def feed_through_bytewax(metrics: PlannerMetrics, records: list[TickRecord]) -> None:
+def feed_through_bytewax(metrics: PlannerMetrics, records: list[TickRecord], workers: int) -> None:
     flow = Dataflow("metrics_sink_test")
     op.output("metrics", op.input("records", flow, TestingSource(records)), MetricsSink(metrics))
-    run_main(flow)
+    run_flow(flow, workers)
 
 
 def value(prometheus: PrometheusServer, promql: str) -> float | None:
     return prometheus.scalar(promql)
 
 
-def test_real_prometheus_scrapes_the_planner_metrics(start_prometheus: StartPrometheus) -> None:
+def test_real_prometheus_scrapes_the_planner_metrics(
+    start_prometheus: StartPrometheus, workers: int
+) -> None:
     deployment = f"llama-{uuid.uuid4().hex[:6]}"
     configs = {deployment: PlannerConfig(prefill_engine_num_gpu=2, decode_engine_num_gpu=1)}
     metrics = PlannerMetrics(configs)
-    feed_through_bytewax(metrics, ticks(deployment))
-    feed_through_bytewax(metrics, [TickRecord(deployment="other", time=5.0, ready_decode=7)])
+    feed_through_bytewax(metrics, ticks(deployment), workers)
+    feed_through_bytewax(
+        metrics, [TickRecord(deployment="other", time=5.0, ready_decode=7)], workers
+    )
     endpoint = f"flowplanner-test-{uuid.uuid4().hex[:6]}"
     FPM_GAPS.labels(endpoint=endpoint).inc(3)  # a pipeline counter, same exporter
 

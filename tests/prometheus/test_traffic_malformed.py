@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, run_main
+from bytewax.testing import TestingSink
 from prometheus_client import REGISTRY
 
 from connectors.prometheus import (
@@ -29,6 +29,7 @@ from connectors.prometheus import (
     PrometheusTrafficSource,
 )
 from schemas import TrafficEvent, TrafficObservation
+from tests.flow.cluster import run_flow
 
 LABELS = {"model": "llama", "dynamo_namespace": "ns"}
 TRUNCATED = "truncated"  # headers promise 1000 bytes, the body stops after 15
@@ -213,7 +214,7 @@ def test_an_idle_window_still_reads_zero_with_nan_lengths(prometheus: CraftedPro
 
 
 def test_the_bytewax_input_counts_a_truncated_answer_as_unknown(
-    prometheus: CraftedPrometheus,
+    prometheus: CraftedPrometheus, workers: int
 ) -> None:
     source = new_source(prometheus)
     source.last_unknown_reason = "an older reason"
@@ -225,7 +226,7 @@ def test_the_bytewax_input_counts_a_truncated_answer_as_unknown(
     )
     op.output("out", op.input("traffic", flow, traffic), TestingSink(out))
 
-    run_main(flow)
+    run_flow(flow, workers)
 
     assert out == []
     assert unknown_count(source.deployment, "query_failed") == 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, run_main
+from bytewax.testing import TestingSink
 from prometheus_client import REGISTRY
 
 from connectors.prometheus import (
@@ -26,6 +26,7 @@ from connectors.prometheus import (
     PrometheusTrafficSource,
 )
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
+from tests.flow.cluster import run_flow
 from tests.prometheus.fleet_exporter import FleetExporter
 from tests.services.prometheus import PrometheusServer, prometheus_server
 
@@ -209,7 +210,7 @@ def test_from_config_uses_the_metrics_source_setting(fleet: Fleet) -> None:
     assert source.observe(WINDOW_S, at=fleet.at).num_req == 12
 
 
-def test_the_bytewax_input_polls_and_yields_traffic_events(fleet: Fleet) -> None:
+def test_the_bytewax_input_polls_and_yields_traffic_events(fleet: Fleet, workers: int) -> None:
     good = fleet.source(model="Llama-3", namespace="dynamo-prod")
     ghost = fleet.source(model="ghost", namespace="dynamo-prod")
     out: list[TrafficEvent] = []
@@ -220,7 +221,7 @@ def test_the_bytewax_input_polls_and_yields_traffic_events(fleet: Fleet) -> None
     op.output("out", op.input("traffic", flow, traffic), TestingSink(out))
     before = time.time()
 
-    run_main(flow)
+    run_flow(flow, workers)
 
     assert [e.deployment for e in out] == [good.deployment]  # the ghost's read is unknown
     # read at "now", a little after the newest scrape: increase() extrapolates the count upward

@@ -6,10 +6,11 @@ import threading
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink, cluster_main, run_main
+from bytewax.testing import TestingSink
 
 from connectors.zmq_source import ZmqFpmSource, ZmqItem
 from schemas import FpmBatchEvent
+from tests.flow.cluster import run_flow
 from tests.zmq.publisher_process import PublisherProcess
 
 RUN_TIMEOUT_S = 120.0
@@ -22,9 +23,7 @@ def messages_in(item: ZmqItem) -> int:
     return len(item.payload.rows) if isinstance(item, FpmBatchEvent) else 1
 
 
-def run_source(
-    source: ZmqFpmSource, publisher: PublisherProcess, *, workers: int = 1
-) -> list[ZmqItem]:
+def run_source(source: ZmqFpmSource, publisher: PublisherProcess, *, workers: int) -> list[ZmqItem]:
     """Run ``input → count → sink`` until the source ends; returns every item it yielded."""
     out: list[ZmqItem] = []
     flow = Dataflow("zmq_source_test")
@@ -35,10 +34,7 @@ def run_source(
 
     def target() -> None:
         try:
-            if workers == 1:
-                run_main(flow)
-            else:
-                cluster_main(flow, [], 0, worker_count_per_proc=workers)
+            run_flow(flow, workers)
         except BaseException as exc:  # surfaced in the test thread below
             errors.append(exc)
 

@@ -48,7 +48,7 @@ IMPLAUSIBLE = [  # (payload fields, the start of the dead letter's reason)
 
 
 def test_implausible_fpms_are_dead_letters_and_the_rest_flows(
-    new_url: Callable[[], str],
+    new_url: Callable[[], str], workers: int
 ) -> None:
     steps = [("clock", 50.0), ("fpm", 0, GOOD)]  # seq 0
     steps += [("payload", 0, msgpack.packb(fields)) for fields, _ in IMPLAUSIBLE]  # seq 1-4
@@ -59,7 +59,7 @@ def test_implausible_fpms_are_dead_letters_and_the_rest_flows(
         {url: ("llama", "decode")}, stop_after=len(steps) - 1, clock=publisher.now
     )
 
-    items = run_source(source, publisher)
+    items = run_source(source, publisher, workers=workers)
 
     letters = [item for item in items if isinstance(item, DeadLetter)]
     assert [letter.position for letter in letters] == [1, 2, 3, 4]

@@ -63,7 +63,9 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str]) -> None:
+def test_fpms_arrive_as_typed_batches_in_publish_order(
+    new_url: Callable[[], str], workers: int
+) -> None:
     plan = [("w1", 0), ("w1", 1), ("w1", 0), ("w2", 0), ("w1", 1), ("w1", 0)]
     steps = [("clock", 1234.5)] + [
         ("fpm", 0, fpm_fields(w, r, step)) for step, (w, r) in enumerate(plan)
@@ -73,7 +75,7 @@ def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str
     source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=len(plan), clock=publisher.now)
     events_before = metric("flowplanner_events_in_total", source="zmq")
 
-    items = run_source(source, publisher)
+    items = run_source(source, publisher, workers=workers)
 
     assert all(isinstance(item, FpmBatchEvent) for item in items)
     assert {(i.deployment, i.payload.role, i.time) for i in items} == {("llama", "decode", 1234.5)}
@@ -85,7 +87,7 @@ def test_fpms_arrive_as_typed_batches_in_publish_order(new_url: Callable[[], str
 
 
 def test_ungrouped_mode_yields_one_fpm_event_per_forward_pass(
-    new_url: Callable[[], str],
+    new_url: Callable[[], str], workers: int
 ) -> None:
     steps = [("clock", 50.0)] + [("fpm", 0, fpm_fields("p0", 0, step)) for step in range(3)]
     publisher = PublisherProcess([new_url()], steps).start()
@@ -94,7 +96,7 @@ def test_ungrouped_mode_yields_one_fpm_event_per_forward_pass(
         [(url, "disagg", "prefill")], group=False, stop_after=3, clock=publisher.now
     )
 
-    items = run_source(source, publisher)
+    items = run_source(source, publisher, workers=workers)
 
     assert all(isinstance(item, FpmEvent) for item in items)
     assert [item.payload.role for item in items] == ["prefill"] * 3
@@ -121,7 +123,7 @@ def test_two_workers_each_subscribe_their_own_endpoints(new_url: Callable[[], st
 
 
 def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
-    new_url: Callable[[], str],
+    new_url: Callable[[], str], workers: int
 ) -> None:
     good = encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.02))
     seq = (5).to_bytes(8, "big")
@@ -145,7 +147,7 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
         {url: ("llama", "decode")}, stop_after=len(steps) - 1, clock=publisher.now
     )
 
-    items = run_source(source, publisher)
+    items = run_source(source, publisher, workers=workers)
 
     letters = [item for item in items if isinstance(item, DeadLetter)]
     reasons = [letter.reason for letter in letters]
@@ -173,7 +175,7 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
 
 
 def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
-    new_url: Callable[[], str],
+    new_url: Callable[[], str], workers: int
 ) -> None:
     steps = [
         ("clock", 7.0),
@@ -191,7 +193,7 @@ def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
     (url,) = publisher.urls  # bound by the publisher process
     source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=6, clock=publisher.now)
 
-    items = run_source(source, publisher)
+    items = run_source(source, publisher, workers=workers)
 
     counters = [fpm.counter_id for fpm in fpms_by_engine(items)[("w1", 0)]]
     assert counters == [0, 1, 5, 7, 0, 1]
@@ -199,7 +201,7 @@ def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
 
 
 def test_engines_are_discovered_and_expire_after_silence(
-    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture, workers: int
 ) -> None:
     deployment = f"dep-{uuid.uuid4().hex[:8]}"
     steps = [
@@ -226,7 +228,7 @@ def test_engines_are_discovered_and_expire_after_silence(
     )
 
     with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
-        items = run_source(source, publisher)
+        items = run_source(source, publisher, workers=workers)
 
     assert sum(len(item.payload.rows) for item in items) == 5
     ours = [r for r in caplog.records if r.args and r.args[0] == deployment]
