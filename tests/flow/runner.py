@@ -63,17 +63,41 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_recorded(config: Path, inputs: list[Path], out: Path, workers: int = 1) -> dict:
-    """``flowplanner run`` over recorded ``inputs`` with file outputs in ``out``: its
-    decisions, ticks, dead letters (lists of records) and its stderr."""
+def run_recorded(config: Path, inputs: list[Path], out: Path) -> dict:
+    """``flowplanner run`` over recorded ``inputs`` with file outputs, on a single worker (in
+    ``out``) and as a 2-worker cluster (in ``out/2-workers``): its decisions, ticks, dead
+    letters (lists of records) and its stderr, of the single worker.
+
+    Both runs must write the same records: each deployment lives on one worker, so its
+    decisions, tick records and dead letters are compared in the order it wrote them; only
+    the interleaving of different deployments (different workers) may differ."""
+    one = _run_once(config, inputs, out, workers=1)
+    two = _run_once(config, inputs, out / "2-workers", workers=2)
+    for name in ("decisions", "ticks", "dead"):
+        assert by_deployment(two[name]) == by_deployment(one[name]), (
+            f"{name} of 2 workers differ from a single worker's"
+        )
+    return one
+
+
+def by_deployment(records: list[dict]) -> dict[str | None, list[dict]]:
+    """``records`` grouped by deployment, each deployment's in the order they were written."""
+    grouped: dict[str | None, list[dict]] = {}
+    for record in records:
+        grouped.setdefault(record.get("deployment"), []).append(record)
+    return grouped
+
+
+def _run_once(config: Path, inputs: list[Path], out: Path, workers: int) -> dict:
     args = ["run", "--config", str(config)]
     for path in inputs:
         args += ["--input", str(path)]
+    out.mkdir(parents=True, exist_ok=True)
     files = {name: out / f"{name}.jsonl" for name in ("decisions", "ticks", "dead")}
     done = flowplanner(
         *args,
         *("--output", str(files["decisions"]), "--ticks", str(files["ticks"])),
         *("--dead-letters", str(files["dead"]), "-w", str(workers)),
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"-w {workers}: {done.stderr}"
     return {name: read_jsonl(path) for name, path in files.items()} | {"stderr": done.stderr}

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from bytewax.testing import TestingSink, TestingSource, run_main
+from bytewax.testing import TestingSink, TestingSource
 
 from flows.planner import PlannerSinks, build_flow
 from schemas import DecisionAck, PlannerConfig, parse_event
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.cluster import run_flow
+from tests.flow.runner import run_recorded, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
 
 BOTH_LOOPS = DECODE_CONFIG | {
@@ -38,7 +39,9 @@ def overloaded_with_gap(acks: dict[float, int] | None = None) -> list[dict]:
     return sorted(events, key=lambda e: e["time"])
 
 
-def run_in_process(events: list[dict], *, gate: bool = False) -> tuple[list, list, list]:
+def run_in_process(
+    events: list[dict], workers: int, *, gate: bool = False
+) -> tuple[list, list, list]:
     decisions, ticks, dead = [], [], []
     flow = build_flow(
         {"alpha": PlannerConfig(**BOTH_LOOPS)},
@@ -46,12 +49,12 @@ def run_in_process(events: list[dict], *, gate: bool = False) -> tuple[list, lis
         PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
         acks=TestingSource([]) if gate else None,
     )
-    run_main(flow)
+    run_flow(flow, workers)
     return decisions, ticks, dead
 
 
-def test_every_loop_due_after_a_gap_runs_in_one_tick_and_its_decision_is_sent():
-    decisions, ticks, dead = run_in_process(overloaded_with_gap())
+def test_every_loop_due_after_a_gap_runs_in_one_tick_and_its_decision_is_sent(workers):
+    decisions, ticks, dead = run_in_process(overloaded_with_gap(), workers)
 
     assert dead == []
     # one record per window with data, in event time; the gap has none
@@ -66,10 +69,12 @@ def test_every_loop_due_after_a_gap_runs_in_one_tick_and_its_decision_is_sent():
     assert decisions[-1] == after_gap.decision
 
 
-def test_after_a_gap_the_ack_gate_does_not_wait_for_a_decision_nobody_received():
+def test_after_a_gap_the_ack_gate_does_not_wait_for_a_decision_nobody_received(workers):
     # decision 1 goes out at 5 s; the others are held until the acknowledgement of 1 (at
     # 48 s, released at the 50 s tick as decision 2), and 2 is acknowledged in the gap
-    decisions, ticks, dead = run_in_process(overloaded_with_gap({48.0: 1, 120.0: 2}), gate=True)
+    decisions, ticks, dead = run_in_process(
+        overloaded_with_gap({48.0: 1, 120.0: 2}), workers, gate=True
+    )
 
     assert dead == []
     assert [(d.decision_id, d.time) for d in decisions] == [(1, 5.0), (2, 50.0), (3, 205.0)]
@@ -81,27 +86,15 @@ def test_a_tick_interval_below_the_merge_tolerance_ticks_once_a_window(tmp_path)
     events = decode_ramp("alpha", engines=2, seconds=3)
     events.append({"type": "clock", "deployment": "alpha", "time": 3.5, "payload": {}})
     stream = write_stream(tmp_path / "s.jsonl", events)
-    done = flowplanner(
-        "run",
-        "--config",
-        str(write_config(tmp_path / "c.yaml", {"alpha": config})),
-        "--input",
-        str(stream),
-        "--ticks",
-        str(tmp_path / "t.jsonl"),
-        "--output",
-        str(tmp_path / "d.jsonl"),
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    ticks = read_jsonl(tmp_path / "t.jsonl")
+    config_path = write_config(tmp_path / "c.yaml", {"alpha": config})
+    ticks = run_recorded(config_path, [stream], tmp_path / "out")["ticks"]
     # one tick per 0.25 s window with data: passes run to 3.0, the clock at 3.5 closes them
     assert [t["time"] for t in ticks] == [0.25 * k for k in range(1, 14)]
     assert all(t["ran_load"] for t in ticks)
 
 
 @pytest.mark.parametrize("sent_at", [None, 1.7e9, 9e10])
-def test_an_acknowledgement_does_not_move_event_time(sent_at):
+def test_an_acknowledgement_does_not_move_event_time(sent_at, workers):
     # an acknowledgement is a state snapshot for the next tick, whatever time the orchestrator
     # gave it (none, its own Unix clock, far ahead): not a jump of event time, which made
     # every later measurement of a stream on another clock late
@@ -114,7 +107,7 @@ def test_an_acknowledgement_does_not_move_event_time(sent_at):
         PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
         acks=TestingSource([untimed]),
     )
-    run_main(flow)
+    run_flow(flow, workers)
 
     assert dead == []
     assert [t.time for t in ticks] == [5.0 * k for k in range(1, 11)] + [205.0]

@@ -12,11 +12,12 @@ from pathlib import Path
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.recovery import RecoveryConfig, init_db_dir
-from bytewax.testing import TestingSink, run_main
+from bytewax.recovery import init_db_dir
+from bytewax.testing import TestingSink
 
 import connectors.recorded
 from connectors.recorded import RecordedSource
+from tests.flow.cluster import run_flow
 from tests.flow.runner import run_recorded as run
 from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
@@ -103,13 +104,10 @@ def split_by_worker(tmp_path_factory):
     return root, config, parts, run(config, [root / "whole.jsonl"], root / "whole")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_files_split_by_worker_decide_like_the_unsplit_recording(split_by_worker, workers):
+def test_files_split_by_worker_decide_like_the_unsplit_recording(split_by_worker):
     root, config, parts, whole = split_by_worker
-    out = root / f"split{workers}"
-    out.mkdir()
 
-    got = run(config, parts, out, workers)
+    got = run(config, parts, root / "split")  # on 1 and on 2 workers
 
     assert whole["dead"] == [] and got["dead"] == []
     assert whole["decisions"], "the ramp must decide something"
@@ -117,11 +115,11 @@ def test_files_split_by_worker_decide_like_the_unsplit_recording(split_by_worker
     assert got["ticks"] == whole["ticks"]
 
 
-def read_all(source: RecordedSource, recovery: Path | None = None) -> list:
+def read_all(source: RecordedSource, workers: int, recovery: Path | None = None) -> list:
     out: list = []
     flow = Dataflow("recorded_in")
     op.output("out", op.input("in", flow, source), TestingSink(out))
-    run_main(flow, recovery_config=recovery and RecoveryConfig(str(recovery)))
+    run_flow(flow, workers, recovery=recovery)
     return out
 
 
@@ -129,12 +127,12 @@ def positions(items: list) -> list[tuple[str, int]]:
     return [(Path(item.source).name, item.position) for item in items]
 
 
-def test_merged_files_resume_where_they_stopped(tmp_path, monkeypatch):
+def test_merged_files_resume_where_they_stopped(tmp_path, monkeypatch, workers):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text(f"{clock_line('x', 1)}\n{{oops\n\n{clock_line('x', 4)}\n")
     b.write_text(f"{clock_line('x', 2)}\n{clock_line('x', 3)}\n")
     merged = [("a.jsonl", 1), ("a.jsonl", 2), ("b.jsonl", 1), ("b.jsonl", 2), ("a.jsonl", 4)]
-    assert positions(read_all(RecordedSource([a, b]))) == merged
+    assert positions(read_all(RecordedSource([a, b]), workers)) == merged
 
     # stopped after any batch, a new partition from the snapshot continues the same order
     monkeypatch.setattr(connectors.recorded, "BATCH_LINES", 2)
@@ -151,23 +149,23 @@ def test_merged_files_resume_where_they_stopped(tmp_path, monkeypatch):
 
     # through the runtime's recovery: a rerun reads only what was appended since
     init_db_dir(tmp_path, 1)
-    assert len(read_all(RecordedSource([a, b]), tmp_path)) == len(merged)
+    assert len(read_all(RecordedSource([a, b]), workers, tmp_path)) == len(merged)
     with a.open("a") as fh:
         fh.write(clock_line("x", 6) + "\n")
     with b.open("a") as fh:
         fh.write(clock_line("x", 5) + "\n")
-    again = read_all(RecordedSource([a, b]), tmp_path)
+    again = read_all(RecordedSource([a, b]), workers, tmp_path)
     assert positions(again) == [("b.jsonl", 3), ("a.jsonl", 5)]
 
 
-def test_a_cut_gz_file_is_reported_once_across_a_resume(tmp_path):
+def test_a_cut_gz_file_is_reported_once_across_a_resume(tmp_path, workers):
     path = tmp_path / "s.jsonl.gz"
     data = gzip.compress("".join(clock_line("x", t) + "\n" for t in range(2000)).encode())
     path.write_bytes(data[: len(data) // 2])
     init_db_dir(tmp_path, 1)
 
-    first = read_all(RecordedSource([path]), tmp_path)
-    again = read_all(RecordedSource([path]), tmp_path)
+    first = read_all(RecordedSource([path]), workers, tmp_path)
+    again = read_all(RecordedSource([path]), workers, tmp_path)
 
     *lines, dead = first
     assert [item.position for item in lines] == list(range(1, len(lines) + 1))

@@ -1,4 +1,5 @@
-"""A recorded stream through the real bytewax runtime: decisions, determinism, -w 2."""
+"""A recorded stream through the real bytewax runtime: decisions, determinism, -w 2 (every
+:func:`run_recorded` also runs the stream as a 2-worker cluster and compares)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flow.runner import flowplanner, read_jsonl, run_recorded, write_config
+from tests.flow.runner import flowplanner, run_recorded, write_config
 from tests.flow.streams import (
     DECODE_CONFIG,
     decode_ramp,
@@ -33,18 +34,15 @@ def two_deployments(tmp_path_factory):
     return root, config, write_stream(root / "stream.jsonl", stream), stream
 
 
-def run_flow(root, config, stream, workers: int, tag: str):
-    done = run_recorded(config, [stream], root / tag, workers)
+def run_flow(root, config, stream, tag: str):
+    """A recorded run; :func:`run_recorded` also checks that 2 workers write the same."""
+    done = run_recorded(config, [stream], root / tag)
     return done["decisions"], done["ticks"], done["dead"]
-
-
-def by_key(records):
-    return sorted(records, key=lambda r: (r["deployment"], r["time"]))
 
 
 def test_recorded_stream_yields_decisions_that_follow_the_load(two_deployments):
     root, config, stream_path, stream = two_deployments
-    decisions, ticks, dead = run_flow(root, config, stream_path, 1, "w1")
+    decisions, ticks, dead = run_flow(root, config, stream_path, "w1")
     assert dead == []
     for name, engines in (("alpha", 2), ("beta", 3)):
         mine = [t for t in ticks if t["deployment"] == name]
@@ -84,14 +82,6 @@ def test_recorded_stream_yields_decisions_that_follow_the_load(two_deployments):
         assert own[0]["reason"] == "scale_down"
 
 
-def test_two_workers_make_the_same_decisions(two_deployments):
-    root, config, stream_path, _ = two_deployments
-    one = run_flow(root, config, stream_path, 1, "a")
-    two = run_flow(root, config, stream_path, 2, "b")
-    assert by_key(one[0]) == by_key(two[0])
-    assert by_key(one[1]) == by_key(two[1])
-
-
 def test_replay_is_bit_for_bit_repeatable(two_deployments):
     root, config, stream_path, _ = two_deployments
     first = (root / "r1.jsonl", root / "r2.jsonl")
@@ -126,20 +116,9 @@ def test_a_late_inventory_snapshot_applies_from_the_next_tick(tmp_path):
     events.insert(at, late)
     config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
     stream = write_stream(tmp_path / "s.jsonl", events)
-    done = flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        str(stream),
-        "--ticks",
-        str(tmp_path / "t.jsonl"),
-        "--dead-letters",
-        str(tmp_path / "d.jsonl"),
-    )
-    assert done.returncode == 0, done.stderr
-    assert read_jsonl(tmp_path / "d.jsonl") == []  # a state snapshot is never dropped as late
-    ready = {t["time"]: t["ready_decode"] for t in read_jsonl(tmp_path / "t.jsonl")}
+    done = run_recorded(config, [stream], tmp_path / "out")
+    assert done["dead"] == []  # a state snapshot is never dropped as late
+    ready = {t["time"]: t["ready_decode"] for t in done["ticks"]}
     assert ready[15.0] == 2 and ready[20.0] == 3 and ready[25.0] == 3
 
 
