@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bytewax.connectors.files import FileSink
-from bytewax.outputs import DynamicSink, StatefulSinkPartition, StatelessSinkPartition
+from bytewax.outputs import (
+    DynamicSink,
+    FixedPartitionedSink,
+    StatefulSinkPartition,
+    StatelessSinkPartition,
+)
 from pydantic import BaseModel
 
 
@@ -28,7 +33,7 @@ class _JsonlPartition(StatefulSinkPartition[BaseModel, int]):
         self._inner.close()
 
 
-class JsonlFileSink(FileSink):
+class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
     """Write pydantic records to one file as JSON lines (emptied when the sink is made).
 
     Like every fixed-partitioned sink it takes ``(key, record)`` pairs; one worker writes.
@@ -55,10 +60,16 @@ class JsonlFileSink(FileSink):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
-        super().__init__(path)
+        self._lines = FileSink(path)
+
+    def list_parts(self) -> list[str]:
+        return self._lines.list_parts()
+
+    def part_fn(self, item_key: str) -> int:
+        return self._lines.part_fn(item_key)
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _JsonlPartition:
-        return _JsonlPartition(super().build_part(step_id, for_part, resume_state))
+        return _JsonlPartition(self._lines.build_part(step_id, for_part, resume_state))
 
 
 class _LinePartition(StatelessSinkPartition[Any]):

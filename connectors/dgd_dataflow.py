@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
@@ -135,7 +136,7 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
                     self._queued[deployment] = winner
                 else:
                     self._queued[deployment] = decision
-                    self._jobs.append(self._applier.submit(lambda d=deployment: self._apply(d)))
+                    self._jobs.append(self._applier.submit(partial(self._apply, deployment)))
         for loser, winner in superseded:
             self._supersede(loser, winner, "before it was applied")
 

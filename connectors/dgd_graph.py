@@ -95,9 +95,14 @@ def default_service_name(backend: str, mode: str, role: Role) -> str:
     return names["agg" if mode == "agg" else role]
 
 
+def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """The mapping under ``key``; an empty one when it is absent or not a mapping."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _services(dgd: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    spec = dgd.get("spec") if isinstance(dgd.get("spec"), dict) else {}
-    services = spec.get("services") if isinstance(spec.get("services"), dict) else {}
+    services = _section(_section(dgd, "spec"), "services")
     return {name: (svc if isinstance(svc, dict) else {}) for name, svc in services.items()}
 
 
@@ -215,7 +220,7 @@ def status_is_current(dgd: dict[str, Any]) -> bool:
     >>> status_is_current({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
     False
     """
-    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
+    status = _section(dgd, "status")
     observed = status.get("observedGeneration")
     generation = (dgd.get("metadata") or {}).get("generation")
     if not isinstance(observed, int) or not isinstance(generation, int):
@@ -234,11 +239,9 @@ def service_state(dgd: dict[str, Any], name: str) -> ServiceState:
     """
     spec = _services(dgd).get(name)
     spec_replicas = None if spec is None else _count(spec.get("replicas", 1))
-    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
-    all_status = status.get("services") if isinstance(status.get("services"), dict) else {}
-    svc_status = all_status.get(name) if isinstance(all_status.get(name), dict) else None
+    svc_status = _section(_section(dgd, "status"), "services").get(name)
     ready = updated = None
-    if svc_status is not None:
+    if isinstance(svc_status, dict):
         available = _count(svc_status.get("availableReplicas"))
         ready = available if available is not None else _count(svc_status.get("readyReplicas"))
         updated = _count(svc_status.get("updatedReplicas"))
@@ -252,7 +255,7 @@ def ready_condition(dgd: dict[str, Any]) -> tuple[str, str]:
     ...                  "reason": "Scaling", "message": "1/2 ready"}]}})
     ('False', 'Scaling: 1/2 ready')
     """
-    status = dgd.get("status") if isinstance(dgd.get("status"), dict) else {}
+    status = _section(dgd, "status")
     for cond in status.get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))

@@ -244,7 +244,7 @@ class PlannerMetrics:
 
     def _observe_engines(self, record: TickRecord) -> None:
         d = record.deployment
-        current = set()
+        current: set[tuple[str, str, str, str]] = set()
         for engine in record.engines:
             labels = (d, engine.role, engine.worker_id, str(engine.dp_rank))
             current.add(labels)
@@ -253,13 +253,13 @@ class PlannerMetrics:
             self.engine_inflight_decode_kv_tokens.labels(*labels).set(
                 engine.inflight_decode_kv_tokens
             )
-        for labels in self._engines.get(d, set()) - current:
+        for gone in self._engines.get(d, set()) - current:
             for gauge in (
                 self.engine_queued_prefill_tokens,
                 self.engine_queued_decode_kv_tokens,
                 self.engine_inflight_decode_kv_tokens,
             ):
-                gauge.remove(*labels)
+                gauge.remove(*gone)
         self._engines[d] = current
 
     def _observe_progress(self, record: TickRecord) -> None:

@@ -378,9 +378,11 @@ class PrometheusTrafficSource:
                         "lengths_unknown", f"{name} is {state} while {num_req:g} requests arrived"
                     )
         except _Unknown as unknown:
-            return self._unknown(unknown.kind, str(unknown))
+            self._unknown(unknown.kind, str(unknown))
+            return None
         except PrometheusQueryError as exc:
-            return self._unknown("query_failed", f"query failed: {exc}")
+            self._unknown("query_failed", f"query failed: {exc}")
+            return None
         assert isl is not None and osl is not None
         observation = TrafficObservation(
             duration_s=window_s,
@@ -397,7 +399,6 @@ class PrometheusTrafficSource:
         self.last_unknown_reason = reason
         TRAFFIC_UNKNOWN.labels(deployment=self.deployment, reason=kind).inc()
         log.warning("traffic of %s unknown: %s", self.deployment, reason)
-        return None
 
     # --- frontend ----------------------------------------------------------------------------
 

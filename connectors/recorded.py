@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import gzip
 import heapq
+import io
 import itertools
 import math
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
@@ -53,7 +53,7 @@ _UNREADABLE = (EOFError, zlib.error, gzip.BadGzipFile)
 """What reading a cut or corrupt ``.gz`` file raises."""
 
 
-def open_recording(path: Path) -> BinaryIO:
+def open_recording(path: Path) -> io.BufferedIOBase:
     """Open a recording for reading bytes, transparently gunzipping ``*.gz``."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
@@ -93,7 +93,7 @@ def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
 
 def _read_file(
     path: Path, index: int, skip: int, timed: bool
-) -> Iterator[tuple[MergeKey, RawEvent | DeadLetter]]:
+) -> Generator[tuple[MergeKey, RawEvent | DeadLetter], None, None]:
     """The non-blank lines of one file after line ``skip``, with their merge keys."""
     source, line_no, time = str(path), 0, -math.inf
     with open_recording(path) as file:
@@ -118,20 +118,20 @@ def _read_file(
 
 class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeState]):
     def __init__(self, paths: list[Path], resume_state: ResumeState | None) -> None:
-        self._consumed = {str(p): (resume_state or {}).get(str(p), 0) for p in paths}
+        self._paths = [str(p) for p in paths]
+        self._consumed = {p: (resume_state or {}).get(p, 0) for p in self._paths}
         timed = len(paths) > 1  # one file needs no merge, so no parsing here
         self._files = [_read_file(p, i, self._consumed[str(p)], timed) for i, p in enumerate(paths)]
-        merged = heapq.merge(*self._files, key=lambda keyed: keyed[0])
-        self._items = (item for _key, item in merged)
+        self._merged = heapq.merge(*self._files, key=lambda keyed: keyed[0])
 
     def next_batch(self) -> list[RawEvent | DeadLetter]:
-        batch = list(itertools.islice(self._items, BATCH_LINES))
+        batch = list(itertools.islice(self._merged, BATCH_LINES))
         if not batch:
             raise StopIteration
-        for item in batch:
-            self._consumed[item.source] = item.position
+        for (_time, index, line_no), _item in batch:
+            self._consumed[self._paths[index]] = line_no
         EVENTS_IN.labels(source="recorded").inc(len(batch))
-        return batch
+        return [item for _key, item in batch]
 
     def snapshot(self) -> ResumeState:
         return dict(self._consumed)

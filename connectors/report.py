@@ -238,16 +238,16 @@ def render_panel(panel: Panel) -> str:
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         total = sum(len(sx) for sx, _ in ss)
         for sx, sy in ss:
-            tx, ty = _thin(sx, sy, max(30, 3 * (_W - _ML - _MR) * len(sx) // total))
+            thin_x, thin_y = _thin(sx, sy, max(30, 3 * (_W - _ML - _MR) * len(sx) // total))
             if s.points:
                 out.extend(
                     f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.2" fill="{color}"/>'
-                    for x, y in zip(tx, ty, strict=True)
+                    for x, y in zip(thin_x, thin_y, strict=True)
                 )
                 continue
             pts = []
             prev_y: float | None = None
-            for x, y in zip(tx, ty, strict=True):
+            for x, y in zip(thin_x, thin_y, strict=True):
                 if s.step and prev_y is not None:
                     pts.append(f"{f.px(x):.1f},{f.py(prev_y):.1f}")
                 pts.append(f"{f.px(x):.1f},{f.py(y):.1f}")
@@ -257,7 +257,7 @@ def render_panel(panel: Panel) -> str:
                 f'points="{" ".join(pts)}"/>'
             )
         legend.append((s.name, color, s.dashed))
-    lx = _ML
+    lx: float = _ML
     ly = 32
     for label, color, dashed in legend:
         width = 6.6 * len(label) + 30

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Message
 from pydantic import ValidationError
 
-from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, produce_json
+from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, message_position, produce_json
 from schemas.decision import DeadLetter, DecisionAck
 from schemas.errors import describe_validation_error
 
@@ -77,6 +77,5 @@ class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):
     """
 
     def convert(self, message: Message) -> DecisionAck | DeadLetter:
-        return parse_ack(
-            message.value(), f"kafka:{message.topic()}/{message.partition()}", message.offset()
-        )
+        partition, offset = message_position(message)
+        return parse_ack(message.value(), f"kafka:{message.topic()}/{partition}", offset)

@@ -302,7 +302,7 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
     _next_expiry_check: float = 0.0
 
     def __post_init__(self) -> None:
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._engines = EngineRegistry(self.options.engine_silence_seconds)
         for spec in self.specs:
             socket = context.socket(zmq.SUB)

@@ -255,6 +255,25 @@ def ensure_topic(
     return True
 
 
+def message_position(message: Message) -> tuple[int, int]:
+    """``(partition, offset)`` of a message a consumer returned (an end-of-partition event
+    included: its offset is the end of the partition).
+
+    librdkafka sets both on every consumed message; one without them is a
+    :class:`KafkaConnectorError`.
+
+    >>> message_position(Message(topic="t", partition=2, offset=7))
+    (2, 7)
+    >>> message_position(Message(topic="t"))
+    Traceback (most recent call last):
+    connectors.kafka.client.KafkaConnectorError: message of t has no partition or offset
+    """
+    partition, offset = message.partition(), message.offset()
+    if partition is None or offset is None:
+        raise KafkaConnectorError(f"message of {message.topic()} has no partition or offset")
+    return partition, offset
+
+
 def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
     """Wait up to ``timeout_s`` for a first message, then take what else is ready (no wait).
 
@@ -301,10 +320,10 @@ def partition_bounds(
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=timeout_s, cached=False
                 )
-            except KafkaException as error:
+            except KafkaException as exc:
                 raise KafkaConnectorError(
-                    f"cannot read the offsets of {topic}/{partition} on {bootstrap}: {error}"
-                ) from error
+                    f"cannot read the offsets of {topic}/{partition} on {bootstrap}: {exc}"
+                ) from exc
             bounds[partition] = Bounds(low, high)
             if high > low:
                 probes.append(TopicPartition(topic, partition, high - 1))
@@ -324,8 +343,8 @@ def partition_bounds(
                         continue
                     if error.code() != KafkaError._PARTITION_EOF:
                         raise KafkaConnectorError(f"reading {topic} on {bootstrap}: {error}")
-                    partition = message.partition()
-                    bounds[partition] = Bounds(bounds[partition].first, message.offset())
+                    partition, offset = message_position(message)
+                    bounds[partition] = Bounds(bounds[partition].first, offset)
                     pending.discard(partition)
         return bounds
     finally:

@@ -16,6 +16,7 @@ from connectors.kafka.client import (
     KafkaConnectorError,
     consumer_config,
     list_partitions,
+    message_position,
     partition_bounds,
     poll_batch,
 )
@@ -42,7 +43,7 @@ def _decision_message(message: Message) -> DecisionMessage:
     raw_key = message.key()
     key = None if raw_key is None else raw_key.decode(errors="replace")
     value = message.value()
-    where = (message.partition(), message.offset(), key)
+    where = (*message_position(message), key)
     if not value:
         return DecisionMessage(*where, None, "empty message")
     try:
@@ -68,9 +69,8 @@ def read_decision_messages(
     ``timeout_s``); with ``follow`` it waits for new decisions forever. ``from_beginning=False``
     skips what the topic holds now. Order is per partition, hence per deployment (the key).
     """
-    requests = {"config": config, "timeout_s": timeout_s}
-    partitions = list_partitions(bootstrap, topic, **requests)
-    bounds = partition_bounds(bootstrap, topic, partitions, **requests)
+    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
+    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
     starts = {p: bounds[p].first if from_beginning else bounds[p].end for p in partitions}
     ends = {p: b.end for p, b in bounds.items()}
     if not follow:
@@ -102,12 +102,12 @@ def _consume(
         last_progress = monotonic()
         while ends is None or pending:
             messages = poll_batch(consumer, BATCH_SIZE, 0.2)
-            for error in errors:
-                if error.fatal():
-                    raise KafkaConnectorError(f"reading {where}: {error}")
-                if error.code() not in warned:  # librdkafka retries; say so once per kind
-                    warned.add(error.code())
-                    log.warning("Kafka trouble reading %s (retrying): %s", where, error)
+            for reported in errors:
+                if reported.fatal():
+                    raise KafkaConnectorError(f"reading {where}: {reported}")
+                if reported.code() not in warned:  # librdkafka retries; say so once per kind
+                    warned.add(reported.code())
+                    log.warning("Kafka trouble reading %s (retrying): %s", where, reported)
             errors.clear()
             if messages:
                 last_progress = monotonic()
@@ -120,16 +120,16 @@ def _consume(
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaConnectorError(f"reading {where}: {error}")
-                partition = message.partition()
                 if ends is None:
                     if error is None:
                         yield _decision_message(message)
                     continue
+                partition, offset = message_position(message)
                 if partition not in pending:
                     continue
                 # An EOF event carries the high watermark as its offset.
-                next_offset = message.offset() if error is not None else message.offset() + 1
-                if error is None and message.offset() < ends[partition]:
+                next_offset = offset if error is not None else offset + 1
+                if error is None and offset < ends[partition]:
                     yield _decision_message(message)
                 if next_offset >= ends[partition]:
                     pending.discard(partition)

@@ -19,6 +19,7 @@ from connectors.kafka.client import (
     TopicNotFoundError,
     consumer_config,
     list_partitions,
+    message_position,
     partition_bounds,
 )
 from connectors.pipeline_metrics import EVENTS_IN
@@ -88,10 +89,10 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaConnectorError(f"Kafka error reading {self._where}: {error}")
-                if self._end is not None and message.offset() >= self._end:
+                if self._end is not None and message_position(message)[1] >= self._end:
                     self._done = True
                 continue
-            offset = message.offset()
+            _partition, offset = message_position(message)
             if self._end is not None and offset >= self._end:
                 self._done = True
                 break
@@ -217,11 +218,10 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
     """
 
     def convert(self, message: Message) -> RawEvent:
+        partition, offset = message_position(message)
         value = message.value()
         return RawEvent(
-            f"kafka:{message.topic()}/{message.partition()}",
-            message.offset(),
-            b"" if value is None else value,
+            f"kafka:{message.topic()}/{partition}", offset, b"" if value is None else value
         )
 
 
@@ -243,17 +243,18 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
         self.deployment = deployment
 
     def convert(self, message: Message) -> RequestEvent | DeadLetter | None:
-        where = f"kafka:{message.topic()}/{message.partition()}"
+        partition, offset = message_position(message)
+        where = f"kafka:{message.topic()}/{partition}"
         value = message.value() or b""
         try:
-            return dynamo_request_event(value, self.deployment, where, message.offset())
+            return dynamo_request_event(value, self.deployment, where, offset)
         except TraceFormatError as error:
             reason = error.reason
         except ValidationError as error:
             reason = describe_validation_error(error)
         return DeadLetter(
             source=where,
-            position=message.offset(),
+            position=offset,
             reason=f"invalid {DYNAMO_SCHEMA} event: {reason}",
             raw=value.decode(errors="replace").strip(),
             deployment=self.deployment,

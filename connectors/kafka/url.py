@@ -89,13 +89,20 @@ partitions=1, format='dynamo-trace', deployment='qwen')
 
     def event_source(self) -> KafkaEventSource | KafkaTraceSource:
         """The planner input source this address names (a trace topic needs ``deployment``)."""
-        options = {"until_end": self.until_end, "start": self.start}
         if self.format == "events":
-            return KafkaEventSource(self.bootstrap, self.topic, **options)
+            return KafkaEventSource(
+                self.bootstrap, self.topic, until_end=self.until_end, start=self.start
+            )
         if self.deployment is None:
             where = f"kafka://{self.bootstrap}/{self.topic}"
             raise ValueError(f"{where}: a dynamo-trace topic needs deployment=NAME")
-        return KafkaTraceSource(self.bootstrap, self.topic, deployment=self.deployment, **options)
+        return KafkaTraceSource(
+            self.bootstrap,
+            self.topic,
+            deployment=self.deployment,
+            until_end=self.until_end,
+            start=self.start,
+        )
 
     def decision_sink(self) -> KafkaDecisionSink:
         """The decision sink this address names."""
