@@ -138,10 +138,11 @@ def run_bench(
 ) -> list[Outcome]:
     """Every row of the table, in order."""
     plan = hindsight_replicas(scenario, config)
-    peak = tuple(max(row[i] for row in plan) for i in (0, 1))
+    prefill, decode = [row[0] for row in plan], [row[1] for row in plan]
+    peak = (max(prefill), max(decode))
     # the average minute's fleet, rounded to the nearest replica (rounding up made it the
     # peak fleet on both Azure traces)
-    mean = tuple(max(1, round(sum(row[i] for row in plan) / len(plan))) for i in (0, 1))
+    mean = (max(1, round(sum(prefill) / len(plan))), max(1, round(sum(decode) / len(plan))))
     both = {"enable_load_scaling": True, "enable_throughput_scaling": True}
     start = plan[0]  # planners start where a sensible operator would: the first minute's need
 

@@ -21,6 +21,7 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from connectors.profiles import load_profile
 from connectors.traces import read_trace
@@ -46,7 +47,7 @@ class Scenario:
 
     name: str
     scale: int
-    mode: str
+    mode: Literal["disagg", "agg"]
     prefill: int
     decode: int
 

@@ -60,6 +60,7 @@ from bytewax.testing import TestingSink, TestingSource, run_main
 from flows.planner import PlannerSinks, build_flow, window_seconds
 from operators.admission import Admission
 from operators.deployment import DeploymentPlanner
+from operators.predictors import SelectorPredictor
 from operators.traffic_intake import TrafficForecaster
 from operators.window import TickWindow, fold_event
 from schemas import (
@@ -305,9 +306,11 @@ def run_steps(
     planners: dict[str, DeploymentPlanner] = {}
     for first in range(0, len(raws), chunk):
         start = time.process_time()
-        events = [admit(raw) for raw in raws[first : first + chunk]]
+        admitted = [admit(raw) for raw in raws[first : first + chunk]]
         times.seconds["decode+admit"] += time.process_time() - start
-        assert not any(isinstance(e, DeadLetter) for e in events), "the bench stream is valid"
+        events = [e for e in admitted if not isinstance(e, DeadLetter)]
+        assert len(events) == len(admitted), "the bench stream is valid"
+        del admitted
 
         start = time.process_time()
         closed: list[tuple[str, float, TickWindow]] = []
@@ -357,8 +360,10 @@ def history_costs(
     appended to ``forecasts`` when given."""
     forecaster = TrafficForecaster.from_config(fleet_config(throughput_interval_s))
     series = (forecaster.num_req, forecaster.isl, forecaster.osl)
-    per_model: dict[str, float] = dict.fromkeys(forecaster.num_req.names, 0.0)
-    for predictor in series:
+    selectors = [p for p in series if isinstance(p, SelectorPredictor)]
+    assert len(selectors) == len(series), "fleet_config asks for the selector predictor"
+    per_model: dict[str, float] = dict.fromkeys(selectors[0].names, 0.0)
+    for predictor in selectors:
         for name, candidate in zip(predictor.names, predictor.candidates, strict=True):
             candidate.forecast = _timed(per_model, name, candidate.forecast)  # type: ignore[method-assign]
     rnd = random.Random(seed)
@@ -530,13 +535,13 @@ def main(argv: list[str] | None = None) -> int:
             f"with {BLAS_ENV}={os.environ.get(BLAS_ENV)})"
         )
         one = runs[-1][1]
-        for label, run in runs:
+        for label, probe in runs:
             print(
-                f"  {label:<54} cpu {run['cpu']:>6.2f} s ({run['cpu'] / one['cpu']:.2f}x)  "
-                f"wall {run['wall']:>6.2f} s ({run['wall'] / one['wall']:.2f}x)  "
-                f"forecasts {run['digest']}"
+                f"  {label:<54} cpu {probe['cpu']:>6.2f} s ({probe['cpu'] / one['cpu']:.2f}x)  "
+                f"wall {probe['wall']:>6.2f} s ({probe['wall'] / one['wall']:.2f}x)  "
+                f"forecasts {probe['digest']}"
             )
-        same = len({run["digest"] for _, run in runs}) == 1
+        same = len({probe["digest"] for _, probe in runs}) == 1
         print(f"  forecasts identical: {'yes' if same else 'NO'}")
     return 0
 

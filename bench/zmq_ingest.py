@@ -162,7 +162,7 @@ def measure_raw(messages: int, engines: int, *, validate: bool = False) -> Rate:
     from schemas import ForwardPassMetrics
 
     url = _free_url()
-    socket = zmq.Context.instance().socket(zmq.SUB)
+    socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
     socket.setsockopt(zmq.RCVHWM, 0)
     socket.setsockopt(zmq.SUBSCRIBE, b"")
     socket.connect(url)

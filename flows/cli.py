@@ -7,6 +7,7 @@ import importlib
 import math
 import os
 import sys
+from typing import TypeVar
 
 # Small-matrix BLAS calls (statsmodels fits in the load predictors) run ~10x slower with
 # OpenBLAS worker threads on a busy machine; set before any command module imports numpy.
@@ -26,9 +27,12 @@ COMMAND_MODULES = [
 ]
 
 
+_Number = TypeVar("_Number", int, float)
+
+
 def _number(
-    kind: type, text: str, low: float, strict: bool, high: float | None = None
-) -> int | float:
+    kind: type[_Number], text: str, low: float, strict: bool, high: float | None = None
+) -> _Number:
     try:
         value = kind(text)
     except ValueError:

@@ -142,9 +142,9 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             _only(query, {"deployment", "role"}, address)
             if scheme == "zmq+tcp" and not _has_port(netloc):
                 raise EndpointError(f"{address!r}: give the publisher's HOST:PORT")
-            url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
+            zmq_url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
             deployment, role = _zmq_target(address, query, configs)
-            zmq_endpoints.append(EndpointSpec(url, deployment, role))
+            zmq_endpoints.append(EndpointSpec(zmq_url, deployment, role))
             wiring.live = True
         elif scheme == "prometheus":
             traffic.append(_prometheus(address, netloc, query, configs))
@@ -296,14 +296,16 @@ def _dgd(
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
-    options = {"mode": configs[deployment].mode, "backend": query.get("backend", "vllm")}
-    if "host" in query:
-        options["host"] = query["host"]
+    mode, backend, host = configs[deployment].mode, query.get("backend", "vllm"), query.get("host")
     interval = _interval(address, query, default=10.0)
-    wiring.actuators.append(DgdSink.from_target(target, deployment=deployment, **options))
+    wiring.actuators.append(
+        DgdSink.from_target(target, deployment=deployment, mode=mode, backend=backend, host=host)
+    )
     # untimed: the horizon places each poll at the watermark (flows.horizon), so a poll on the
     # host clock never makes events behind it late (a restarted worker's replayed history)
     wiring.inputs.append(
-        DgdInventorySource.from_target(target, deployment, interval, clock=untimed, **options)
+        DgdInventorySource.from_target(
+            target, deployment, interval, clock=untimed, mode=mode, backend=backend, host=host
+        )
     )
     wiring.live = True

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TypeGuard, cast
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
@@ -171,6 +172,14 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
     )
 
 
+def _is_event(item: Event | DeadLetter) -> TypeGuard[Event]:
+    return not isinstance(item, DeadLetter)
+
+
+def _is_keyed_event(kv: tuple[str, Event | DeadLetter]) -> TypeGuard[tuple[str, Event]]:
+    return not isinstance(kv[1], DeadLetter)
+
+
 def _count_dead_letter(letter: DeadLetter) -> DeadLetter:
     DEAD_LETTERS.labels(kind=dead_letter_kind(letter.reason)).inc()
     return letter
@@ -216,7 +225,7 @@ def build_flow(
     raw = streams[0] if len(streams) == 1 else op.merge("merge_inputs", *streams)
 
     admitted = op.map("admit", raw, Admission(configs))
-    valid = op.branch("valid", admitted, lambda item: not isinstance(item, DeadLetter))
+    valid = op.branch("valid", admitted, _is_event)
     keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
 
     window_s = window_seconds(configs)
@@ -230,7 +239,7 @@ def build_flow(
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
     )
     horizon = EventHorizon(clock, live).apply("event_horizon", keyed)
-    on_time = op.branch("on_time", horizon, lambda kv: not isinstance(kv[1], DeadLetter))
+    on_time = op.branch("on_time", horizon, _is_keyed_event)
     windows = fold_window(
         "tick_window",
         on_time.trues,
@@ -262,8 +271,11 @@ def build_flow(
     applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 
     late = op.map("late_letters", windows.late, _late)
-    refused = op.map("refused_letters", on_time.falses, lambda kv: kv[1])
-    dead = op.merge("dead_letters", valid.falses, refused, late, beyond_limits)
+    # bytewax's branch narrows only its trues (a TypeGuard); its falses are the dead letters
+    invalid = cast(op.Stream[DeadLetter], valid.falses)
+    horizon_refused = cast(op.Stream[tuple[str, DeadLetter]], on_time.falses)
+    refused = op.map("refused_letters", horizon_refused, lambda kv: kv[1])
+    dead = op.merge("dead_letters", invalid, refused, late, beyond_limits)
     dead = op.map("count_dead_letters", dead, _count_dead_letter)
 
     for kind, stream, kind_sinks in (

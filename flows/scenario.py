@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from connectors.profiles import load_profile
 from connectors.traces import read_trace
@@ -99,9 +100,10 @@ def fleet_spec(
     *,
     prefill_replicas: int = 1,
     decode_replicas: int = 1,
-    **options: object,
+    **options: Any,
 ) -> FleetSpec:
-    """A fleet matching a planner config (mode, SLA targets, GPUs per replica)."""
+    """A fleet matching a planner config (mode, SLA targets, GPUs per replica); ``options``
+    are further :class:`sim.fleet.FleetSpec` fields (validated by it)."""
     if config.mode not in ("disagg", "agg"):
         raise ValueError(f"the simulator runs disagg or agg fleets, not mode {config.mode!r}")
     return FleetSpec(

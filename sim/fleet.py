@@ -407,10 +407,12 @@ class FleetSim:
         for rep in ready:
             if rep.engine is not None and rep.role != "prefill":
                 rep.engine.sync(t)
-        order = sorted(
-            range(len(ready)),
-            key=lambda i: (ready[i].engine.load if ready[i].engine else 0, -i),
-        )
+
+        def drain_order(i: int) -> tuple[int, int]:
+            engine = ready[i].engine
+            return (engine.load if engine else 0, -i)
+
+        order = sorted(range(len(ready)), key=drain_order)
         for i in order[:excess]:
             rep = ready[i]
             eng = rep.engine

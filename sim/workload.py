@@ -65,7 +65,7 @@ def _rng(seed: int) -> np.random.Generator:
 
 
 def _requests(
-    times: Sequence[float], lengths: LengthSampler, rng: np.random.Generator, prefix: str
+    times: np.ndarray, lengths: LengthSampler, rng: np.random.Generator, prefix: str
 ) -> list[TraceRequest]:
     isl, osl = lengths.sample(rng, len(times))
     return [

@@ -14,13 +14,13 @@ from bench.forecast import (
     run_series,
 )
 from flows.cli import positive_float
-from operators.predictors.loss import UNDER_WEIGHT
+from operators.predictors.loss import UNDER_WEIGHT, ForecastScore
 
 SERIES_KINDS = ("num_req", "isl", "osl")
 
 
 def _as_json(result: BenchResult) -> dict:
-    def score(s) -> dict:
+    def score(s: ForecastScore) -> dict:
         return {"mape": s.mape, "under_rate": s.under_rate, "loss": s.loss, "points": s.points}
 
     return {

@@ -92,12 +92,13 @@ def user_facing_cause(error: BaseException) -> str | None:
     [Errno 2] No such file or directory: '/nonexistent/ticks.jsonl'
     """
     seen: set[int] = set()
-    while isinstance(error, BytewaxRuntimeError) and id(error) not in seen:
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    if not isinstance(error, USER_FACING_ERRORS):
+    cause: BaseException | None = error
+    while isinstance(cause, BytewaxRuntimeError) and id(cause) not in seen:
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(cause, USER_FACING_ERRORS):
         return None
-    return " ".join(str(error).split()) or type(error).__name__
+    return " ".join(str(cause).split()) or type(cause).__name__
 
 
 def preload(
