@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.runner import run_recorded, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 
 GOOD_FPM = {
@@ -99,26 +99,13 @@ def test_bad_lines_are_dead_lettered_and_valid_lines_still_decide(tmp_path):
     (tmp_path / "clean.jsonl").write_text("\n".join(clean) + "\n")
     (tmp_path / "mixed.jsonl").write_text("\n".join(mixed) + "\n")
 
-    outputs = {}
-    for name in ("clean", "mixed"):
-        done = flowplanner(
-            "run",
-            "--config",
-            str(config),
-            "--input",
-            str(tmp_path / f"{name}.jsonl"),
-            "--output",
-            str(tmp_path / f"{name}.decisions.jsonl"),
-            "--ticks",
-            str(tmp_path / f"{name}.ticks.jsonl"),
-            "--dead-letters",
-            str(tmp_path / f"{name}.dead.jsonl"),
-        )
-        assert done.returncode == 0, done.stderr
-        outputs[name] = done
+    outputs = {
+        name: run_recorded(config, [tmp_path / f"{name}.jsonl"], tmp_path / name)
+        for name in ("clean", "mixed")
+    }
 
-    dead = read_jsonl(tmp_path / "mixed.dead.jsonl")
-    assert read_jsonl(tmp_path / "clean.dead.jsonl") == []
+    dead = outputs["mixed"]["dead"]
+    assert outputs["clean"]["dead"] == []
     assert len(dead) == len(expected_reasons)
     for words in set(expected_reasons):
         matching = [d for d in dead if words.lower() in d["reason"].lower()]
@@ -126,10 +113,8 @@ def test_bad_lines_are_dead_lettered_and_valid_lines_still_decide(tmp_path):
     # dead letters from the file say where they came from
     assert all(d["position"] for d in dead if d["source"] != "window")
     # every valid line was used and nothing was decided from a bad line
-    assert read_jsonl(tmp_path / "mixed.decisions.jsonl") == read_jsonl(
-        tmp_path / "clean.decisions.jsonl"
-    )
-    assert read_jsonl(tmp_path / "mixed.ticks.jsonl") == read_jsonl(tmp_path / "clean.ticks.jsonl")
+    assert outputs["mixed"]["decisions"] == outputs["clean"]["decisions"]
+    assert outputs["mixed"]["ticks"] == outputs["clean"]["ticks"]
     # and they were counted
-    assert f"{len(dead)} dead-lettered" in outputs["mixed"].stderr
-    assert f"{len(mixed)} events in" in outputs["mixed"].stderr
+    assert f"{len(dead)} dead-lettered" in outputs["mixed"]["stderr"]
+    assert f"{len(mixed)} events in" in outputs["mixed"]["stderr"]
