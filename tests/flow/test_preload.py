@@ -9,7 +9,7 @@ import pytest
 
 from flows.commands.run import preload
 from schemas import PlannerConfig
-from tests.flow.runner import flowplanner, read_jsonl, write_config
+from tests.flow.runner import run_recorded, write_config
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PROFILE = DATA / "profiles/h200_llama3.1-8b-fp8_tp1"
@@ -115,17 +115,7 @@ def test_a_bootstrapped_planner_estimates_from_its_first_tick(tmp_path):
                 }
             },
         )
-        done = flowplanner(
-            "run",
-            "--config",
-            str(config),
-            "--input",
-            str(stream),
-            "--ticks",
-            str(tmp_path / f"{name}.ticks.jsonl"),
-        )
-        assert done.returncode == 0, done.stderr
-        (tick,) = read_jsonl(tmp_path / f"{name}.ticks.jsonl")
+        (tick,) = run_recorded(config, [stream], tmp_path / name)["ticks"]
         estimates[name] = tick["diagnostics"]
     assert estimates["cold"]["load_decision_reason"] == "insufficient_data"
     assert estimates["cold"]["estimated_itl_ms"] is None
@@ -159,12 +149,7 @@ def test_configured_capabilities_let_prefill_scale_before_any_capabilities_event
             **extra,
         }
         config = write_config(tmp_path / f"{name}.yaml", {"d": deployment})
-        ticks = tmp_path / f"{name}.ticks.jsonl"
-        done = flowplanner(
-            "run", "--config", str(config), "--input", str(stream), "--ticks", str(ticks)
-        )
-        assert done.returncode == 0, done.stderr
-        (tick,) = read_jsonl(ticks)
+        (tick,) = run_recorded(config, [stream], tmp_path / name)["ticks"]
         reasons[name] = tick["diagnostics"]["load_decision_reason_prefill"]
         if name == "configured":
             assert tick["decision"]["num_prefill"] > 1  # 400 k queued tokens: far over 500 ms
