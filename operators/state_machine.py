@@ -112,17 +112,17 @@ class PlannerStateMachine:
                 config.load_min_observations,
                 config.fpm_sample_bucket_size,
             )
-            screen = config.perf_model_suspect_factor
+            suspect_factor = config.perf_model_suspect_factor
             if config.mode == "agg":
-                self._models["decode"] = AggPerfModel(*sizes, suspect_factor=screen)
+                self._models["decode"] = AggPerfModel(*sizes, suspect_factor=suspect_factor)
             else:
                 for role in config.roles:
                     if role == "prefill":
                         self._models[role] = PrefillPerfModel(
-                            *sizes, basis=config.perf_model_basis, suspect_factor=screen
+                            *sizes, basis=config.perf_model_basis, suspect_factor=suspect_factor
                         )
                     else:
-                        self._models[role] = DecodePerfModel(*sizes, suspect_factor=screen)
+                        self._models[role] = DecodePerfModel(*sizes, suspect_factor=suspect_factor)
 
     # --- read-only views ---------------------------------------------------------------------
     @property

@@ -120,9 +120,10 @@ class PlannerConfig(BaseModel):
     """*ours*: a forward pass whose wall time is more than this many times what the perf model
     predicts for it (or less than its inverse) is learned only once a second such pass, on the
     same side, confirms it within ``max_num_fpm_samples`` passes; unconfirmed ones are set
-    aside and counted (``flowplanner_perf_samples_set_aside_total``). One stall or wrong unit
-    then cannot reject or bend the fit, while a real change of engine speed still comes
-    through. Reference: ``None`` (every forward pass is learned)."""
+    aside and counted (``flowplanner_perf_samples_set_aside_total``). A lone stall or wrong unit
+    then cannot reject or bend the fit (two within that window are learned, as a change of
+    speed would be), while a real change of engine speed still comes through. Reference:
+    ``None`` (every forward pass is learned)."""
 
     # --- throughput scaling (§9.3) ---
     throughput_adjustment_interval_seconds: Positive = Field(

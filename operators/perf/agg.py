@@ -5,7 +5,6 @@ from __future__ import annotations
 from operators.perf.basis import WallTimeFit
 from operators.perf.moving_average import DecodeShape, MovingAverage, PrefillShape
 from operators.perf.regression import (
-    SUSPECT_FACTOR,
     FpmRegressor,
     chunked_prefill_seconds,
     clamp_kv_hit_rate,
@@ -76,7 +75,7 @@ class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
         max_num_fpm_samples: int = 64,
         min_observations: int = 5,
         bucket_count: int = 16,
-        suspect_factor: float | None = SUSPECT_FACTOR,
+        suspect_factor: float | None = None,
     ) -> None:
         super().__init__(
             max_num_fpm_samples, min_observations, bucket_count, suspect_factor=suspect_factor

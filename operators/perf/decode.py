@@ -8,7 +8,6 @@ from river import stats
 
 from operators.perf.moving_average import DecodeShape, MovingAverage
 from operators.perf.regression import (
-    SUSPECT_FACTOR,
     FpmRegressor,
     effective_accept_length,
     require_finite,
@@ -53,7 +52,7 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
         max_num_fpm_samples: int = 64,
         min_observations: int = 5,
         bucket_count: int = 16,
-        suspect_factor: float | None = SUSPECT_FACTOR,
+        suspect_factor: float | None = None,
     ) -> None:
         super().__init__(
             max_num_fpm_samples, min_observations, bucket_count, suspect_factor=suspect_factor

@@ -7,7 +7,6 @@ import math
 from operators.perf.basis import PerfModelBasis
 from operators.perf.moving_average import MovingAverage, PrefillShape
 from operators.perf.regression import (
-    SUSPECT_FACTOR,
     FpmRegressor,
     chunked_prefill_seconds,
     clamp_kv_hit_rate,
@@ -54,7 +53,7 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
         min_observations: int = 5,
         bucket_count: int = 16,
         basis: PerfModelBasis = "linear",
-        suspect_factor: float | None = SUSPECT_FACTOR,
+        suspect_factor: float | None = None,
     ) -> None:
         super().__init__(max_num_fpm_samples, min_observations, bucket_count, basis, suspect_factor)
         self.isl_average = MovingAverage(max_num_fpm_samples)

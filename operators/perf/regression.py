@@ -43,10 +43,6 @@ from operators.perf.basis import (
 from operators.perf.samples import BucketedSampleStore, least_squares
 from schemas import ForwardPassMetrics
 
-SUSPECT_FACTOR = 4.0
-"""A forward pass that took more than this many times the wall time the model predicts for it,
-or less than its inverse, is a *suspect* (see :class:`FpmRegressor`)."""
-
 MAX_KV_HIT_RATE_DISCOUNT = 0.95
 """The KV-cache hit rate discount on prefill work is clamped to ``[0, 0.95]`` (spec §3.3)."""
 
@@ -116,19 +112,22 @@ class Suspect:
 class FpmRegressor(base.Regressor):
     """Base class: OLS of forward-pass wall time on a few FPM features (see module docstring).
 
-    **Suspects** (ours; the reference learns every forward pass). Least squares over at most
+    **Suspects** (ours, with ``suspect_factor``; ``None``, the default, learns every forward
+    pass as the reference does; the planner's config gives 4). Least squares over at most
     ``max_num_fpm_samples`` samples lets one wrong forward pass — a 5 s stall, a wall time in
     the wrong unit, within every bound a dead letter checks — pull the fit for as long as the
-    store keeps it, which for a lone sample in an outer bucket is a long time. So
-    once the model has a fit made from at least half the store, a forward pass offered through
-    :meth:`add_observation` whose wall time is more than ``SUSPECT_FACTOR`` (4) times that fit's
-    prediction, or less than a quarter of it, is held back as a suspect. A second suspect on the
-    same side (slower, or faster) within the next ``max_num_fpm_samples`` forward passes confirms
-    it: both are learned, in order — a real change of the engine's speed (or a region the fit
-    does not reach) comes through in pairs, nothing of it is lost. A suspect nobody confirms in
-    that time is set aside (:attr:`set_aside` counts them; the planner exports the count). The
-    screening fit is the one the model last computed, i.e. at the last tick, so screening costs
-    one prediction per forward pass and never a refit. Benchmark FPMs and :meth:`learn_one`
+    store keeps it, which for a lone sample in an outer bucket is a long time, or reject it
+    outright (a negative slope). So a forward pass offered through :meth:`add_observation`
+    whose wall time is more than ``suspect_factor`` times the *screening fit's* prediction, or
+    less than its inverse, is held back as a suspect. A second suspect on the same side
+    (slower, or faster) within the next ``max_num_fpm_samples`` forward passes confirms it:
+    both are learned, in order — a real change of the engine's speed (or a region the fit does
+    not reach) comes through in pairs, nothing of it is lost. A suspect nobody confirms in that
+    time is set aside (:attr:`set_aside` counts them; the planner exports the count). The
+    screening fit is the last *accepted* fit made from at least half the store: computed at a
+    tick, never per forward pass (screening costs one prediction), and kept while later fits
+    are rejected, so a confirmed pair of stalls that rejects the fit does not switch screening
+    off. Before the first such fit nothing is screened. Benchmark FPMs and :meth:`learn_one`
     (river's interface, given curated samples) are never screened.
 
     Subclasses set ``feature_names`` (and ``relaxable_features``, ``piecewise_features``) and
@@ -157,7 +156,7 @@ class FpmRegressor(base.Regressor):
     suspects: tuple[Suspect, ...] = ()  # at most one per side
     live_offered = 0  # forward passes offered through add_observation
     set_aside = 0  # suspects never confirmed
-    _screen: WallTimeFit | None = None  # the last fit made from half the store or more
+    _screen: WallTimeFit | None = None  # the last accepted fit made from half the store or more
 
     def __init__(
         self,
@@ -165,7 +164,7 @@ class FpmRegressor(base.Regressor):
         min_observations: int = 5,
         bucket_count: int = 16,
         basis: PerfModelBasis = "linear",
-        suspect_factor: float | None = SUSPECT_FACTOR,
+        suspect_factor: float | None = None,
     ) -> None:
         if suspect_factor is not None and not (
             isinstance(suspect_factor, Real)
@@ -374,6 +373,6 @@ class FpmRegressor(base.Regressor):
                 ]
                 fit = monotone_least_squares(xs, ys, segments)
             self._outcome = (fit, outcome.reason)
-            if len(stored) * 2 >= self.max_num_fpm_samples:
+            if fit is not None and len(stored) * 2 >= self.max_num_fpm_samples:
                 self._screen = fit
         return self._outcome[0]

@@ -14,6 +14,7 @@ from operators.perf import DecodePerfModel, PrefillPerfModel
 from tests.core.test_perf_models import decode_fpm, prefill_fpm
 
 TOKENS = (512, 1024, 2048, 4096, 8192)
+FACTOR = 4.0  # the planner's default (PlannerConfig.perf_model_suspect_factor)
 
 
 def wall(tokens: int, speed: float = 1.0) -> float:
@@ -23,7 +24,7 @@ def wall(tokens: int, speed: float = 1.0) -> float:
 
 def trained_prefill(samples: int = 64) -> PrefillPerfModel:
     """A full store of clean forward passes, and a fit made from it (as a tick makes)."""
-    model = PrefillPerfModel()
+    model = PrefillPerfModel(suspect_factor=FACTOR)
     for i in range(samples):
         tokens = TOKENS[i % len(TOKENS)]
         model.add_observation(prefill_fpm(tokens, wall(tokens)))
@@ -89,7 +90,7 @@ def test_screening_waits_for_a_fit_from_half_the_store() -> None:
 def test_noisy_clean_stream_is_never_screened_out() -> None:
     # ±30 % noise on every pass (far more than a healthy engine shows) stays inside the factor.
     rng = random.Random(7)
-    model = DecodePerfModel()
+    model = DecodePerfModel(suspect_factor=FACTOR)
     for i in range(2000):
         n = rng.randint(1, 256)
         kv = n * rng.randint(200, 4000)
@@ -103,6 +104,30 @@ def test_suspects_survive_a_snapshot() -> None:
     model = trained_prefill()
     model.add_observation(prefill_fpm(512, 5.0))
     restored = pickle.loads(pickle.dumps(model))
+    assert restored.suspects == model.suspects and len(restored.suspects) == 1
     restored.add_observation(prefill_fpm(1024, 6.0))  # confirms the held one
-    assert restored.suspects == () and restored.num_observations == 64
-    assert model.coefficients is not None and restored.coefficients is None  # both learned
+    assert restored.suspects == ()
+    learned = [wall for _, wall in restored.samples.samples()]
+    assert learned[-2:] == [5.0, 6.0]  # both, in order
+
+
+def test_a_confirmed_pair_that_rejects_the_fit_does_not_switch_screening_off() -> None:
+    # Two stalls confirm each other and are learned; the fit they leave is rejected (negative
+    # slope). The screen keeps the last accepted fit, so the next lone stall is still held.
+    model = trained_prefill()
+    model.add_observation(prefill_fpm(512, 5.0))
+    model.add_observation(prefill_fpm(1024, 6.0))
+    assert model.coefficients is None  # the refit a tick makes is rejected
+    model.add_observation(prefill_fpm(2048, 7.0))
+    assert len(model.suspects) == 1
+
+
+def test_models_learn_every_pass_unless_given_a_factor() -> None:
+    # The reference behaviour is the models' default; the planner's config asks for the screen.
+    model = PrefillPerfModel()
+    for i in range(64):
+        tokens = TOKENS[i % len(TOKENS)]
+        model.add_observation(prefill_fpm(tokens, wall(tokens)))
+    assert model.coefficients is not None
+    model.add_observation(prefill_fpm(512, 5.0))
+    assert model.suspects == () and model.coefficients is None
