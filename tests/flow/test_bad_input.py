@@ -24,7 +24,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
     def fpm_event(**changes):
         event = {
             "type": "fpm",
-            "deployment": "alpha",
+            "deployment": "llama",
             "time": t,
             "payload": json.loads(json.dumps(GOOD_FPM)),
         }
@@ -40,13 +40,13 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
         row = [row_time, 0, 0.5, 0, 0, 0.0, 0, 64, kv_tokens, 0.0, 0, 0, 0.0, 0, 0, 0.0]
         payload = {"role": "decode", "worker_id": "w0", "rows": [row]}
         return json.dumps(
-            {"type": "fpm_batch", "deployment": "alpha", "time": t, "payload": payload}
+            {"type": "fpm_batch", "deployment": "llama", "time": t, "payload": payload}
         )
 
     return [
-        ('{"type": "fpm", "deployment": "alpha", "time": ', "Invalid JSON"),
+        ('{"type": "fpm", "deployment": "llama", "time": ', "Invalid JSON"),
         # Unix time in milliseconds: would move the planner's clock millennia ahead
-        (json.dumps({"type": "clock", "deployment": "alpha", "time": 1.7e12}), "clock.time"),
+        (json.dumps({"type": "clock", "deployment": "llama", "time": 1.7e12}), "clock.time"),
         (
             fpm_event(**{"payload.fpm.scheduled_requests.sum_decode_kv_tokens": 10**400}),
             "fpm.scheduled_requests.sum_decode_kv_tokens",
@@ -74,7 +74,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
             json.dumps(
                 {
                     "type": "inventory",
-                    "deployment": "alpha",
+                    "deployment": "llama",
                     "time": t,
                     "payload": {"ready_num_decode": -1},
                 }
@@ -85,7 +85,7 @@ def bad_lines(t: float) -> list[tuple[str, str]]:
 
 
 def test_bad_lines_are_dead_lettered_and_valid_lines_still_decide(tmp_path):
-    valid = decode_ramp("alpha", engines=2, seconds=60)
+    valid = decode_ramp("llama", engines=2, seconds=60)
     clean = [json.dumps(e) for e in valid]
     mixed, expected_reasons = [], []
     for i, line in enumerate(clean):
@@ -95,7 +95,7 @@ def test_bad_lines_are_dead_lettered_and_valid_lines_still_decide(tmp_path):
                 mixed.append(bad)
                 expected_reasons.append(words)
     assert len(expected_reasons) >= 24
-    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
     (tmp_path / "clean.jsonl").write_text("\n".join(clean) + "\n")
     (tmp_path / "mixed.jsonl").write_text("\n".join(mixed) + "\n")
 

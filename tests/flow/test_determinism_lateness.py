@@ -39,14 +39,14 @@ def only(records: list, deployment: str) -> list:
     return [r for r in records if r.deployment == deployment]
 
 
-@pytest.mark.parametrize("beta_lateness", [30.0, 0.0])
-def test_a_deployment_is_late_and_ticks_by_its_own_lateness(beta_lateness, workers):
+@pytest.mark.parametrize("llama_lateness", [30.0, 0.0])
+def test_a_deployment_is_late_and_ticks_by_its_own_lateness(llama_lateness, workers):
     alpha = decode_ramp("alpha", engines=2, seconds=60)
     alpha_alone = run({"alpha": DECODE_CONFIG}, with_late_pass(alpha), workers)
-    beta = DECODE_CONFIG | {"allowed_lateness_seconds": beta_lateness}
+    llama = DECODE_CONFIG | {"allowed_lateness_seconds": llama_lateness}
     both = run(
-        {"alpha": DECODE_CONFIG, "beta": beta},
-        with_late_pass(merge_streams(alpha, decode_ramp("beta", engines=3, seconds=60))),
+        {"alpha": DECODE_CONFIG, "llama": llama},
+        with_late_pass(merge_streams(alpha, decode_ramp("llama", engines=3, seconds=60))),
         workers,
     )
 

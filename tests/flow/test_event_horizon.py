@@ -116,9 +116,9 @@ def test_after_a_quiet_spell_an_old_event_is_late(tmp_path, kafka_bootstrap, kaf
 
     try:
         for counter in range(1, 9):
-            send(counter, time.time())
+            last = time.time()  # the newest event time: a window without events never ticks,
+            send(counter, last)  # so the first tick after it is the end of its window
             time.sleep(0.25)
-        last = time.time()
         # quiet until the host clock has closed every window of those events
         wait_until(
             lambda: ticks.exists() and any(t["time"] > last for t in read_jsonl(ticks)),

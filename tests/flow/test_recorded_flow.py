@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.flow.cluster import worker_of
 from tests.flow.runner import flowplanner, run_recorded, write_config
 from tests.flow.streams import (
     DECODE_CONFIG,
@@ -28,9 +29,9 @@ def true_itl_ms(kv: int, n: int) -> float:
 def two_deployments(tmp_path_factory):
     root = tmp_path_factory.mktemp("recorded")
     stream = merge_streams(
-        decode_ramp("alpha", engines=2, seconds=120), decode_ramp("beta", engines=3, seconds=120)
+        decode_ramp("alpha", engines=2, seconds=120), decode_ramp("llama", engines=3, seconds=120)
     )
-    config = write_config(root / "planner.yaml", {"alpha": DECODE_CONFIG, "beta": DECODE_CONFIG})
+    config = write_config(root / "planner.yaml", {"alpha": DECODE_CONFIG, "llama": DECODE_CONFIG})
     return root, config, write_stream(root / "stream.jsonl", stream), stream
 
 
@@ -44,7 +45,7 @@ def test_recorded_stream_yields_decisions_that_follow_the_load(two_deployments):
     root, config, stream_path, stream = two_deployments
     decisions, ticks, dead = run_flow(root, config, stream_path, "w1")
     assert dead == []
-    for name, engines in (("alpha", 2), ("beta", 3)):
+    for name, engines in (("alpha", 2), ("llama", 3)):
         mine = [t for t in ticks if t["deployment"] == name]
         # one tick per 5 s window of event time, the load loop running every time
         assert [t["time"] for t in mine] == [5.0 * k for k in range(1, 25)]
@@ -138,3 +139,11 @@ def test_file_outputs_hold_one_run_even_one_that_writes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "0 decisions" in done.stderr
     assert all(path.read_text() == "" for path in outputs.values())
+
+
+def test_the_test_deployments_cross_workers() -> None:
+    # What makes the 2-worker runs of these tests worth running: their deployments' state
+    # lives on different workers (bytewax hashes the key), so inputs cross between workers.
+    placement = worker_of(["alpha", "beta", "llama", "d"], workers=2)
+    assert placement["alpha"] == placement["beta"]
+    assert placement["llama"] == placement["d"] != placement["alpha"]
