@@ -310,7 +310,6 @@ def run_steps(
         times.seconds["decode+admit"] += time.process_time() - start
         events = [e for e in admitted if not isinstance(e, DeadLetter)]
         assert len(events) == len(admitted), "the bench stream is valid"
-        del admitted
 
         start = time.process_time()
         closed: list[tuple[str, float, TickWindow]] = []

@@ -97,6 +97,7 @@ def test_zmq_fpms_drive_decisions(tmp_path):
         )
         port = metrics_port(planner, err_path)
         engines.join(timeout=180)  # for the planner to subscribe (120 s), then 20 s of passes
+        assert engines.exitcode == 0, f"the engines ended with {engines.exitcode}"
         # windows close on the system clock: wait for what is asserted below, not a fixed time
         wait_until(
             lambda: any(d["reason"] == "scale_up" for d in lines_of(decisions_file)),
