@@ -212,6 +212,8 @@ class DeploymentPlanner:
                 if not rows:
                     continue
             self.latest[key] = rows[-1]
+            if per_engine == 1:
+                continue  # the reference: a load tick trains on each engine's latest FPM
             if self.config.mode == "agg":
                 average = time_average(rows)
                 samples = [average] if average is not None else []
@@ -273,7 +275,13 @@ class DeploymentPlanner:
             traffic=traffic,
             worker_counts=self.inventory,
             fpm_observations=self._observations() if tick.need_worker_fpm else None,
-            training_fpms=self.training if tick.need_worker_fpm else None,
+            # None: the core trains on the latest FPM of each engine, heartbeats too (the
+            # reference, ``fpm_samples_per_engine_per_tick = 1``)
+            training_fpms=(
+                self.training
+                if tick.need_worker_fpm and self.config.fpm_samples_per_engine_per_tick > 1
+                else None
+            ),
         )
         effects = self.machine.on_tick(tick, tick_input)
         if tick.need_worker_fpm:

@@ -331,10 +331,11 @@ class PlannerStateMachine:
     def _load_single(
         self, role: Role, fpms: Fpms | None, diag: TickDiagnostics
     ) -> ScaleTarget | None:
-        """Prefill-only or decode-only mode (spec §4.7). Ours: a rule without an opinion keeps
-        the current count and the floors still apply to it — as §4.7 has it for disagg and agg;
-        the reference returns ``None`` here, so in single mode its throughput floor would act
-        only on ticks where the load rule happens to have an opinion."""
+        """Prefill-only, decode-only or agg mode (spec §4.7). Ours
+        (``load_hold_applies_floors``): in prefill-only and decode-only modes a rule without an
+        opinion keeps the current count and the floors still apply to it — as §4.7 has it for
+        disagg and agg; the reference returns ``None`` here, so in single mode its throughput
+        floor acts only on ticks where the load rule happens to have an opinion."""
         n = self.inventory.ready(role)
         if self.inventory.scaling_in_progress(role):
             self._set_load_reason(diag, "scaling_in_progress")
@@ -346,6 +347,15 @@ class PlannerStateMachine:
             self._set_load_reason(diag, "worker_count_mismatch")
             return None
         proposal = self._propose(role, fpms, n, diag)
+        if (
+            proposal.desired is None
+            and self.config.mode != "agg"  # agg holds at N and floors it (§4.7), as we do
+            and not self.config.load_hold_applies_floors
+        ):  # the reference: no opinion, no decision
+            self._set_load_reason(
+                diag, settle_reason(current=n, proposal=proposal, post_floor=n, final=n)
+            )
+            return None
         original = n if proposal.desired is None else proposal.desired
         post_floor = self._apply_floor(role, original)
         final = self._budget_single(role, post_floor)

@@ -63,6 +63,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "perf_model_basis": "linear",
     "fpm_samples_per_engine_per_tick": 1,
     "perf_model_suspect_factor": None,
+    "load_hold_applies_floors": False,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -173,7 +174,9 @@ class PlannerConfig(BaseModel):
     must leave every survivor within its ``max_num_seqs`` (the reference sees neither)."""
     fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
     """*ours*: how many of an engine's forward passes in a tick window train the perf model
-    (evenly spaced; the reference trains on the latest one only)."""
+    (evenly spaced; an aggregated engine trains on the window's mean pass instead). Reference:
+    ``1``, which means what the reference does: each load tick trains on every engine's latest
+    FPM, once, whatever it is (an idle heartbeat only moves the moving averages)."""
     bootstrap_within_engine_limits: bool = True
     """*ours*: once the engines' ``max_num_seqs`` / ``max_num_batched_tokens`` /
     ``max_kv_tokens`` are known, drop the profile (bootstrap) samples no forward pass of these
@@ -206,6 +209,12 @@ class PlannerConfig(BaseModel):
     load_rate_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """*ours*: the highest share of its capacity a load scale-down may leave each surviving
     engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""
+    load_hold_applies_floors: bool = True
+    """*ours*: in prefill-only and decode-only modes, a load tick whose rule keeps the count
+    (no change, insufficient data, a refused scale-down) still lifts the role to its
+    throughput lower bound and minimum endpoint, as the reference does in disagg and agg mode.
+    Reference: ``False`` (spec §4.7: there such a tick makes no decision, so the throughput
+    floor acts only on ticks where the load rule proposes a count)."""
 
     # --- budget / endpoints (§9.5) ---
     max_gpu_budget: int = 8

@@ -14,7 +14,13 @@ import pytest
 
 from operators.state_machine import PlannerStateMachine
 from operators.tick import FpmObservations, ScheduledTick, TickInput
-from schemas import EngineCapabilities, TrafficObservation, WorkerCapabilities, WorkerCounts
+from schemas import (
+    EngineCapabilities,
+    PlannerConfig,
+    TrafficObservation,
+    WorkerCapabilities,
+    WorkerCounts,
+)
 from tests.core.planner_inputs import (
     AGG_TRAINING,
     DECODE_TRAINING,
@@ -831,3 +837,69 @@ def test_bootstrap_feeds_only_the_models_a_deployment_has():
     assert agg.load_benchmark_fpms("prefill", PREFILL_TRAINING) == 5
     assert agg.load_benchmark_fpms("decode", DECODE_TRAINING) == 5
     assert agg.agg_model.num_observations == 10
+
+
+class TestSingleRoleHoldAndFloors:
+    """Spec §4.7, single (prefill-only / decode-only) mode: a rule without an opinion returns
+    ``None`` — the throughput floor acts only on ticks where the rule has one. Ours
+    (``load_hold_applies_floors``): the floors apply to the held count too, as in disagg/agg."""
+
+    def tick_below_the_floor(self, machine):
+        # throughput tick: 150 req / 60 s at 0.998 rps per engine → lower bound 3
+        run_tick(
+            machine,
+            now_s=60.0,
+            traffic=TrafficObservation(duration_s=60, num_req=150, isl=1000, osl=150),
+            counts=WorkerCounts(ready_num_prefill=1),
+        )
+        assert machine.throughput_lower_bounds["prefill"] == 3
+        # load tick, one engine well within the SLA: N = 1 never scales down → no opinion
+        return run_tick(
+            machine,
+            now_s=65.0,
+            prefill=engines(1, prefill_tokens=500, prefill_requests=1, wall_time=0.502),
+            counts=WorkerCounts(ready_num_prefill=1),
+        )
+
+    def test_reference_holds_without_a_decision(self):
+        machine = prefill_core(ttft_ms=5000.0, load_hold_applies_floors=False)
+        effects = self.tick_below_the_floor(machine)
+        assert effects.scale_to is None
+        assert effects.diagnostics.load_decision_reason == "no_change"
+
+    def test_reference_variant_is_the_reference(self):
+        machine = PlannerStateMachine(
+            PlannerConfig(
+                mode="prefill",
+                optimization_target="sla",
+                enable_load_scaling=True,
+                ttft_ms=5000.0,
+                throughput_adjustment_interval_seconds=60,
+                load_predictor="constant",
+                max_gpu_budget=-1,
+            ).reference_variant(),
+            default_caps(),
+        )
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        assert self.tick_below_the_floor(machine).scale_to is None
+
+    def test_ours_lifts_the_held_count_to_the_floor(self):
+        machine = prefill_core(ttft_ms=5000.0)
+        effects = self.tick_below_the_floor(machine)
+        assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (3, "scale_up")
+
+    def test_reference_still_applies_the_floor_when_the_rule_has_an_opinion(self):
+        machine = prefill_core(ttft_ms=5000.0, load_hold_applies_floors=False)
+        run_tick(
+            machine,
+            now_s=60.0,
+            traffic=TrafficObservation(duration_s=60, num_req=150, isl=1000, osl=150),
+            counts=WorkerCounts(ready_num_prefill=4),
+        )
+        effects = run_tick(  # 4 idle engines: the rule wants 3, the floor keeps 3
+            machine,
+            now_s=65.0,
+            prefill=engines(4, prefill_tokens=500, prefill_requests=1, wall_time=0.502),
+            counts=WorkerCounts(ready_num_prefill=4),
+        )
+        assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (3, "scale_down")
