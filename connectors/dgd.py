@@ -28,6 +28,8 @@ Inventory (:meth:`DgdActuator.read_inventory`)
     ``spec == updatedReplicas == ready`` on a status that has observed the current generation.
     A service gone from the spec, or whose ``replicas`` is not a non-negative integer, has an
     unknown (``None``) expected count; that is logged as a warning when it starts or changes.
+    A count no fleet has (above ``schemas.events.MAX_REPLICAS``, or beyond u64) makes the read
+    fail (:class:`DgdUnavailableError`, counted in ``flowplanner_dgd_read_errors_total``).
 
 Applying a decision (:meth:`DgdActuator.apply`)
     One JSON merge patch (``Content-Type: application/merge-patch+json``)::
@@ -116,6 +118,7 @@ from schemas import (
     WorkerCounts,
     describe_validation_error,
 )
+from schemas.events import inventory_implausibility
 
 __all__ = [
     "DGD_NAME_ENV",
@@ -492,7 +495,15 @@ class DgdActuator:
         if problems and problems != self._spec_problems:
             log.warning("DGD %s: expected replicas unknown: %s", self.dgd, problems)
         self._spec_problems = problems
-        return worker_counts(dgd, services)
+        try:
+            counts = worker_counts(dgd, services)
+            absurd = inventory_implausibility(counts)
+        except ValidationError as exc:  # a count beyond u64
+            absurd = describe_validation_error(exc)
+        if absurd is not None:
+            DGD_READ_ERRORS.labels(dgd=self.dgd).inc()
+            raise DgdUnavailableError(f"DGD {self.dgd}: implausible replica counts: {absurd}")
+        return counts
 
     # ------------------------------------------------------------------ scaling
     def apply(self, decision: ScalingDecision) -> ApplyResult:

@@ -11,7 +11,10 @@ Layout of a profile directory (what the profiler writes)::
 
 The NPZ of a side wins; its JSON is read only when the NPZ is absent. A side with neither file
 is ``None`` in the result; a directory with no side at all, an unreadable file, a missing key or
-a bad value raises :class:`ProfileError` naming the file and the key.
+a bad value (not finite, out of range, or beyond a plausibility ceiling: lengths above
+``schemas.events.MAX_REQUEST_TOKENS``, ``max_kv_tokens`` above ``schemas.fpm.MAX_FPM_TOKENS``,
+latencies above :data:`MAX_PROFILE_LATENCY_MS`, throughputs above :data:`MAX_PROFILE_THROUGHPUT`)
+raises :class:`ProfileError` naming the file and the key.
 
 :func:`read_benchmark` reads the other bootstrap source, a worker's self-benchmark.
 """
@@ -28,6 +31,8 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import ValidationError
 
+from schemas.events import MAX_REQUEST_TOKENS
+from schemas.fpm import MAX_FPM_TOKENS
 from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
 
 PREFILL_NPZ = Path("selected_prefill_interpolation") / "raw_data.npz"
@@ -39,19 +44,34 @@ _Side = TypeVar("_Side", PrefillProfile, DecodeProfile)
 
 # key -> check on every value (description, predicate)
 _Check = tuple[str, Callable[[float], bool]]
-_POSITIVE: _Check = ("> 0", lambda v: v > 0)
-_NON_NEGATIVE: _Check = (">= 0", lambda v: v >= 0)
+MAX_PROFILE_LATENCY_MS = 3_600_000.0
+"""*ours*: the longest TTFT or ITL a profile point may report (an hour): beyond it the point is
+a broken measurement, not a slow engine."""
+MAX_PROFILE_THROUGHPUT = 1e9
+"""*ours*: the most tokens per second per GPU a profile point may report (10^4x today's best)."""
+
 _FRACTION: _Check = ("in [0, 1]", lambda v: 0 <= v <= 1)
+
+
+def _within(low: str, limit: float, name: str) -> _Check:
+    above = (lambda v: v > 0) if low == "> 0" else (lambda v: v >= 0)
+    return (f"{low} and <= {name} = {limit:g}", lambda v: above(v) and v <= limit)
+
+
+_LENGTH = _within("> 0", MAX_REQUEST_TOKENS, "MAX_REQUEST_TOKENS")
+_CONTEXT = _within(">= 0", MAX_REQUEST_TOKENS, "MAX_REQUEST_TOKENS")
+_LATENCY = _within("> 0", MAX_PROFILE_LATENCY_MS, "MAX_PROFILE_LATENCY_MS")
+_THROUGHPUT = _within(">= 0", MAX_PROFILE_THROUGHPUT, "MAX_PROFILE_THROUGHPUT")
 PREFILL_ARRAYS: dict[str, _Check] = {
-    "prefill_isl": _POSITIVE,
-    "prefill_ttft": _POSITIVE,
-    "prefill_thpt_per_gpu": _NON_NEGATIVE,
+    "prefill_isl": _LENGTH,
+    "prefill_ttft": _LATENCY,
+    "prefill_thpt_per_gpu": _THROUGHPUT,
 }
 DECODE_ARRAYS: dict[str, _Check] = {
     "x_kv_usage": _FRACTION,
-    "y_context_length": _NON_NEGATIVE,
-    "z_itl": _POSITIVE,
-    "z_thpt_per_gpu": _NON_NEGATIVE,
+    "y_context_length": _CONTEXT,
+    "z_itl": _LATENCY,
+    "z_thpt_per_gpu": _THROUGHPUT,
 }
 
 
@@ -100,6 +120,8 @@ def read_benchmark(path: str | Path) -> Any:
         raise ProfileError(f"cannot read self-benchmark {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ProfileError(f"self-benchmark {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"self-benchmark {path} is not valid JSON: nested too deeply") from None
 
 
 def _load_side(
@@ -123,8 +145,10 @@ def _read_npz(path: Path) -> dict[str, Any]:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # also UnicodeDecodeError, JSONDecodeError, > 4300 digits
         raise ProfileError(f"{path}: not a readable JSON file ({exc})") from exc
+    except RecursionError:
+        raise ProfileError(f"{path}: not a readable JSON file (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -136,7 +160,7 @@ def _array(path: Path, data: dict[str, Any], key: str, check: _Check) -> list[fl
     raw = data[key]
     try:
         values = np.asarray(raw, dtype=float)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int > 1e308
         raise ProfileError(f"{path}: key {key!r} is not an array of numbers ({exc})") from exc
     if isinstance(raw, np.ndarray) and raw.dtype.kind not in "iuf":
         raise ProfileError(f"{path}: key {key!r} has dtype {raw.dtype}, expected numbers")
@@ -175,8 +199,11 @@ def _decode_from(path: Path, data: dict[str, Any]) -> DecodeProfile:
     if raw.dtype.kind not in "iuf" or raw.size == 0 or raw.ndim > 1:
         raise ProfileError(f"{path}: key 'max_kv_tokens' must be a number (or a 1-D array of one)")
     max_kv = float(raw.reshape(-1)[0])
-    if not math.isfinite(max_kv) or max_kv < 1 or max_kv != int(max_kv):
-        raise ProfileError(f"{path}: key 'max_kv_tokens' = {max_kv!r} must be an integer >= 1")
+    if not math.isfinite(max_kv) or not 1 <= max_kv <= MAX_FPM_TOKENS or max_kv != int(max_kv):
+        raise ProfileError(
+            f"{path}: key 'max_kv_tokens' = {max_kv!r} must be an integer >= 1 and"
+            f" <= MAX_FPM_TOKENS = {MAX_FPM_TOKENS}"
+        )
     try:
         return DecodeProfile(**arrays, max_kv_tokens=int(max_kv))
     except ValidationError as exc:  # pragma: no cover - the checks above are stricter

@@ -14,7 +14,10 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
 * A failed query (connection refused, timeout, HTTP or PromQL error, a truncated or malformed
   response: wrong shape, a non-string label value, a value that is not a number) → unknown.
   No retries.
-* A request count that is NaN, infinite or negative → unknown (``bad_count``).
+* A request count that is NaN, infinite or negative → unknown (``bad_count``); a negative mean
+  ISL/OSL → unknown (``bad_length``); values no real fleet reports (above the ceilings of
+  ``schemas.events.traffic_implausibility``: e.g. 1e300 requests, a mean ISL of 1e299) → unknown
+  (``implausible``).
 * ISL/OSL are ``increase(_sum)/increase(_count)``. NaN (no completed request) or missing is
   normalised to 0 only when the request count is exactly 0 (a confirmed idle window, spec §17
   item 3); with requests in the window it makes the observation unknown.
@@ -28,7 +31,8 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
   ``None`` (the planner keeps its last value). Like the hit rate it never makes the observation
   unknown.
 
-Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deployment,reason}``;
+Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deployment,reason}``
+(a read that fails in an unforeseen way too, as ``error``);
 :attr:`PrometheusTrafficSource.last_unknown_reason` holds the last explanation.
 
 :class:`PrometheusTrafficInput` is the bytewax source: per deployment it reads the last
@@ -64,6 +68,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
 from connectors.polling import MAX_SLEEP, PENDING_CHECK
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
+from schemas.events import traffic_implausibility
 
 log = logging.getLogger(__name__)
 
@@ -377,21 +382,26 @@ class PrometheusTrafficSource:
                     raise _Unknown(
                         "lengths_unknown", f"{name} is {state} while {num_req:g} requests arrived"
                     )
+                if value < 0:
+                    raise _Unknown("bad_length", f"{name} is {_number(value)}, not a length")
+            assert isl is not None and osl is not None
+            observation = TrafficObservation(
+                duration_s=window_s,
+                num_req=num_req,
+                isl=isl,
+                osl=osl,
+                kv_hit_rate=self.kv_hit_rate(window_s, at),
+                accept_length=self.accept_length(window_s, at),
+            )
+            problem = traffic_implausibility(observation)
+            if problem is not None:
+                raise _Unknown("implausible", problem)
         except _Unknown as unknown:
             self._unknown(unknown.kind, str(unknown))
             return None
         except PrometheusQueryError as exc:
             self._unknown("query_failed", f"query failed: {exc}")
             return None
-        assert isl is not None and osl is not None
-        observation = TrafficObservation(
-            duration_s=window_s,
-            num_req=num_req,
-            isl=max(isl, 0.0),
-            osl=max(osl, 0.0),
-            kv_hit_rate=self.kv_hit_rate(window_s, at),
-            accept_length=self.accept_length(window_s, at),
-        )
         self.last_unknown_reason = None  # only once the read really produced an observation
         return observation
 
@@ -599,6 +609,7 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
             observation = self.source.observe(self.interval_s, at=now)
         except Exception:  # never let a bug in a read kill the dataflow: unknown, logged
             log.exception("traffic read of %s failed", self.source.deployment)
+            TRAFFIC_UNKNOWN.labels(deployment=self.source.deployment, reason="error").inc()
             return None
         if observation is None:
             return None

@@ -16,8 +16,9 @@ directory of traces (spec §7.6).
   ``request.replay.input_length`` else ``request.input_tokens``; OSL is
   ``request.output_tokens``. A repeated ``request_id`` keeps its first row.
 
-Malformed input raises :class:`TraceFormatError` naming the file and line; nothing is skipped
-silently except blank lines and non-request Dynamo events (tool calls).
+Malformed input raises :class:`TraceFormatError` naming the file and line (a token count above
+``schemas.events.MAX_REQUEST_TOKENS`` included); nothing is skipped silently except blank lines
+and non-request Dynamo events (tool calls).
 
 A live ``dynamo.request.trace.v1`` stream (a Kafka topic the frontend writes) is read one
 message at a time by :func:`dynamo_request_event`.
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from schemas import RequestEvent, RequestRecord
+from schemas.events import MAX_REQUEST_TOKENS
 from schemas.trace import TraceRequest
 
 TraceFormat = Literal["mooncake", "azure", "dynamo"]
@@ -231,6 +233,10 @@ def _parse_json(path: Path, lineno: int, text: str) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(path, lineno, f"invalid JSON: {exc.msg}") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (int's conversion limit)
+        raise TraceFormatError(path, lineno, f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise TraceFormatError(path, lineno, "invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise TraceFormatError(path, lineno, "a row must be a JSON object")
     return obj
@@ -248,10 +254,22 @@ def _count(path: Path, lineno: int, name: str, value: Any, minimum: int = 0) -> 
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceFormatError(path, lineno, f"{name} must be an integer, got {value!r}")
+        raise TraceFormatError(path, lineno, f"{name} must be an integer, got {value!r:.60}")
     if value < minimum:
         raise TraceFormatError(path, lineno, f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _length(path: Path, lineno: int, name: str, value: Any, minimum: int = 0) -> int:
+    """A request's token count: an integer from ``minimum`` to ``MAX_REQUEST_TOKENS``."""
+    count = _count(path, lineno, name, value, minimum)
+    if count > MAX_REQUEST_TOKENS:
+        raise TraceFormatError(
+            path,
+            lineno,
+            f"{name} = {count} is implausible (above MAX_REQUEST_TOKENS = {MAX_REQUEST_TOKENS})",
+        )
+    return count
 
 
 def _hashes(path: Path, lineno: int, name: str, value: Any) -> tuple[int, ...]:
@@ -278,8 +296,8 @@ def _read_mooncake(path: Path) -> Iterator[_Row]:
         ts = _number(path, lineno, "timestamp", obj["timestamp"])
         yield _Row(
             arrival=ts / 1000.0,
-            isl=_count(path, lineno, "input_length", obj["input_length"], 1),
-            osl=_count(path, lineno, "output_length", obj["output_length"]),
+            isl=_length(path, lineno, "input_length", obj["input_length"], 1),
+            osl=_length(path, lineno, "output_length", obj["output_length"]),
             hash_ids=_hashes(path, lineno, "hash_ids", obj.get("hash_ids")),
             request_id=None,
             block_size=MOONCAKE_BLOCK_SIZE if obj.get("hash_ids") else None,
@@ -326,7 +344,10 @@ def dynamo_request_event(
     event = _dynamo_event(obj)
     if event is None:
         raise TraceFormatError(source, position, f"not a {DYNAMO_SCHEMA} event")
-    if event.get("event_type") != "request_end":
+    kind = event.get("event_type")
+    if not isinstance(kind, str):
+        raise TraceFormatError(source, position, f"event_type must be a string, got {kind!r}")
+    if kind != "request_end":
         return None
     row = _dynamo_row(Path(source), position, event)
     if event.get("event_time_unix_ms") is None:
@@ -349,7 +370,10 @@ def _read_dynamo(path: Path) -> Iterator[_Row]:
         event = _dynamo_event(obj)
         if event is None:
             raise TraceFormatError(path, lineno, f"not a {DYNAMO_SCHEMA} event")
-        if event.get("event_type") != "request_end":
+        kind = event.get("event_type")
+        if not isinstance(kind, str):
+            raise TraceFormatError(path, lineno, f"event_type must be a string, got {kind!r}")
+        if kind != "request_end":
             continue
         row = _dynamo_row(path, lineno, event)
         if row.request_id is not None:
@@ -387,16 +411,16 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
             "event_time_unix_ms and request.total_time_ms",
         )
     if replay.get("input_length") is not None:
-        isl = _count(path, lineno, "request.replay.input_length", replay["input_length"], 1)
+        isl = _length(path, lineno, "request.replay.input_length", replay["input_length"], 1)
     elif request.get("input_tokens") is not None:
-        isl = _count(path, lineno, "request.input_tokens", request["input_tokens"], 1)
+        isl = _length(path, lineno, "request.input_tokens", request["input_tokens"], 1)
     else:
         raise TraceFormatError(
             path, lineno, "no input length (replay.input_length or request.input_tokens)"
         )
     if request.get("output_tokens") is None:
         raise TraceFormatError(path, lineno, "missing request.output_tokens")
-    osl = _count(path, lineno, "request.output_tokens", request["output_tokens"])
+    osl = _length(path, lineno, "request.output_tokens", request["output_tokens"])
     hashes = _hashes(
         path,
         lineno,
@@ -415,8 +439,8 @@ def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
         when = datetime.fromisoformat(main).replace(tzinfo=UTC)
     except ValueError as exc:
         raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp!r}") from exc
-    if frac and not frac.isdigit():
-        raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp!r}")
+    if frac and not (frac.isascii() and frac.isdigit() and len(frac) <= 18):
+        raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp[:60]!r}")
     return int(when.timestamp()), int(frac or 0), len(frac)
 
 
@@ -448,8 +472,8 @@ def _read_azure(path: Path) -> Iterator[_Row]:
                 rows.append(
                     _Row(
                         0.0,
-                        _count(path, lineno, "ContextTokens", _int_text(ctx), 1),
-                        _count(path, lineno, "GeneratedTokens", _int_text(gen)),
+                        _length(path, lineno, "ContextTokens", _int_text(ctx), 1),
+                        _length(path, lineno, "GeneratedTokens", _int_text(gen)),
                         (),
                         None,
                         None,

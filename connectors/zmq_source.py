@@ -197,7 +197,8 @@ class FpmWireDecoder:
         """Decode one payload received at ``time``."""
         try:
             m = self._decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+            # msgspec raises UnicodeDecodeError itself for a str (or map key) that is not UTF-8
             fpm = self.verdict(bytes(payload))
             return fpm.worker_id, fpm.dp_rank, fpm_to_row(time, fpm)
         # the wire struct has the schema's attribute names, so the schema's row layout applies

@@ -7,11 +7,19 @@ Every input of the planner is one JSON object per line::
 
 ``time`` is the event time in seconds (Unix time live, any origin in a recording). The planner's
 clock is the event time of its inputs, which is what makes a replay reproduce its decisions.
+
+Every payload that comes from outside is also checked for plausibility where its event is
+built: FPMs against ``schemas.fpm.FPM_CEILINGS``, inventories, capabilities, traffic and request
+records against the ceilings below (:func:`inventory_implausibility` and its siblings). A
+well-typed but absurd value (4.6e18 replicas, a 1e300-token prompt) fails validation, so the
+event is dead-lettered instead of steering a decision. Payload models built inside (the
+simulator, the planner's own traffic windows) are not held to them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -19,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 from schemas.fpm import (
     FPM_CEILINGS,
     MAX_COUNT,
+    MAX_FPM_REQUESTS,
+    MAX_FPM_TOKENS,
     Ceiling,
     Count,
     ForwardPassMetrics,
@@ -47,6 +57,46 @@ InputEventTime = Annotated[EventTime, Field(strict=True)]
 FPM payloads refuse strings), so a producer's type bug is a dead letter, not a guess."""
 
 _PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
+
+MAX_REQUEST_TOKENS = 2**27
+"""*ours*: the longest prompt (ISL) or output (OSL) one request may report, and the largest
+mean or quantile length of a traffic observation: 134 M tokens, over 10x the longest context
+window of any released model (10 M). A longer one is a broken counter (one request with
+``isl=2**62`` from a trace topic, or a Prometheus mean of 1e299, steered the throughput loop)."""
+
+MAX_REQUEST_RATE = 2**24
+"""*ours*: the most requests per second a traffic observation may report for one deployment
+(16.8 M/s, about a thousand times the largest public LLM services' peak); also refuses a count
+over a zero-second window."""
+
+MAX_TRAFFIC_WINDOW_S = 7 * 86_400.0
+"""*ours*: the longest window a traffic observation may cover (a week): a count over 1e300 s
+would read as no demand at all."""
+
+MAX_REPLICAS = 2**16
+"""*ours*: the most replicas (ready or expected) of one role an inventory may report: 65 536
+engines, far beyond any one deployment. (``ready_num_decode=2**62`` froze the load loop.)"""
+
+MAX_ENGINE_GPUS = 2**12
+"""*ours*: the most GPUs one engine may span (4096, beyond a multi-rack wide-EP engine)."""
+
+MAX_SPECULATIVE_TOKENS = 2**10
+"""*ours*: the most speculative (draft) tokens per step an engine may report."""
+
+
+def _first_above(values: Iterable[tuple[str, float | None, Ceiling]]) -> str | None:
+    """The reason the first value above its ceiling is refused, or ``None``."""
+    for name, value, ceiling in values:
+        if value is not None and value > ceiling.limit:
+            return f"{name} = {value!r} is implausible (above {ceiling.name} = {ceiling.limit!r})"
+    return None
+
+
+_REQUEST_TOKENS = Ceiling(MAX_REQUEST_TOKENS, "MAX_REQUEST_TOKENS")
+_WINDOW = Ceiling(MAX_TRAFFIC_WINDOW_S, "MAX_TRAFFIC_WINDOW_S")
+_REPLICAS = Ceiling(MAX_REPLICAS, "MAX_REPLICAS")
+_ENGINE_TOKENS = Ceiling(MAX_FPM_TOKENS, "MAX_FPM_TOKENS")
+_ENGINE_SEQS = Ceiling(MAX_FPM_REQUESTS, "MAX_FPM_REQUESTS")
 
 
 class EngineFpm(BaseModel):
@@ -166,6 +216,97 @@ class RequestRecord(BaseModel):
     osl: Count
     kv_hit_rate: Fraction | None = None
     accept_length: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
+
+
+def inventory_implausibility(counts: WorkerCounts) -> str | None:
+    """Why a worker inventory cannot be real (a count above :data:`MAX_REPLICAS`), or ``None``.
+
+    >>> print(inventory_implausibility(WorkerCounts(ready_num_decode=2**62)))
+    ready_num_decode = 4611686018427387904 is implausible (above MAX_REPLICAS = 65536)
+    """
+    return _first_above(
+        (name, getattr(counts, name), _REPLICAS)
+        for name in (
+            "ready_num_prefill",
+            "ready_num_decode",
+            "expected_num_prefill",
+            "expected_num_decode",
+        )
+    )
+
+
+def capabilities_implausibility(caps: WorkerCapabilities) -> str | None:
+    """Why engine capabilities cannot be real, or ``None``: GPUs above :data:`MAX_ENGINE_GPUS`,
+    token limits above ``MAX_FPM_TOKENS``, sequences above ``MAX_FPM_REQUESTS``, draft tokens
+    above :data:`MAX_SPECULATIVE_TOKENS`.
+
+    >>> print(capabilities_implausibility(WorkerCapabilities(
+    ...     prefill=EngineCapabilities(num_gpu=2**62))))
+    prefill.num_gpu = 4611686018427387904 is implausible (above MAX_ENGINE_GPUS = 4096)
+    """
+    checks: list[tuple[str, float | None, Ceiling]] = []
+    for role, engine in (("prefill", caps.prefill), ("decode", caps.decode)):
+        if engine is None:
+            continue
+        checks += [
+            (f"{role}.num_gpu", engine.num_gpu, Ceiling(MAX_ENGINE_GPUS, "MAX_ENGINE_GPUS")),
+            (f"{role}.max_num_batched_tokens", engine.max_num_batched_tokens, _ENGINE_TOKENS),
+            (f"{role}.max_num_seqs", engine.max_num_seqs, _ENGINE_SEQS),
+            (f"{role}.context_length", engine.context_length, _ENGINE_TOKENS),
+            (f"{role}.max_kv_tokens", engine.max_kv_tokens, _ENGINE_TOKENS),
+            (f"{role}.kv_cache_block_size", engine.kv_cache_block_size, _ENGINE_TOKENS),
+            (
+                f"{role}.speculative_nextn",
+                engine.speculative_nextn,
+                Ceiling(MAX_SPECULATIVE_TOKENS, "MAX_SPECULATIVE_TOKENS"),
+            ),
+        ]
+    return _first_above(checks)
+
+
+def request_implausibility(record: RequestRecord) -> str | None:
+    """Why a request record cannot be real (a length above :data:`MAX_REQUEST_TOKENS`), or
+    ``None``.
+
+    >>> print(request_implausibility(RequestRecord(isl=2**62, osl=10)))
+    isl = 4611686018427387904 is implausible (above MAX_REQUEST_TOKENS = 134217728)
+    """
+    return _first_above(
+        (("isl", record.isl, _REQUEST_TOKENS), ("osl", record.osl, _REQUEST_TOKENS))
+    )
+
+
+def traffic_implausibility(obs: TrafficObservation) -> str | None:
+    """Why a traffic observation cannot be real, or ``None``: a window above
+    :data:`MAX_TRAFFIC_WINDOW_S`, a mean or quantile length above :data:`MAX_REQUEST_TOKENS`,
+    or more than :data:`MAX_REQUEST_RATE` requests per second (any request in a 0 s window).
+
+    >>> print(traffic_implausibility(TrafficObservation(duration_s=60, num_req=1e300, isl=1,
+    ...                                                 osl=1)))  # doctest: +NORMALIZE_WHITESPACE
+    num_req = 1e+300 over duration_s = 60.0 is implausible (above MAX_REQUEST_RATE =
+    16777216 requests/s)
+    """
+    lengths = [("isl", obs.isl), ("osl", obs.osl)]
+    for name, quantiles in (
+        ("isl_quantiles", obs.isl_quantiles),
+        ("osl_quantiles", obs.osl_quantiles),
+    ):
+        lengths += [(f"{name}.{q}", v) for q, v in (quantiles or {}).items()]
+    problem = _first_above(
+        [("duration_s", obs.duration_s, _WINDOW)]
+        + [(name, value, _REQUEST_TOKENS) for name, value in lengths]
+    )
+    if problem is None and obs.num_req > MAX_REQUEST_RATE * obs.duration_s:
+        problem = (
+            f"num_req = {obs.num_req!r} over duration_s = {obs.duration_s!r} is implausible "
+            f"(above MAX_REQUEST_RATE = {MAX_REQUEST_RATE} requests/s)"
+        )
+    return problem
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
 
 
 FPM_BATCH_COLUMNS: tuple[str, ...] = (
@@ -404,6 +545,12 @@ class InventoryEvent(_Envelope):
     type: Literal["inventory"] = "inventory"
     payload: WorkerCounts
 
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_plausible(cls, payload: WorkerCounts) -> WorkerCounts:
+        _refuse(inventory_implausibility(payload))
+        return payload
+
 
 class CapabilitiesEvent(_Envelope):
     """Engine capabilities were discovered.
@@ -416,6 +563,12 @@ class CapabilitiesEvent(_Envelope):
 
     type: Literal["capabilities"] = "capabilities"
     payload: WorkerCapabilities
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_plausible(cls, payload: WorkerCapabilities) -> WorkerCapabilities:
+        _refuse(capabilities_implausibility(payload))
+        return payload
 
 
 class TrafficEvent(_Envelope):
@@ -430,6 +583,12 @@ class TrafficEvent(_Envelope):
     type: Literal["traffic"] = "traffic"
     payload: TrafficObservation
 
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_plausible(cls, payload: TrafficObservation) -> TrafficObservation:
+        _refuse(traffic_implausibility(payload))
+        return payload
+
 
 class RequestEvent(_Envelope):
     """A finished request (for traffic windows built inside the dataflow).
@@ -442,6 +601,12 @@ class RequestEvent(_Envelope):
 
     type: Literal["request"] = "request"
     payload: RequestRecord
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_plausible(cls, payload: RequestRecord) -> RequestRecord:
+        _refuse(request_implausibility(payload))
+        return payload
 
 
 class AckEvent(_Envelope):

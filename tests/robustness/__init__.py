@@ -1,0 +1,1 @@
+"""Adversarial inputs on every input path: bad input is a dead letter or a clear error."""

@@ -1,0 +1,80 @@
+"""A ``dynamo.request.trace.v1`` topic carrying messages that Python's JSON decoder refuses with
+something other than a ``JSONDecodeError`` (an integer of more than 4300 digits, nesting deeper
+than the recursion limit), an implausible prompt length and an ``event_type`` that is not a
+string: each is a dead letter naming the offset, the flow keeps going, and the valid requests
+around them are counted."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Producer
+
+from tests.flow.runner import flowplanner, read_jsonl, write_config
+
+INTERVAL_S = 60
+CONFIG = {
+    "mode": "decode",
+    "optimization_target": "sla",
+    "enable_load_scaling": False,
+    "enable_throughput_scaling": True,
+    "throughput_adjustment_interval_seconds": INTERVAL_S,
+}
+
+
+def request_end(at_s: float, isl: int | str = 100, osl: int | str = 10) -> bytes:
+    text = json.dumps(
+        {
+            "schema": "dynamo.request.trace.v1",
+            "event_type": "request_end",
+            "event_time_unix_ms": at_s * 1000,
+            "request": {"input_tokens": "ISL", "output_tokens": "OSL", "request_received_ms": 0},
+        }
+    )
+    return text.replace('"ISL"', str(isl)).replace('"OSL"', str(osl)).encode()
+
+
+def test_undecodable_trace_messages_are_dead_letters(tmp_path, kafka_bootstrap, kafka_topic):
+    deep = request_end(152)[:-1] + b', "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    bad = [
+        request_end(151, osl="9" * 5000),  # int() refuses > 4300 digits with a ValueError
+        deep,  # RecursionError in json.loads
+        request_end(153, isl=2**62),  # no prompt has 4.6e18 tokens
+        request_end(154).replace(b'"request_end"', b'["request_end"]'),  # not silently skipped
+    ]
+    valid = list(range(0, 305, 5))  # one finished request per load window
+    messages = [request_end(t) for t in valid if t <= 150] + bad
+    messages += [request_end(t) for t in valid if t > 150]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for message in messages:
+        producer.produce(kafka_topic, key="qwen", value=message)
+    assert producer.flush(30) == 0
+    config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
+
+    done = flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end&format=dynamo-trace&deployment=qwen",
+        "--ticks",
+        str(tmp_path / "ticks.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    first_bad = valid.index(150) + 1
+    assert [d["position"] for d in dead] == [first_bad + k for k in range(4)]
+    assert "4300 digits" in dead[0]["reason"]
+    assert "nested too deeply" in dead[1]["reason"]
+    assert "input_tokens = 4611686018427387904 is implausible" in dead[2]["reason"]
+    assert "event_type must be a string" in dead[3]["reason"]
+    assert all(d["reason"].startswith("invalid dynamo.request.trace.v1 event") for d in dead)
+    ticks = [t for t in read_jsonl(tmp_path / "ticks.jsonl") if t["ran_throughput"]]
+    observed = [t["observed_traffic"]["num_req"] for t in ticks]
+    assert observed == [sum(t["time"] - INTERVAL_S <= f < t["time"] for f in valid) for t in ticks]
+    assert any(t["time"] - INTERVAL_S <= 150 < t["time"] for t in ticks)  # the bad stretch
+    assert "4 dead-lettered" in done.stderr

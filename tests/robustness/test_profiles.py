@@ -1,0 +1,66 @@
+"""Profile files that Python's JSON decoder or numpy refuse with something other than the errors
+the reader already names (an integer of more than 4300 digits, nesting deeper than the recursion
+limit, an integer beyond float range), and well-formed but absurd values (``max_kv_tokens`` of
+1e300, a TTFT of 1e308 ms): each is a :class:`ProfileError` naming the file and the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connectors.profiles import ProfileError, load_profile, read_benchmark
+
+DECODE = {
+    "x_kv_usage": [0.1, 0.5],
+    "y_context_length": [1000, 1000],
+    "z_itl": [5.0, 9.0],
+    "z_thpt_per_gpu": [100.0, 200.0],
+    "max_kv_tokens": 100_000,
+}
+BAD_JSON = {
+    "4301-digit integer": (json.dumps(DECODE).replace("100000", "9" * 4301), "4300 digits"),
+    "deep nesting": ('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deeply"),
+    "int beyond float": (
+        json.dumps(DECODE).replace("[100.0, 200.0]", f"[{10**400}, 1]"),
+        "'z_thpt_per_gpu' is not an array of numbers",
+    ),
+    "max_kv_tokens 1e300": (
+        json.dumps({**DECODE, "max_kv_tokens": 1e300}),
+        r"'max_kv_tokens' = 1e\+300 must be an integer >= 1 and <= MAX_FPM_TOKENS",
+    ),
+    "context length 1e12": (
+        json.dumps({**DECODE, "y_context_length": [1000, 1e12]}),
+        r"'y_context_length'\[1\] = 1000000000000.0 must be finite and >= 0 and <= MAX_REQUEST",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_JSON))
+def test_a_bad_json_profile_is_a_profile_error(tmp_path: Path, case: str) -> None:
+    text, message = BAD_JSON[case]
+    (tmp_path / "decode_raw_data.json").write_text(text)
+    with pytest.raises(ProfileError, match=message) as error:
+        load_profile(tmp_path)
+    assert "decode_raw_data.json" in str(error.value)
+
+
+def test_an_absurd_npz_latency_is_a_profile_error(tmp_path: Path) -> None:
+    (tmp_path / "selected_prefill_interpolation").mkdir()
+    np.savez(
+        tmp_path / "selected_prefill_interpolation/raw_data.npz",
+        prefill_isl=np.array([100.0, 1000.0]),
+        prefill_ttft=np.array([10.0, 1e308]),
+        prefill_thpt_per_gpu=np.array([1e4, 2e4]),
+    )
+    with pytest.raises(ProfileError, match=r"'prefill_ttft'\[1\] = 1e\+308 must be finite"):
+        load_profile(tmp_path)
+
+
+def test_an_undecodable_self_benchmark_is_a_profile_error(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text('{"results": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(ProfileError, match="nested too deeply"):
+        read_benchmark(path)

@@ -1,0 +1,80 @@
+"""Trace lines that used to escape the reader as something other than a
+:class:`TraceFormatError` (a ``ValueError`` from an integer of more than 4300 digits or a
+fraction of a second with thousands of digits, a ``RecursionError`` from deep nesting) or were
+read as real requests (a prompt of 4.6e18 tokens, which a replay then crashed on), and a
+Dynamo ``event_type`` that is not a string (was skipped silently as a tool event). Each is now
+a ``TraceFormatError`` naming the file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.traces import TraceFormatError, read_trace
+
+MOONCAKE = '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,2\n"
+
+
+def dynamo_end(kind: object = "request_end", isl: int = 10) -> str:
+    event = {
+        "schema": "dynamo.request.trace.v1",
+        "event_type": kind,
+        "event_time_unix_ms": 2000,
+        "request": {"input_tokens": isl, "output_tokens": 2, "request_received_ms": 1000},
+    }
+    return json.dumps(event) + "\n"
+
+
+CASES = {
+    "4301-digit length": (
+        "m.jsonl",
+        MOONCAKE + MOONCAKE.replace('"output_length": 1', '"output_length": ' + "9" * 4301),
+        "4300 digits",
+    ),
+    "deep nesting": ("m.jsonl", MOONCAKE + "[" * 50_000 + "]" * 50_000 + "\n", "nested too deeply"),
+    "mooncake 2**62 tokens": (
+        "m.jsonl",
+        MOONCAKE + MOONCAKE.replace('"input_length": 5', f'"input_length": {2**62}'),
+        "input_length = 4611686018427387904 is implausible (above MAX_REQUEST_TOKENS",
+    ),
+    "azure 2**62 tokens": (
+        "a.csv",
+        AZURE + f"2023-11-16 18:15:47.1,10,{2**62}\n",
+        "GeneratedTokens = 4611686018427387904 is implausible",
+    ),
+    "azure 5000-digit fraction": (
+        "a.csv",
+        AZURE + "2023-11-16 18:15:47." + "1" * 5000 + ",10,2\n",
+        "bad TIMESTAMP",
+    ),
+    "azure superscript digit": (
+        "a.csv",
+        AZURE + "2023-11-16 18:15:47.\u00b2,10,2\n",
+        "bad TIMESTAMP",
+    ),
+    "dynamo 2**62 tokens": (
+        "d.jsonl",
+        dynamo_end() + dynamo_end(isl=2**62),
+        "request.input_tokens = 4611686018427387904 is implausible",
+    ),
+    "dynamo event_type list": (
+        "d.jsonl",
+        dynamo_end() + dynamo_end(kind=["request_end"]),
+        "event_type must be a string, got ['request_end']",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_line_is_a_trace_format_error_naming_its_line(tmp_path: Path, case: str) -> None:
+    name, text, reason = CASES[case]
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert info.value.line == text.count("\n")  # the last line is the bad one
+    assert reason in str(info.value)
+    assert len(str(info.value)) < 300  # a huge value is not echoed whole

@@ -1,0 +1,44 @@
+"""ZMQ msgpack FPM payloads whose strings are not UTF-8: msgspec raises ``UnicodeDecodeError``
+(not its ``DecodeError``) for them, which must be a dead letter, not the end of the source."""
+
+from __future__ import annotations
+
+import msgpack
+
+from connectors.zmq_publisher import encode_fpm
+from connectors.zmq_source import ZmqFpmSource
+from schemas import DeadLetter, ForwardPassMetrics, FpmBatchEvent
+from tests.zmq.flow_run import run_source
+from tests.zmq.publisher_process import PublisherProcess
+
+
+def test_a_payload_with_invalid_utf8_is_a_dead_letter(workers: int) -> None:
+    good = encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.02))
+    bad_value = b"\x81\xa9worker_id\xa2\xff\xfe"  # {"worker_id": <2 bytes, not UTF-8>}
+    # {"wall_time": 0.02, "worker_id": <not UTF-8>}: the bad string after a valid field
+    bad_later = b"\x82" + msgpack.packb("wall_time") + msgpack.packb(0.02) + bad_value[1:]
+    steps = [
+        ("clock", 50.0),
+        ("payload", 0, good),  # seq 0
+        ("payload", 0, bad_value),  # seq 1
+        ("payload", 0, bad_later),  # seq 2
+        ("payload", 0, msgpack.packb({"worker_id": "w\u00e9\U0001f999", "wall_time": 0.03})),
+        ("payload", 0, good),  # seq 4
+    ]
+    publisher = PublisherProcess(["tcp://127.0.0.1:*"], steps).start()
+    (url,) = publisher.urls
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=5, clock=publisher.now)
+
+    items = run_source(source, publisher, workers=workers)
+
+    letters = [item for item in items if isinstance(item, DeadLetter)]
+    assert [letter.position for letter in letters] == [1, 2]
+    assert all(letter.reason.startswith("undecodable FPM payload") for letter in letters)
+    assert all("utf-8" in letter.reason.lower() for letter in letters)
+    rows = {
+        (item.payload.worker_id, len(item.payload.rows))
+        for item in items
+        if isinstance(item, FpmBatchEvent)
+    }
+    assert sum(n for _w, n in rows if _w == "w1") == 2
+    assert ("w\u00e9\U0001f999", 1) in rows  # unicode worker ids are valid
