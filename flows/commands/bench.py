@@ -38,8 +38,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "bench",
         help="compare the planner with baselines on one replayed workload",
         description="Replay one workload under static peak/mean fleets, the reference "
-        "algorithm, our planner (load; throughput+load; p90 sizing) and a hindsight bound.",
+        "algorithm, our planner (load; throughput+load; p90 sizing) and a hindsight bound. "
+        "Every row picks its own starting fleet (the static ones theirs, the planners the first "
+        "minute's need, hindsight its plan), so there is no --prefill/--decode.",
     )
-    add_scenario_args(parser)
+    add_scenario_args(parser, initial_fleet=False)
     parser.add_argument("--json", help="write every row's scores as JSON here")
     parser.set_defaults(func=run)

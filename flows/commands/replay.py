@@ -25,8 +25,12 @@ from flows.scenario import (
 from schemas import ConfigError, PlannerConfig, load_config
 
 
-def add_scenario_args(parser: argparse.ArgumentParser) -> None:
-    """Options that define a replay scenario (shared by replay, bench, demo and fleet)."""
+def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = True) -> None:
+    """Options that define a replay scenario (shared by replay, bench, demo and fleet).
+
+    ``initial_fleet=False`` leaves out ``--prefill``/``--decode`` for a command that picks
+    every run's starting fleet itself (``bench``); they default to one replica each.
+    """
     workload = parser.add_mutually_exclusive_group()
     workload.add_argument("--trace", help=f"trace file (default: {DEFAULT_TRACE.name})")
     workload.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
@@ -64,18 +68,21 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of the time shifts, synthetic arrivals and the simulator (default: %(default)s)",
     )
-    parser.add_argument(
-        "--prefill",
-        type=non_negative_int,
-        default=1,
-        help="initial prefill replicas (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--decode",
-        type=non_negative_int,
-        default=1,
-        help="initial decode (or agg) replicas (default: %(default)s)",
-    )
+    if initial_fleet:
+        parser.add_argument(
+            "--prefill",
+            type=non_negative_int,
+            default=1,
+            help="initial prefill replicas (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--decode",
+            type=non_negative_int,
+            default=1,
+            help="initial decode (or agg) replicas (default: %(default)s)",
+        )
+    else:
+        parser.set_defaults(prefill=1, decode=1)
     parser.add_argument(
         "--startup-delay",
         type=non_negative_float,
