@@ -2,7 +2,8 @@
 
 Reading is a bytewax source with a single partition. Lines are handed to the flow undecoded,
 as bytes (``schemas.RawEvent``), so that a malformed line — bad JSON, invalid UTF-8 — becomes a
-dead letter that names the file and line number, never a crash. A ``.gz`` file that is cut
+dead letter that names the file and line number, never a crash. A UTF-8 byte order mark at the
+start of a file (some editors write one) is not part of its first line. A ``.gz`` file that is cut
 short or corrupt ends in one ``schemas.DeadLetter`` naming the file and the line where the
 stream breaks; the lines before it are used. (Writing: ``connectors.console.JsonlFileSink``.)
 
@@ -23,6 +24,7 @@ continues where it stopped, with the same merge order.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import heapq
 import io
@@ -108,6 +110,8 @@ def _read_file(
             if not line:
                 return
             line_no += 1
+            if line_no == 1 and line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8) :]  # an editor's byte order mark, not data
             if not line.strip():
                 continue
             if timed:

@@ -485,10 +485,15 @@ class Acknowledgement(BaseModel):
     acked_decision_id: Count
 
 
+MAX_DEPLOYMENT_NAME = 253
+"""The longest deployment name an event may carry (a Kubernetes object name's limit): a longer
+one is no deployment's, and would be echoed whole in the "unknown deployment" dead letter."""
+
+
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    deployment: Annotated[str, Field(min_length=1)]
+    deployment: Annotated[str, Field(min_length=1, max_length=MAX_DEPLOYMENT_NAME)]
     time: InputEventTime
 
 

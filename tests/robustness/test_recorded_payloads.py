@@ -1,0 +1,82 @@
+"""Recorded events whose payloads are well typed but no real fleet's — an inventory of 4.6e18
+replicas, an engine of 4.6e18 GPUs, a prompt of 4.6e18 tokens, traffic of 1e300 requests or
+counted over 0 s, a 2 MB deployment name — are dead letters naming the field and the ceiling,
+and the run decides exactly as without them (the first three changed the decisions of
+``examples/decode_burst.jsonl`` when they were admitted). A UTF-8 byte order mark at the start
+of a file does not cost its first line."""
+
+from __future__ import annotations
+
+import codecs
+import json
+
+from tests.flow.runner import run_recorded, write_config
+from tests.flow.streams import DECODE_CONFIG, decode_ramp
+
+
+def absurd_lines(t: float) -> list[tuple[dict, str]]:
+    """(event, words of its dead letter's reason)."""
+
+    def event(kind: str, payload: dict, deployment: str = "llama") -> dict:
+        return {"type": kind, "deployment": deployment, "time": t, "payload": payload}
+
+    big = 2**62
+    traffic = {"duration_s": 60, "num_req": 1e300, "isl": 1000, "osl": 100}
+    return [
+        (
+            event("inventory", {"ready_num_decode": big, "expected_num_decode": big}),
+            "inventory.payload: Value error, ready_num_decode = 4611686018427387904 is "
+            "implausible (above MAX_REPLICAS = 65536)",
+        ),
+        (
+            event("capabilities", {"decode": {"num_gpu": big, "max_kv_tokens": 1}}),
+            "decode.num_gpu = 4611686018427387904 is implausible (above MAX_ENGINE_GPUS",
+        ),
+        (
+            event("request", {"isl": big, "osl": 10}),
+            "isl = 4611686018427387904 is implausible (above MAX_REQUEST_TOKENS",
+        ),
+        (event("traffic", traffic), "num_req = 1e+300 over duration_s = 60.0 is implausible"),
+        (
+            event("traffic", {**traffic, "duration_s": 0, "num_req": 5}),
+            "num_req = 5.0 over duration_s = 0.0 is implausible",
+        ),
+        (
+            event("traffic", {**traffic, "num_req": 10, "isl_quantiles": {"p99": 1e300}}),
+            "isl_quantiles.p99 = 1e+300 is implausible",
+        ),
+        ({"type": "clock", "deployment": "x" * 2_000_000, "time": t}, "at most 253 characters"),
+    ]
+
+
+def test_absurd_payloads_are_dead_letters_and_change_nothing(tmp_path):
+    valid = decode_ramp("llama", engines=2, seconds=60)
+    clean = [json.dumps(e) for e in valid]
+    mixed, expected = [], []
+    for i, line in enumerate(clean):
+        mixed.append(line)
+        if i % 60 == 59 and valid[i]["time"] > 35:  # after warm-up
+            for event, words in absurd_lines(valid[i]["time"]):
+                mixed.append(json.dumps(event))
+                expected.append(words)
+    assert len(expected) >= 14
+    config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
+    (tmp_path / "clean.jsonl").write_text("\n".join(clean) + "\n")
+    bom = codecs.BOM_UTF8.decode()
+    (tmp_path / "mixed.jsonl").write_text(bom + "\n".join(mixed) + "\n")
+
+    outputs = {
+        name: run_recorded(config, [tmp_path / f"{name}.jsonl"], tmp_path / name)
+        for name in ("clean", "mixed")
+    }
+
+    dead = outputs["mixed"]["dead"]
+    assert len(dead) == len(expected)  # the first line, behind the BOM, is used
+    for words in set(expected):
+        matching = [d for d in dead if words in d["reason"]]
+        assert len(matching) == expected.count(words), (words, [d["reason"] for d in dead])
+    assert all(len(d["reason"]) < 400 for d in dead)  # nothing huge is echoed
+    assert outputs["clean"]["decisions"]  # the ramp scales up
+    assert outputs["mixed"]["decisions"] == outputs["clean"]["decisions"]
+    assert outputs["mixed"]["ticks"] == outputs["clean"]["ticks"]
+    assert f"{len(dead)} dead-lettered" in outputs["mixed"]["stderr"]
