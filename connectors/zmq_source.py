@@ -68,6 +68,7 @@ from schemas.fpm import (
     MAX_FPM_REQUESTS,
     MAX_FPM_TOKEN_VARIANCE,
     MAX_FPM_TOKENS,
+    MAX_WORKER_ID,
     implausibility,
 )
 
@@ -151,7 +152,7 @@ class _WireQueued(msgspec.Struct, frozen=True, gc=False):
 
 class _WireFpm(msgspec.Struct, frozen=True, gc=False):
     version: _Count = 0
-    worker_id: str = ""
+    worker_id: Annotated[str, msgspec.Meta(max_length=MAX_WORKER_ID)] = ""
     dp_rank: _Count = 0
     counter_id: _Count = 0
     wall_time: _Seconds = 0.0

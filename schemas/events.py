@@ -35,6 +35,7 @@ from schemas.fpm import (
     NonNegativeFinite,
     QueuedRequestMetrics,
     ScheduledRequestMetrics,
+    WorkerId,
     describe_implausible,
     implausibility,
 )
@@ -357,7 +358,7 @@ class FpmBatch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Role
-    worker_id: str = ""
+    worker_id: WorkerId = ""
     dp_rank: Count = 0
     rows: list[FpmRow]
 

@@ -23,6 +23,11 @@ MAX_COUNT = 2**64 - 1
 """The largest count a producer can send: the reference's Rust engines write u64 (msgpack's
 largest integer too). Anything larger is a broken producer, not a big engine."""
 
+MAX_WORKER_ID = 512
+"""*ours*: the longest ``worker_id`` an FPM may carry. Real ids are a pod name (at most 253
+characters) with a rank or a lease id; a longer one is a broken producer, and it would be kept
+as an engine's name and echoed in logs."""
+
 MAX_FORWARD_PASS_SECONDS = 60.0
 """*ours*: the longest ``wall_time`` an admitted FPM may report. Engines schedule chunked
 prefill (a few thousand tokens per iteration), so a forward pass takes milliseconds to a few
@@ -97,6 +102,7 @@ def describe_implausible(field: str, value: float, ceiling: Ceiling) -> str:
 
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+WorkerId = Annotated[str, Field(max_length=MAX_WORKER_ID)]
 """A non-negative integer count or token sum (at most :data:`MAX_COUNT`)."""
 
 NonNegativeFinite = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -155,7 +161,7 @@ class ForwardPassMetrics(BaseModel):
     model_config = _MODEL_CONFIG
 
     version: Count = 0
-    worker_id: str = ""
+    worker_id: WorkerId = ""
     dp_rank: Count = 0
     counter_id: Count = 0
     wall_time: NonNegativeFinite = 0.0

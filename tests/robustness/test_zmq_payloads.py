@@ -1,5 +1,6 @@
-"""ZMQ msgpack FPM payloads whose strings are not UTF-8: msgspec raises ``UnicodeDecodeError``
-(not its ``DecodeError``) for them, which must be a dead letter, not the end of the source."""
+"""ZMQ msgpack FPM payloads whose strings are not UTF-8 (msgspec raises ``UnicodeDecodeError``,
+not its ``DecodeError``, for them) or whose worker id is megabytes long: each must be a dead
+letter, not the end of the source nor a new engine."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import msgpack
 from connectors.zmq_publisher import encode_fpm
 from connectors.zmq_source import ZmqFpmSource
 from schemas import DeadLetter, ForwardPassMetrics, FpmBatchEvent
+from schemas.fpm import MAX_WORKER_ID
 from tests.zmq.flow_run import run_source
 from tests.zmq.publisher_process import PublisherProcess
 
@@ -24,17 +26,23 @@ def test_a_payload_with_invalid_utf8_is_a_dead_letter(workers: int) -> None:
         ("payload", 0, bad_later),  # seq 2
         ("payload", 0, msgpack.packb({"worker_id": "w\u00e9\U0001f999", "wall_time": 0.03})),
         ("payload", 0, good),  # seq 4
+        ("payload", 0, msgpack.packb({"worker_id": "w" * 3_000_000, "wall_time": 0.02})),
+        ("payload", 0, msgpack.packb({"worker_id": "w" * MAX_WORKER_ID, "wall_time": 0.02})),
     ]
     publisher = PublisherProcess(["tcp://127.0.0.1:*"], steps).start()
     (url,) = publisher.urls
-    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=5, clock=publisher.now)
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=7, clock=publisher.now)
 
     items = run_source(source, publisher, workers=workers)
 
     letters = [item for item in items if isinstance(item, DeadLetter)]
-    assert [letter.position for letter in letters] == [1, 2]
-    assert all(letter.reason.startswith("undecodable FPM payload") for letter in letters)
-    assert all("utf-8" in letter.reason.lower() for letter in letters)
+    assert [letter.position for letter in letters] == [1, 2, 5]
+    assert all(letter.reason.startswith("undecodable FPM payload") for letter in letters[:2])
+    assert all("utf-8" in letter.reason.lower() for letter in letters[:2])
+    assert (
+        letters[2].reason
+        == f"invalid FPM: worker_id: String should have at most {MAX_WORKER_ID} characters"
+    )
     rows = {
         (item.payload.worker_id, len(item.payload.rows))
         for item in items
@@ -42,3 +50,4 @@ def test_a_payload_with_invalid_utf8_is_a_dead_letter(workers: int) -> None:
     }
     assert sum(n for _w, n in rows if _w == "w1") == 2
     assert ("w\u00e9\U0001f999", 1) in rows  # unicode worker ids are valid
+    assert ("w" * MAX_WORKER_ID, 1) in rows  # as long as one may be
