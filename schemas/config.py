@@ -64,6 +64,8 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "fpm_samples_per_engine_per_tick": 1,
     "perf_model_suspect_factor": None,
     "load_hold_applies_floors": False,
+    "forecast_plausibility_factor": None,
+    "arima_refits": False,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -148,6 +150,15 @@ class PlannerConfig(BaseModel):
     kalman_q_trend: Positive = 0.1
     kalman_r: Positive = 10.0
     kalman_min_points: Annotated[int, Field(ge=1)] = 5
+    arima_refits: bool = True
+    """*ours*: the ARIMA predictor searches its order again from time to time (while its
+    history fills, every 48 points, and when its one-step errors grow fourfold), on its last
+    200 points. Reference: ``False`` (spec §7.3: one fit on the first five points, then every
+    new point is only appended to that model)."""
+    forecast_plausibility_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = 3.0
+    """*ours*: a load predictor's forecast above this many times the largest of its last 48
+    values is taken for a model failure (an exploding fit) and the last value is forecast
+    instead. Reference: ``None`` (the model's forecast is used as it is, clamped at 0)."""
     seasonal_period_seconds: Positive = 86400.0
     """*ours*: season length of the Holt-Winters predictor (replaces Prophet)."""
     capacity_isl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None

@@ -21,10 +21,10 @@ DEFAULT_KV_BATCH_CAP = 256
 class DecodePerfModel(DecodeShape, FpmRegressor):
     """Online OLS of decode wall time on ``[num_decode_requests, sum_decode_kv_tokens]`` (2-D).
 
-    A negative slope on ``num_decode_requests`` is held at 0 (refit without it); a negative slope
-    on ``sum_decode_kv_tokens`` rejects the fit. Moving averages: ``avg_decode_length`` (KV
-    tokens per decode request), ``avg_num_decode``; ``max_observed_kv`` is the largest
-    ``sum_decode_kv_tokens`` ever seen.
+    A negative slope on ``num_decode_requests`` is clipped to 0 (the other terms stay those of
+    the full fit); a negative slope on ``sum_decode_kv_tokens`` rejects the fit. Moving
+    averages: ``avg_decode_length`` (KV tokens per decode request), ``avg_num_decode``;
+    ``max_observed_kv`` is the largest ``sum_decode_kv_tokens`` ever seen.
 
     Always linear (``PlannerConfig.perf_model_basis`` shapes the prefill model only): expanding
     ``sum_decode_kv_tokens`` into segments was measured (shipped H200 profile, bootstrap within a

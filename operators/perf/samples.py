@@ -8,8 +8,8 @@ identical load therefore cannot push out the few samples that pin the other end 
 
 The fit is ordinary least squares with an intercept, solved exactly with ``numpy.linalg.lstsq``
 on centered data (the minimum-norm solution when features are collinear, as sklearn's
-``LinearRegression`` gives). A negative slope on a "relaxable" feature is constrained to zero by
-refitting without that feature (the exact least-squares solution under ``coef >= 0``); a
+``LinearRegression`` gives). A negative slope on a "relaxable" feature is clipped to zero, the
+other slopes and the intercept staying those of the full fit (spec §3.1); a
 negative slope on any other feature rejects the fit, because a model that says more work is
 faster would drive scaling the wrong way.
 """

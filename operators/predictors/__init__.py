@@ -32,10 +32,16 @@ def build_single(kind: str, config: PlannerConfig) -> Predictor:
     >>> build_single("kalman", PlannerConfig(kalman_min_points=3)).min_points
     3
     """
+    predictor = _single(kind, config)
+    predictor.plausible_factor = config.forecast_plausibility_factor
+    return predictor
+
+
+def _single(kind: str, config: PlannerConfig) -> Predictor:
     if kind == "constant":
         return ConstantPredictor()
     if kind == "arima":
-        return ArimaPredictor(log1p=config.load_predictor_log1p)
+        return ArimaPredictor(log1p=config.load_predictor_log1p, refit=config.arima_refits)
     if kind == "kalman":
         return KalmanPredictor(
             q_level=config.kalman_q_level,
@@ -60,9 +66,11 @@ def build_predictor(config: PlannerConfig) -> Predictor:
     ['constant', 'arima', 'kalman', 'holt_winters', 'periodic']
     """
     if config.load_predictor == "selector":
-        return SelectorPredictor(
+        selector = SelectorPredictor(
             candidates=tuple(build_single(kind, config) for kind in SINGLE_PREDICTORS)
         )
+        selector.plausible_factor = config.forecast_plausibility_factor
+        return selector
     return build_single(config.load_predictor, config)
 
 

@@ -9,6 +9,9 @@ pmdarima's ``auto_arima`` (what the reference uses) is emulated as follows:
   ``p ≤ max_p``, ``q ≤ max_q``, ``p + q ≤ max_order``; an intercept (``trend='c'``) when ``d == 0``.
   Orders with more parameters than the data can carry are not tried; a fit that fails is skipped.
 
+With ``refit=False`` (the reference, ``PlannerConfig.arima_refits``) the first fit is the only
+one: every later point is appended to it, as pmdarima's ``model.update`` does.
+
 Incremental updates: between refits a new point costs one ``results.append(new, refit=False)``
 (the Kalman filter over at most ``window + refit_every`` points, no optimisation). A refit (a
 new order search on the last ``window`` points) happens when
@@ -105,9 +108,11 @@ class ArimaPredictor(Predictor):
         max_q: int = 5,
         max_d: int = 2,
         max_order: int = 5,
+        refit: bool = True,
     ) -> None:
         super().__init__()
         self.log1p = log1p
+        self.refit = refit
         self.window = window
         self.refit_every = refit_every
         self.max_p = max_p
@@ -267,7 +272,11 @@ class ArimaPredictor(Predictor):
                 self._refit_due = True
 
     def _due(self) -> bool:
-        if self.order is None or self._refit_due:
+        if self.order is None:
+            return True
+        if not self.refit:  # the reference: one fit, then updates only (spec §7.3)
+            return False
+        if self._refit_due:
             return True
         since = self._count - self._count_at_fit
         if since >= self.refit_every:

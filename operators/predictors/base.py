@@ -9,7 +9,8 @@ from typing import Any
 
 PLAUSIBLE_FACTOR = 3.0
 """A model forecast above this many times the largest of the last ``PLAUSIBLE_WINDOW`` values is
-treated as a model failure (an exploding fit must not scale a fleet to its maximum)."""
+treated as a model failure (an exploding fit must not scale a fleet to its maximum). The default
+of :attr:`Predictor.plausible_factor`; ``PlannerConfig.forecast_plausibility_factor`` sets it."""
 
 PLAUSIBLE_WINDOW = 48
 
@@ -24,9 +25,10 @@ class Predictor(ABC):
 
     :meth:`forecast` never raises and never returns a negative or non-finite number: when the
     model behind a predictor cannot produce a forecast (an exception, a non-finite value, or —
-    ours, not in the reference — a value above ``PLAUSIBLE_FACTOR`` times the largest recent
-    value) it falls back to the last stored value and records why in :attr:`fallback_reason`
-    (``None`` when the last forecast came from the model).
+    ours, not in the reference — a value above :attr:`plausible_factor` times the largest recent
+    value; ``None`` turns that check off, as in the reference) it falls back to the last stored
+    value and records why in :attr:`fallback_reason` (``None`` when the last forecast came from
+    the model).
 
     The constructor stores parameters only (same-named attributes, so :meth:`params` and
     :meth:`clone` work as in river); state is plain attributes that pickle.
@@ -45,6 +47,9 @@ class Predictor(ABC):
 
     max_values: int | None = None
     """Keep at most this many stored values (``None`` = all); subclasses bound their memory."""
+    plausible_factor: float | None = PLAUSIBLE_FACTOR
+    """Ours: a forecast above this many times the largest recent value is a model failure
+    (``None``: no such check, the reference). Set after construction; :meth:`clone` keeps it."""
 
     def __init__(self) -> None:
         self.values: list[float] = []
@@ -96,7 +101,8 @@ class Predictor(ABC):
         if not math.isfinite(value):
             self.fallback_reason = "non-finite model forecast"
             return self.last_value()
-        ceiling = PLAUSIBLE_FACTOR * max(self.values[-PLAUSIBLE_WINDOW:])
+        factor = self.plausible_factor
+        ceiling = math.inf if factor is None else factor * max(self.values[-PLAUSIBLE_WINDOW:])
         if value > ceiling:
             self.fallback_reason = f"implausible model forecast {value:.6g} > {ceiling:.6g}"
             return self.last_value()
@@ -127,4 +133,6 @@ class Predictor(ABC):
                 return type(value)(fresh(item) for item in value)
             return value
 
-        return type(self)(**{name: fresh(value) for name, value in self.params().items()})
+        clone = type(self)(**{name: fresh(value) for name, value in self.params().items()})
+        clone.plausible_factor = self.plausible_factor
+        return clone

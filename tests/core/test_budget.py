@@ -73,6 +73,7 @@ def test_single_budget_invariants_on_a_grid() -> None:
         ((7, 9, 1, None, 4, 1, 1), (7, 9)),  # unknown decode GPUs → no clamping
         ((0, 9, 1, 1, 4, 0, 1), (0, 4)),  # prefill may scale to zero with min 0
         ((6, 6, 2, 1, 12, 1, 1), (4, 4)),  # scale 12/18 → p 4, d gets the remaining 4
+        ((3, 1, 1, 1, 4, 1, 1), (3, 1)),  # §16.6 (3,1,1,1,4,4,1): at the ceiling, kept
     ],
 )
 def test_apply_global_budget(

@@ -279,6 +279,56 @@ class TestChangeCap:
         assert self.tick(machine, 1, ready=1).scale_to.num_prefill == 30
 
 
+class TestDisaggChangeCap:
+    """Spec §16.5 on a disagg pair: the cap and the endpoint floors act per role, each from its
+    own ready count. Engines: prefill 0.998 req/s at ISL 1000; decode (``DECODE_TRAINING``)."""
+
+    def machine(self, **overrides):
+        machine = core(**overrides)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        return machine
+
+    def tick(self, machine, traffic, ready, now_s: float = 60.0):
+        counts = WorkerCounts(ready_num_prefill=ready[0], ready_num_decode=ready[1])
+        return run_tick(machine, now_s=now_s, traffic=traffic, counts=counts)
+
+    # 7.5 req/s of 1000 in, 600 out: prefill needs 8, decode (ctx 1300: batch 3 at 40 ms,
+    # 0.125 req/s per engine) needs 60 — raw (8, 60), the shape of §16.5's raw (8, 180)
+    SKEWED = window(7.5 * 60, 1000, 600)
+
+    def test_raw_sizing_is_the_skewed_pair(self):
+        machine = self.machine(enable_load_scaling=False, max_throughput_scaling_replicas=100)
+        effects = self.tick(machine, self.SKEWED, (24, 40))
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (8, 60)
+
+    def test_bounds_move_at_most_the_cap_and_do_not_ratchet(self):
+        machine = self.machine()
+        for now_s in (60.0, 120.0):  # the same observation twice, the fleet still at (24, 40)
+            effects = self.tick(machine, self.SKEWED, (24, 40), now_s=now_s)
+            assert effects.scale_to is None
+            assert dict(machine.throughput_lower_bounds) == {"prefill": 16, "decode": 48}
+        capped = self.machine(max_throughput_scaling_replicas=3)
+        self.tick(capped, self.SKEWED, (24, 40))
+        assert dict(capped.throughput_lower_bounds) == {"prefill": 21, "decode": 43}
+
+    def test_endpoint_recovery_exceeds_the_cap(self):
+        # 28 req/s, OSL 50: raw prefill 29, decode 15 (batch 4 at 42 ms: 1.9 req/s)
+        machine = self.machine(
+            enable_load_scaling=False,
+            max_gpu_budget=64,
+            prefill_min_endpoint=30,
+            decode_min_endpoint=34,
+        )
+        effects = self.tick(machine, window(28 * 60, 1000, 50), (21, 34))
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (30, 34)
+        machine = self.machine(
+            enable_load_scaling=False, prefill_min_endpoint=30, max_gpu_budget=64
+        )
+        effects = self.tick(machine, window(1.5 * 60, 1000, 50), (1, 1))
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (30, 1)
+
+
 class TestReasons:
     def test_throughput_disabled_on_a_throughput_tick(self):
         machine = core(mode="prefill", enable_throughput_scaling=False)
@@ -302,6 +352,30 @@ class TestReasons:
         )
         assert effects.scale_to is None
         assert effects.diagnostics.throughput_decision_reason_decode == "model_not_ready"
+
+    def test_agg_model_not_ready_holds_at_the_min_endpoint(self):
+        # §16.5: an agg engine without a ready perf model (rate 0) → the endpoint floor, 3
+        machine = core(mode="agg", enable_load_scaling=False, min_endpoint=3)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(100, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=1),
+        )
+        assert (effects.scale_to.num_decode, effects.scale_to.reason) == (3, "model_not_ready")
+
+    def test_single_decode_lower_bound_is_capped_from_the_ready_count(self):
+        # §16.5: decode at 64 ready, raw 1, load scaling on → bound 64 − 8 = 56
+        machine = core(mode="decode")
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(1, 1000, 150),
+            counts=WorkerCounts(ready_num_decode=64),
+        )
+        assert effects.scale_to is None
+        assert machine.throughput_lower_bounds["decode"] == 56
 
     def test_agg_without_batched_tokens_is_not_ready(self):
         caps = WorkerCapabilities(decode=EngineCapabilities(num_gpu=1))

@@ -550,3 +550,52 @@ def test_selector_mix_beats_its_best_option_where_selection_cannot() -> None:
 def test_selector_rejects_a_non_positive_learning_rate() -> None:
     with pytest.raises(ValueError, match="learning_rate"):
         SelectorPredictor(learning_rate=0.0)
+
+
+def test_the_reference_keeps_an_exploding_forecast() -> None:
+    # the plausibility fallback is ours (forecast_plausibility_factor); the reference uses
+    # whatever its model forecasts (clamped at 0)
+    class Exploding(ConstantPredictor):
+        def _forecast(self) -> float:
+            return 1e12
+
+    p = Exploding()
+    p.plausible_factor = None
+    for y in (100, 120, 110):
+        p.learn_one(y)
+    assert p.forecast() == 1e12 and p.fallback_reason is None
+    assert p.clone().plausible_factor is None
+
+
+@pytest.mark.parametrize("kind", ["constant", "arima", "kalman", "selector"])
+def test_the_plausibility_factor_comes_from_the_config(kind: str) -> None:
+    ours = build_predictor(PlannerConfig(load_predictor=kind))
+    reference = build_predictor(PlannerConfig(load_predictor=kind).reference_variant())
+    loose = build_predictor(PlannerConfig(load_predictor=kind, forecast_plausibility_factor=10))
+    assert (ours.plausible_factor, reference.plausible_factor, loose.plausible_factor) == (
+        3.0,
+        None,
+        10.0,
+    )
+    for predictor in (ours, reference, loose):  # the selector's candidates follow it
+        for candidate in getattr(predictor, "candidates", ()):
+            assert candidate.plausible_factor == predictor.plausible_factor
+
+
+def test_reference_arima_fits_once_then_only_updates() -> None:
+    """Spec §7.3: the first forecast on five or more points fits; later ones never refit, they
+    append the new points to that model. The refit schedule is ours (``arima_refits``)."""
+    rng = random.Random(3)
+    reference = build_predictor(PlannerConfig(load_predictor="arima").reference_variant())
+    ours = build_predictor(PlannerConfig(load_predictor="arima"))
+    assert isinstance(reference, ArimaPredictor) and not reference.refit
+    assert isinstance(ours, ArimaPredictor) and ours.refit
+    x = 0.0
+    for _ in range(60):
+        x = 0.8 * x + rng.gauss(0, 1)
+        for p in (reference, ours):
+            p.forecast()
+            p.learn_one(100 + 10 * x)
+    reference.forecast()
+    assert reference.fits == 1 and ours.fits > 1
+    assert reference.order is not None and len(reference._series) == 60  # all appended
