@@ -903,3 +903,24 @@ class TestSingleRoleHoldAndFloors:
             counts=WorkerCounts(ready_num_prefill=4),
         )
         assert (effects.scale_to.num_prefill, effects.scale_to.reason) == (3, "scale_down")
+
+    def test_agg_holds_at_n_and_the_floors_apply_in_the_reference_too(self):
+        # §4.7 agg: the combiner returns N when neither side moves, then the floors apply
+        machine = core(mode="agg", ttft_ms=1e6, itl_ms=1e6, load_hold_applies_floors=False)
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        run_tick(machine, now_s=60.0, traffic=TRAFFIC, counts=WorkerCounts(ready_num_decode=1))
+        assert machine.throughput_lower_bounds["decode"] == 9  # 54 needed, 1 + cap 8
+        effects = run_tick(
+            machine,
+            now_s=65.0,
+            decode=engines(
+                1,
+                prefill_tokens=100,
+                prefill_requests=1,
+                decode_kv=1000,
+                decode_requests=10,
+                wall_time=0.201,
+            ),
+            counts=WorkerCounts(ready_num_decode=1),
+        )
+        assert (effects.scale_to.num_decode, effects.scale_to.reason) == (9, "scale_up")
