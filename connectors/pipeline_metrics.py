@@ -23,6 +23,7 @@ DEAD_LETTER_KINDS = frozenset(
         "corrupt",
         "malformed",
         "undecodable",
+        "duplicate",
     )
 )
 """The ``kind`` label of a dead letter: the first word of its reason when it is one of these

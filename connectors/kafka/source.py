@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -38,6 +39,9 @@ TOPIC_POLL_S = 0.5
 
 TOPIC_WAIT_WARNING_S = 30.0
 """How often a following source repeats that it is still waiting for its topic."""
+
+RECENT_REQUEST_IDS = 100_000
+"""How many request ids per partition a trace source remembers to spot a redelivered one."""
 
 
 class _PartitionReader(StatefulSourcePartition[X, int]):
@@ -231,7 +235,11 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
     Each ``request_end`` message becomes a :class:`schemas.RequestEvent` of ``deployment`` (see
     :func:`connectors.traces.dynamo_request_event`), which the flow aggregates into its traffic
     windows; the schema's other events (tool calls) are skipped; a malformed message becomes a
-    dead letter naming the problem, the topic, partition and offset.
+    dead letter naming the problem, the topic, partition and offset. A producer that retries
+    can write one request twice: a ``request_end`` whose ``request_id`` is among the last
+    :data:`RECENT_REQUEST_IDS` of its partition is a ``duplicate`` dead letter, not a second
+    request, as a trace file's repeated ids are skipped. (The memory is the process's: after a
+    restart, a copy of a request read before it counts again.)
 
     >>> source = KafkaTraceSource("127.0.0.1:9092", "requests", deployment="qwen")
     >>> source.topic, source.deployment, source.start
@@ -241,21 +249,46 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
     def __init__(self, bootstrap: str, topic: str, *, deployment: str, **options: Any) -> None:
         super().__init__(bootstrap, topic, **options)
         self.deployment = deployment
+        # per partition, the offset of each recent request id (one partition, one reader)
+        self._recent: dict[int, OrderedDict[str, int]] = {}
 
     def convert(self, message: Message) -> RequestEvent | DeadLetter | None:
         partition, offset = message_position(message)
         where = f"kafka:{message.topic()}/{partition}"
         value = message.value() or b""
         try:
-            return dynamo_request_event(value, self.deployment, where, offset)
+            event = dynamo_request_event(value, self.deployment, where, offset)
         except TraceFormatError as error:
-            reason = error.reason
+            reason = f"invalid {DYNAMO_SCHEMA} event: {error.reason}"
         except ValidationError as error:
-            reason = describe_validation_error(error)
+            reason = f"invalid {DYNAMO_SCHEMA} event: {describe_validation_error(error)}"
+        else:
+            first = self._first_offset(partition, event, offset)
+            if first is None:
+                return event
+            assert event is not None
+            reason = (
+                f"duplicate request_end of request {event.payload.request_id!r} "
+                f"(first at offset {first})"
+            )
         return DeadLetter(
             source=where,
             position=offset,
-            reason=f"invalid {DYNAMO_SCHEMA} event: {reason}",
+            reason=reason,
             raw=value.decode(errors="replace").strip(),
             deployment=self.deployment,
         )
+
+    def _first_offset(self, partition: int, event: RequestEvent | None, offset: int) -> int | None:
+        """The offset of an earlier message of this event's request, remembering this one."""
+        if event is None or event.payload.request_id is None:
+            return None
+        recent = self._recent.setdefault(partition, OrderedDict())
+        request_id = event.payload.request_id
+        first = recent.get(request_id)
+        if first is not None and first != offset:  # the same offset again is a rebuilt reader
+            return first
+        recent[request_id] = offset
+        if len(recent) > RECENT_REQUEST_IDS:
+            recent.popitem(last=False)
+        return None

@@ -22,13 +22,22 @@ CONFIG = {
 }
 
 
-def request_end(at_s: float, isl: int | str = 100, osl: int | str = 10) -> bytes:
+def request_end(
+    at_s: float, isl: int | str = 100, osl: int | str = 10, request_id: str | None = None
+) -> bytes:
+    request: dict[str, object] = {
+        "input_tokens": "ISL",
+        "output_tokens": "OSL",
+        "request_received_ms": 0,
+    }
+    if request_id is not None:
+        request["request_id"] = request_id
     text = json.dumps(
         {
             "schema": "dynamo.request.trace.v1",
             "event_type": "request_end",
             "event_time_unix_ms": at_s * 1000,
-            "request": {"input_tokens": "ISL", "output_tokens": "OSL", "request_received_ms": 0},
+            "request": request,
         }
     )
     return text.replace('"ISL"', str(isl)).replace('"OSL"', str(osl)).encode()
@@ -78,3 +87,46 @@ def test_undecodable_trace_messages_are_dead_letters(tmp_path, kafka_bootstrap, 
     assert observed == [sum(t["time"] - INTERVAL_S <= f < t["time"] for f in valid) for t in ticks]
     assert any(t["time"] - INTERVAL_S <= 150 < t["time"] for t in ticks)  # the bad stretch
     assert "4 dead-lettered" in done.stderr
+
+
+def test_a_redelivered_request_is_a_duplicate_not_a_second_request(
+    tmp_path, kafka_bootstrap, kafka_topic
+):
+    """A producer retry writes a request_end twice (here: two and three messages later): the
+    copies are ``duplicate`` dead letters naming the first offset, each request counts once,
+    and requests without an id are never taken for copies."""
+    valid = list(range(0, 305, 5))
+    messages = [request_end(t, request_id=f"r{t}") for t in valid]
+    messages.insert(12, request_end(50, request_id="r50"))  # r50 is at offset 10
+    messages.insert(20, request_end(85, request_id="r85"))  # r85 at 18 (after the insert)
+    messages += [request_end(301), request_end(301)]  # no id: two requests
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for message in messages:
+        producer.produce(kafka_topic, key="qwen", value=message)
+    assert producer.flush(30) == 0
+    config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
+
+    done = flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end&format=dynamo-trace&deployment=qwen",
+        "--ticks",
+        str(tmp_path / "ticks.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
+    )
+
+    assert done.returncode == 0, done.stderr
+    dead = read_jsonl(tmp_path / "dead.jsonl")
+    assert [(d["position"], d["reason"]) for d in dead] == [
+        (12, "duplicate request_end of request 'r50' (first at offset 10)"),
+        (20, "duplicate request_end of request 'r85' (first at offset 18)"),
+    ]
+    ticks = [t for t in read_jsonl(tmp_path / "ticks.jsonl") if t["ran_throughput"]]
+    finished = [*valid, 301, 301]
+    observed = [t["observed_traffic"]["num_req"] for t in ticks]
+    assert observed == [
+        sum(t["time"] - INTERVAL_S <= f < t["time"] for f in finished) for t in ticks
+    ]
