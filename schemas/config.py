@@ -14,6 +14,20 @@ Names and defaults follow the reference (G3 names; the G2 names ``ttft``, ``itl`
 ``load_adjustment_interval`` and ``throughput_adjustment_interval`` are accepted as aliases).
 Fields marked *ours* go beyond the reference. Unknown fields are rejected so a typo never falls
 back to a default silently; every error names the field it is about.
+
+Values are taken strictly: a boolean field takes ``true``/``false`` only (not ``"yes"``,
+``"no"``, ``1``), and a number field takes a YAML/JSON number, not a string (``"50"``) — an
+integer field not even ``8.0``. YAML and JSON both carry real numbers and this loader does no
+environment substitution, so a quoted number is a typo or a templating slip; taking it lax
+would make ``enable_load_scaling: "no"`` or ``itl_ms: "5O"`` mean something nobody wrote.
+A file that names a key twice is refused (YAML would silently keep the last one), and a
+deployment name is at most 253 characters (``schemas.events.MAX_DEPLOYMENT_NAME``: events
+cannot carry a longer one).
+
+Time settings are bounded so that no config can stall or crash a run: the tick intervals
+(``load_adjustment_interval_seconds``, ``throughput_adjustment_interval_seconds``) lie between
+0.1 s and one day and are whole multiples of 10 ms (:data:`INTERVAL_LIMITS`); the other periods
+and windows have limits named in their docstrings.
 """
 
 from __future__ import annotations
@@ -21,21 +35,24 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     TypeAdapter,
     ValidationError,
     model_validator,
 )
 
-from schemas.events import Role, WorkerCapabilities
+from schemas.events import MAX_DEPLOYMENT_NAME, Role, WorkerCapabilities
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +61,34 @@ OptimizationTarget = Literal["sla", "throughput", "latency"]
 PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-_BOOL = TypeAdapter(bool)
+_BOOL = TypeAdapter(Annotated[bool, Strict()])
+
+DAY_SECONDS = 86400.0
+INTERVAL_LIMITS = (0.1, DAY_SECONDS, 0.01)
+"""Shortest and longest tick interval and its resolution, in seconds. The flow's tick window is
+the gcd of the configured intervals (``flows.planner.window_seconds``): at 10 ms resolution it
+is never shorter than 10 ms (at most 100 windows per second of event time; an interval under a
+millisecond made it 0 and crashed the run), and 0.1 s is already shorter than a useful tick
+(an engine reports a forward pass every few to a hundred milliseconds, a load tick needs
+several). Above a day the planner would not decide within a day, and the history it keeps per
+tick would grow without bound."""
+
+
+def _on_interval_grid(value: float) -> float:
+    low, high, step = INTERVAL_LIMITS
+    if not low <= value <= high:
+        raise ValueError(f"must be between {low:g} s and {high:g} s (one day), got {value!r}")
+    steps = value / step
+    if abs(steps - round(steps)) > 1e-6:
+        raise ValueError(
+            f"must be a whole number of {step * 1000:g} ms (the tick window is the gcd of the "
+            f"intervals), got {value!r}"
+        )
+    return value
+
+
+Interval = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_on_interval_grid)]
+"""A tick interval in seconds: see :data:`INTERVAL_LIMITS`."""
 
 
 class ConfigError(ValueError):
@@ -80,7 +124,7 @@ class PlannerConfig(BaseModel):
     (1, 5.0)
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
     # --- core (§9.1) ---
     mode: Mode = "disagg"
@@ -129,12 +173,14 @@ class PlannerConfig(BaseModel):
     ``None`` (every forward pass is learned)."""
 
     # --- throughput scaling (§9.3) ---
-    throughput_adjustment_interval_seconds: Positive = Field(
+    throughput_adjustment_interval_seconds: Interval = Field(
         180.0,
         validation_alias=AliasChoices(
             "throughput_adjustment_interval_seconds", "throughput_adjustment_interval"
         ),
     )
+    """Seconds between throughput ticks (spec §9.3): 0.1 s to one day, a whole number of 10 ms
+    (:data:`INTERVAL_LIMITS`)."""
     max_throughput_scaling_replicas: Annotated[int, Field(gt=0)] = 8
     """Spec §5.4: one throughput observation moves a role at most this many replicas from its
     ready count (the endpoint floor may exceed it)."""
@@ -159,20 +205,26 @@ class PlannerConfig(BaseModel):
     """*ours*: a load predictor's forecast above this many times the largest of its last 48
     values is taken for a model failure (an exploding fit) and the last value is forecast
     instead. Reference: ``None`` (the model's forecast is used as it is, clamped at 0)."""
-    seasonal_period_seconds: Positive = 86400.0
-    """*ours*: season length of the Holt-Winters predictor (replaces Prophet)."""
+    seasonal_period_seconds: Annotated[
+        float, Field(gt=0, le=31 * DAY_SECONDS, allow_inf_nan=False)
+    ] = 86400.0
+    """*ours*: season length of the Holt-Winters predictor (replaces Prophet), at most 31 days:
+    the predictor keeps four seasons of throughput ticks and needs two before it uses one, so a
+    longer season would never be used and its history would grow without bound."""
     capacity_isl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
     """*ours*: size capacity for this ISL quantile instead of the mean (off by default)."""
     capacity_osl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
     """*ours*: size capacity for this OSL quantile instead of the mean (off by default)."""
 
     # --- load scaling (§9.4) ---
-    load_adjustment_interval_seconds: Positive = Field(
+    load_adjustment_interval_seconds: Interval = Field(
         5.0,
         validation_alias=AliasChoices(
             "load_adjustment_interval_seconds", "load_adjustment_interval"
         ),
     )
+    """Seconds between load ticks (spec §9.4): 0.1 s to one day, a whole number of 10 ms
+    (:data:`INTERVAL_LIMITS`)."""
     max_num_fpm_samples: Annotated[int, Field(ge=1)] = 64
     fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
     load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100)] = 80
@@ -209,14 +261,17 @@ class PlannerConfig(BaseModel):
     """*ours*: a prefill engine's capacity counts the prompts it packs into one forward pass
     (up to ``max_num_batched_tokens`` / ``max_num_seqs``, within the TTFT SLA), as the
     reference's newer capacity search does; ``False`` (the G2 reference): one prompt per pass."""
-    load_rate_window_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
+    load_rate_window_seconds: Annotated[float, Field(ge=0, le=DAY_SECONDS, allow_inf_nan=False)] = (
+        30.0
+    )
     """*ours*: SLA load ticks also read the request rate of the last this-many seconds and size
     each role for it with the throughput loop's capacity model: a role that cannot carry it
     even at full capacity scales up now (at most ``max_load_step``), before its queues show
     it; a role that can carry it answers a latency spike (a burst's queue) with one replica,
     not a proportional step; a scale-down must leave every survivor within
     ``load_rate_utilization`` of its capacity. Reference: 0 (off; load ticks see only the
-    engines' forward passes)."""
+    engines' forward passes). At most one day: the planner keeps this much request history
+    per tick window (a longer window crashed the run allocating it)."""
     load_rate_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """*ours*: the highest share of its capacity a load scale-down may leave each surviving
     engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""
@@ -234,12 +289,16 @@ class PlannerConfig(BaseModel):
     decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
 
     # --- event time (ours) ---
-    allowed_lateness_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
-    """*ours*: how far behind the newest event an input may arrive and still be used."""
+    allowed_lateness_seconds: Annotated[float, Field(ge=0, le=DAY_SECONDS, allow_inf_nan=False)] = (
+        0.0
+    )
+    """*ours*: how far behind the newest event an input may arrive and still be used; at most
+    one day (the windows stay open that long; far beyond it the run crashed)."""
 
-    engine_silence_seconds: Positive = 3.0
+    engine_silence_seconds: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 3.0
     """*ours*: an engine silent this long (heartbeats come every second) is gone; its last
-    forward pass no longer counts."""
+    forward pass no longer counts. At least 1 s: a shorter silence would declare every idle
+    engine gone between two of its heartbeats."""
 
     # --- actuation (§9.10) ---
     scaling_max_wait_seconds: Positive = 1800.0
@@ -247,7 +306,9 @@ class PlannerConfig(BaseModel):
 
     # --- exporter and diagnostics (§9.6, §9.7) ---
     metric_reporting_prometheus_port: Annotated[int, Field(ge=0, le=65535)] = 0
-    report_interval_hours: Positive | None = 24.0
+    report_interval_hours: Annotated[float, Field(ge=0.01, allow_inf_nan=False)] | None = 24.0
+    """Hours of tick time per diagnostics report page (spec §9.7), at least 0.01 h (36 s): a
+    shorter one wrote a page for every tick or two; ``None`` writes one page at the end."""
     report_output_dir: str = "./planner_reports"
 
     @model_validator(mode="before")
@@ -350,7 +411,11 @@ class PlannerFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    deployments: dict[Annotated[str, Field(min_length=1)], PlannerConfig] = Field(min_length=1)
+    deployments: dict[
+        Annotated[str, Field(min_length=1, max_length=MAX_DEPLOYMENT_NAME)], PlannerConfig
+    ] = Field(min_length=1)
+    """Deployment name → its config. A name has 1 to ``MAX_DEPLOYMENT_NAME`` (253) characters,
+    as the events naming it (a longer one would dead-letter every event of the deployment)."""
 
 
 REFERENCE_ONLY_FIELDS = frozenset(
@@ -387,11 +452,21 @@ REFERENCE_ONLY_FIELDS = frozenset(
 any unknown field, but the error says why, so a copied reference config is easy to trim."""
 
 
+_TYPE_ERRORS = frozenset({"bool_type", "float_type", "int_type", "string_type"})
+
+
+def _clipped(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(config)"
         message = item["msg"]
+        if item["type"] in _TYPE_ERRORS:
+            message += f", got {_clipped(item['input'])}"
         if item["type"] == "extra_forbidden" and item["loc"][-1] in REFERENCE_ONLY_FIELDS:
             message = "a field of the reference planner that flowplanner does not use; remove it"
         lines.append(f"  {where}: {message}")
@@ -409,10 +484,65 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     return text or str(error).splitlines()[0]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping naming a key twice is an error (PyYAML keeps
+    the last value silently: a deployment defined twice lost its first definition)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                line = first_line.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: PyYAML's own error says so
+                continue
+            if line != key_node.start_mark.line + 1:
+                raise _DuplicateKey(
+                    f"duplicate key {key!r} (first at line {line})",
+                    key_node.start_mark.line + 1,
+                    key_node.start_mark.column + 1,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads a number with an exponent but no dot or no exponent sign (``1e-3``,
+# ``1.5e3``) as a string; YAML 1.2 and JSON read a number. With strict number fields that
+# string would be refused as "not a number", so such a plain scalar is read as its float.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _value in pairs:
+        if key in seen:
+            raise _DuplicateKey(f"duplicate key {key!r} in a JSON object")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _parse_json(raw: str) -> Any:
+    return json.loads(raw, object_pairs_hook=_unique_json_object)
+
+
+def _parse_yaml(raw: str) -> Any:
+    return yaml.load(raw, Loader=_UniqueKeyLoader)
+
+
 def load_config(source: str | Path) -> dict[str, PlannerConfig]:
     """Load a config from a ``.yaml``/``.yml``/``.json`` file or an inline JSON string.
 
-    Raises :class:`ConfigError` with one line per invalid field.
+    Raises :class:`ConfigError` with one line per invalid field, or naming a key the file
+    has twice (and where).
 
     >>> load_config('{"deployments": {"d": {"optimization_target": "sla"}}}')["d"].ttft_ms
     500.0
@@ -420,7 +550,7 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
     text = str(source)
     if text.lstrip().startswith("{"):
         raw, where = text, "inline config"
-        parse = json.loads
+        parse = _parse_json
     else:
         path = Path(text)
         if not path.exists():
@@ -434,9 +564,15 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
         where = str(path)
-        parse = json.loads if path.suffix == ".json" else yaml.safe_load
+        parse = _parse_json if path.suffix == ".json" else _parse_yaml
     try:
         data = parse(raw)
+    except _DuplicateKey as exc:
+        at = f":{exc.line}:{exc.column}" if exc.line is not None else ""
+        raise ConfigError(
+            f"{where}{at}: {exc.message}: a key may appear once (YAML and JSON keep only the "
+            "last one); merge or rename the two"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{where}:{exc.lineno}:{exc.colno}: config is not valid JSON: {exc.msg}"

@@ -257,8 +257,13 @@ class TestLoopFlagsUnderEasyTargets:
             PlannerConfig(**{field: "maybe"})
 
     def test_right_type_is_still_forced(self):
-        config = PlannerConfig(enable_load_scaling="false", enable_throughput_scaling=True)
+        config = PlannerConfig(enable_load_scaling=False, enable_throughput_scaling=True)
         assert (config.enable_load_scaling, config.enable_throughput_scaling) == (True, False)
+
+    @pytest.mark.parametrize("value", ["false", "no", 0])
+    def test_a_boolean_spelled_otherwise_is_rejected_even_when_forced(self, value):
+        with pytest.raises(ValidationError, match=f"enable_load_scaling .*got {value!r}"):
+            PlannerConfig(enable_load_scaling=value)
 
     def test_a_flag_the_target_ignores_is_warned_about(self, caplog):
         PlannerConfig(optimization_target="latency", enable_throughput_scaling=True)
