@@ -1,7 +1,8 @@
 """Admission of inputs: decode, validate, and dead-letter what the planner cannot use.
 
 Every input is either admitted as a typed event or turned into a :class:`schemas.DeadLetter`
-whose reason says what was wrong and where; nothing raises. Rejected: malformed JSON, schema
+whose reason says what was wrong and where; nothing raises. Rejected: bytes that are not UTF-8
+(the reason names the first bad byte and its offset), malformed JSON, schema
 violations (wrong types, NaN or negative counts — the message names the field), FPMs no real
 forward pass can have (above ``schemas.fpm.FPM_CEILINGS``, checked while decoding; the message
 names the field), deployments the config does not know, and engine roles the deployment's mode
@@ -24,6 +25,25 @@ from schemas import (
 )
 
 
+def not_utf8(data: str | bytes) -> str | None:
+    """What makes ``data`` not UTF-8 text, or ``None`` when it is (or is already text).
+
+    Only asked once decoding failed, so valid input pays nothing for it.
+
+    >>> not_utf8(b'{"type": "\\xff"}')
+    'not UTF-8 text: byte 0xff at offset 10 (invalid start byte)'
+    >>> not_utf8(b'{}') is None
+    True
+    """
+    if isinstance(data, str):
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} ({exc.reason})"
+    return None
+
+
 class Admission:
     """Decides, per input item, between an admitted event and a dead letter.
 
@@ -33,6 +53,8 @@ class Admission:
     'clock'
     >>> admit(RawEvent("in.jsonl", 2, '{"type":"clock","deployment":"x","time":1}')).reason
     "unknown deployment 'x' (the config has llama)"
+    >>> admit(RawEvent("in.jsonl", 3, b"\\xfe{}")).reason
+    'invalid event: not UTF-8 text: byte 0xfe at offset 0 (invalid start byte)'
     """
 
     def __init__(self, configs: dict[str, PlannerConfig]) -> None:
@@ -45,7 +67,8 @@ class Admission:
             try:
                 event = parse_event(item.data)
             except ValidationError as exc:
-                return self._reject(item, f"invalid event: {describe_validation_error(exc)}")
+                problem = not_utf8(item.data) or describe_validation_error(exc)
+                return self._reject(item, f"invalid event: {problem}")
             except Exception as exc:  # a validator's own failure must not stop the flow
                 return self._reject(item, f"invalid event: {type(exc).__name__}: {exc}")
         else:

@@ -49,7 +49,13 @@ def test_invalid_utf8_lines_are_dead_letters_and_the_rest_is_used(tmp_path):
     assert [(d["source"], d["position"]) for d in got["dead"]] == [
         (str(mixed), p) for p in bad_positions
     ]
-    assert all(d["reason"].startswith("invalid event: Invalid JSON") for d in got["dead"])
+    # named for what they are, not "Invalid JSON: expected value at line 1 column 1"
+    stray = mixed_lines[bad_positions[0] - 1].index(b"\xff")
+    assert [d["reason"] for d in got["dead"][:2]] == [
+        f"invalid event: not UTF-8 text: byte 0xff at offset {stray} (invalid start byte)",
+        "invalid event: not UTF-8 text: byte 0xfe at offset 0 (invalid start byte)",
+    ]
+    assert all(d["reason"].startswith("invalid event: not UTF-8 text") for d in got["dead"])
     assert want["decisions"], "the clean ramp must decide something"
     assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
     assert f"{len(mixed_lines)} events in, {len(bad_positions)} dead-lettered" in got["stderr"]
