@@ -18,6 +18,13 @@ as a pure state machine over event time, with three choices made explicit:
   held decisions were replaced, and never reuse an id the environment already acknowledged
   (a planner that restarts without state and reads the acknowledgement topic continues after
   it).
+* **An acknowledgement of a decision never issued is refused.** One above the highest id the
+  gate sent or knows the outputs hold (``max(last_emitted_id, numbered_after)``) cannot come
+  from an orchestrator that applied it: taken, it would release the held decision and push
+  every later id past it (an ack of 2**62 did). It changes nothing and is reported
+  (:meth:`AckGate.take_refused`; the planner dead-letters it). A restarted planner learns the
+  ids already issued from its outputs (``last_emitted_id``/``numbered_after``), not from the
+  acknowledgements.
 
 Waiting is measured in event time from the first decision held since the last release, as the
 reference measures from its first skip; a hold cancelled by a decision equal to the one in
@@ -62,6 +69,10 @@ class AckGate:
     True
     >>> print(gate.advance(now=1920).note)              # 1800 s of event time later
     proceeded without acknowledgement of decision 2 after waiting 1800 s
+    >>> gate.acknowledge(2**62, now=1930) is None, gate.acked_decision_id  # never issued
+    (True, 1)
+    >>> print(*gate.take_refused())
+    invalid acknowledgement: acked_decision_id 4611686018427387904 was never issued (the last is 3)
     """
 
     def __init__(
@@ -83,6 +94,7 @@ class AckGate:
         self.held: ScalingDecision | None = None
         self.hold_since: float | None = None
         self.replaced = 0
+        self.refused: list[str] = []
 
     @property
     def waiting(self) -> bool:
@@ -107,6 +119,13 @@ class AckGate:
         """The environment applied decisions up to ``acked_decision_id`` (seen at ``now``)."""
         if acked_decision_id <= self.acked_decision_id:
             return None  # stale or repeated acknowledgement
+        issued = max(self.last_emitted_id, self.numbered_after)
+        if acked_decision_id > issued:
+            self.refused.append(
+                f"invalid acknowledgement: acked_decision_id {acked_decision_id} was never "
+                f"issued (the last is {issued})"
+            )
+            return None
         previous = self.last_emitted_id
         self.acked_decision_id = acked_decision_id
         if self.held is None or self.waiting:
@@ -115,6 +134,11 @@ class AckGate:
         return self._release(
             self.held, f"held {waited:g} s until decision {previous} was acknowledged"
         )
+
+    def take_refused(self) -> list[str]:
+        """Why each acknowledgement refused since the last call was refused (then forgets them)."""
+        refused, self.refused = self.refused, []
+        return refused
 
     def advance(self, now: float) -> ScalingDecision | None:
         """Event time reached ``now``: release the held decision if it waited long enough."""

@@ -200,6 +200,16 @@ class DeploymentPlanner:
         if self.gate is not None:
             for acked in window.acks:
                 self._released = self.gate.acknowledge(acked, now=end_s) or self._released
+                for reason in self.gate.take_refused():  # an id never issued
+                    raw = {"deployment": self.deployment, "acked_decision_id": acked}
+                    self.dead_letters.append(
+                        DeadLetter(
+                            source="acks",
+                            reason=reason,
+                            raw=json.dumps(raw),
+                            deployment=self.deployment,
+                        )
+                    )
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from connectors.virtual import AckSource
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, parse_event
-from schemas.decision import DecisionAck
+from schemas.decision import DecisionAck, DeliveredDecision
 from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
@@ -67,6 +67,9 @@ def test_default_cli_ack_leaves_event_time_to_the_data(
         [TestingSource([parse_event(json.dumps(e)) for e in events])],
         PlannerSinks([TestingSink(decisions)], [TestingSink(ticks)], [TestingSink(dead)]),
         acks=TestingSource([ack]),
+        # decision 1 went out before (the virtual connector's topic holds it): an
+        # acknowledgement of a decision never issued is refused
+        in_flight={"alpha": DeliveredDecision(deployment="alpha", decision_id=1, time=0.0)},
     )
     run_flow(flow, workers)
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 
 import pytest
+from bytewax.testing import TestingSink, TestingSource
 
+from flows.planner import PlannerSinks, build_flow
 from operators.ack_gate import AckGate
-from schemas import ScalingDecision
+from schemas import (
+    DeadLetter,
+    DecisionAck,
+    DeliveredDecision,
+    PlannerConfig,
+    ScalingDecision,
+    parse_event,
+)
+from tests.flow.cluster import run_flow
+from tests.flow.streams import DECODE_CONFIG, decode_ramp
 
 
 def decision(
@@ -155,12 +167,39 @@ def test_existing_note_is_kept() -> None:
     assert sent.note.startswith("capped by GPU budget; proceeded without acknowledgement")
 
 
-def test_ids_continue_after_an_acknowledged_id_the_gate_never_sent() -> None:
-    # A planner restarted without state reads the acknowledgement topic first.
-    gate = AckGate()
-    assert gate.acknowledge(57, now=0.0) is None
+def test_ids_continue_after_the_ids_the_outputs_already_hold() -> None:
+    # A restarted planner learns from its outputs which ids were issued; an acknowledgement
+    # of the last of them is taken and the ids continue after it.
+    gate = AckGate(last_emitted_id=57, in_flight=(None, 2), numbered_after=57)
+    assert gate.acknowledge(57, now=0.0) is None and gate.take_refused() == []
     sent = gate.offer(decision(10.0, 3))
     assert sent is not None and sent.decision_id == 58
+
+
+@pytest.mark.parametrize("bogus", [2, 2**62])
+def test_an_acknowledgement_of_a_decision_never_issued_is_refused(bogus: int) -> None:
+    # before: an ack of 2**62 released the held decision and every later id jumped past it
+    gate = AckGate()
+    assert gate.offer(decision(0.0, 3)).decision_id == 1  # type: ignore[union-attr]
+    assert gate.offer(decision(5.0, 4)) is None  # held: 1 is not acknowledged
+    assert gate.acknowledge(bogus, now=6.0) is None
+    assert gate.take_refused() == [
+        f"invalid acknowledgement: acked_decision_id {bogus} was never issued (the last is 1)"
+    ]
+    assert gate.take_refused() == []  # reported once
+    assert gate.acked_decision_id == 0 and gate.waiting and gate.held is not None
+    sent = gate.acknowledge(1, now=7.0)  # the real acknowledgement still releases it
+    assert sent is not None and sent.decision_id == 2
+
+
+def test_a_fresh_gate_refuses_any_acknowledgement() -> None:
+    gate = AckGate()
+    assert gate.acknowledge(57, now=0.0) is None
+    assert [r.split(" was ")[0] for r in gate.take_refused()] == [
+        "invalid acknowledgement: acked_decision_id 57"
+    ]
+    sent = gate.offer(decision(10.0, 3))
+    assert sent is not None and sent.decision_id == 1
 
 
 def test_stale_and_repeated_acks_change_nothing() -> None:
@@ -214,3 +253,37 @@ def test_state_pickles_mid_hold_and_continues_identically() -> None:
     copy = pickle.loads(pickle.dumps(gate))
     assert copy.advance(110.0) == gate.advance(110.0)
     assert copy.__dict__ == gate.__dict__
+
+
+def test_in_the_runtime_a_bogus_acknowledgement_is_a_dead_letter_and_changes_nothing(workers):
+    """Through the bytewax runtime (1 and 2 workers): an acknowledgement of decision 2**62 beside
+    the real one of decision 1 is dead-lettered, and the decisions are those of the real one."""
+    events = [parse_event(json.dumps(e)) for e in decode_ramp("alpha", engines=2, seconds=120)]
+    sent = DeliveredDecision(deployment="alpha", decision_id=1, time=0.0)  # awaits its ack
+
+    def run(acks: list[DecisionAck]) -> tuple[list[ScalingDecision], list[DeadLetter]]:
+        decisions: list[ScalingDecision] = []
+        dead: list[DeadLetter] = []
+        flow = build_flow(
+            {"alpha": PlannerConfig(**DECODE_CONFIG)},
+            [TestingSource(events)],
+            PlannerSinks([TestingSink(decisions)], dead_letters=[TestingSink(dead)]),
+            acks=TestingSource(acks),
+            in_flight={"alpha": sent},
+        )
+        run_flow(flow, workers)
+        return decisions, dead
+
+    real = DecisionAck(deployment="alpha", acked_decision_id=1)
+    bogus = DecisionAck(deployment="alpha", acked_decision_id=2**62)
+    want, none = run([real])
+    got, dead = run([bogus, real])
+    assert none == [] and want and want[0].decision_id == 2
+    assert got == want  # before: ids 2**62 + 1, ...
+    assert [(d.source, d.deployment, d.reason) for d in dead] == [
+        (
+            "acks",
+            "alpha",
+            f"invalid acknowledgement: acked_decision_id {2**62} was never issued (the last is 1)",
+        )
+    ]
