@@ -12,12 +12,13 @@ off at its reference value: ``load_rate_window_seconds = 0``, ``scale_down_stabi
   burst's queue drains before a new replica could start; a scale-down must keep ``within``.
 * **Stabilization** (as Kubernetes' HPA): a scale-down needs ``scale_down_stabilization_seconds``
   in which every load tick wanted one and nothing changed the role, and it must respect the
-  highest ``within`` of that window.
+  highest ``within`` of that window. Unlike an HPA after a restart, the window also holds at
+  the start: the first load tick begins it, so a planner started without its saved state does
+  not scale down on what it has seen for one tick.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from operators.load_scaling import LoadProposal
@@ -49,14 +50,17 @@ class RateGuard:
         self.needs: RateNeeds = {}
         self._floors: deque[tuple[float, Role, int]] = deque()  # (time, role, within)
         self._wants_down: set[Role] = set()
-        # an empty window does not hold a scale-down back (as an HPA's after a restart)
-        self._down_eligible_since: dict[Role, float] = dict.fromkeys(config.roles, -math.inf)
+        # the window starts with the first load tick: a planner that has just started (without
+        # its saved state) knows nothing of the past, so it scales down no sooner than later on
+        self._down_eligible_since: dict[Role, float] = {}
 
     def begin_tick(self, now_s: float, needs: RateNeeds) -> None:
         """A load tick at ``now_s`` with this tick's rate needs."""
         self.now_s = now_s
         self.needs = needs
         self._wants_down = set()
+        for role in self.config.roles:
+            self._down_eligible_since.setdefault(role, now_s)
         horizon = now_s - self.config.scale_down_stabilization_seconds
         for role, (_, within) in needs.items():
             self._floors.append((now_s, role, within))

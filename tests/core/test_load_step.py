@@ -100,11 +100,13 @@ def test_a_change_restarts_the_window() -> None:
     machine.initial_tick(0.0)
     cool3 = [idle("w0"), idle("w1"), idle("w2")]
     cool2 = cool3[:2]
-    # an empty window holds nothing back (as an HPA after a restart): 3 -> 2 at once
-    assert tick(machine, 5.0, cool3, 3).scale_to.num_prefill == 2
+    # the first load tick starts the window: 3 -> 2 only after ten seconds of agreement
+    assert tick(machine, 5.0, cool3, 3).scale_to is None
+    assert tick(machine, 10.0, cool3, 3).scale_to is None
+    assert tick(machine, 15.0, cool3, 3).scale_to.num_prefill == 2
     # the scale-down itself restarts the window: 2 -> 1 only ten seconds later
-    assert tick(machine, 10.0, cool2, 2).scale_to is None
-    assert tick(machine, 15.0, cool2, 2).scale_to.num_prefill == 1
+    assert tick(machine, 20.0, cool2, 2).scale_to is None
+    assert tick(machine, 25.0, cool2, 2).scale_to.num_prefill == 1
 
 
 def test_reference_scales_down_every_tick() -> None:

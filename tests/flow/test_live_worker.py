@@ -48,12 +48,12 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
     tmp_path, kafka_bootstrap, kafka_topic
 ):
     events_topic, decisions, acks = (f"{kafka_topic}-{x}" for x in ("ev", "dec", "ack"))
-    # the flat scale-down rule makes the first decision a consolidation of the idle start
-    # (2 -> 1); the later ones, as the load climbs past the target, a scale-up (2 -> 3): a
-    # different target, which the gate must hold until the first is acknowledged
-    config = write_config(
-        tmp_path / "c.yaml", {"alpha": {**DECODE_CONFIG, "scale_down_rule": "flat"}}
-    )
+    # the flat scale-down rule without a stabilization window makes the first decision a
+    # consolidation of the idle start (2 -> 1); the later ones, as the load climbs past the
+    # target, a scale-up (2 -> 3): a different target, which the gate must hold until the
+    # first is acknowledged
+    flat = {"scale_down_rule": "flat", "scale_down_stabilization_seconds": 0}
+    config = write_config(tmp_path / "c.yaml", {"alpha": {**DECODE_CONFIG, **flat}})
     # a minute-long recording that happened just now, starting on a tick boundary (windows are
     # aligned to multiples of 5 s of Unix time; a first window holding a sliver of data would
     # leave the first tick without enough samples to decide)

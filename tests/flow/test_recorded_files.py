@@ -62,7 +62,8 @@ def test_invalid_utf8_lines_are_dead_letters_and_the_rest_is_used(tmp_path):
 
 
 def test_a_cut_gz_recording_uses_its_lines_and_ends_in_one_dead_letter(tmp_path):
-    events = decode_ramp("alpha", engines=2, seconds=120)
+    # a steep ramp: the load crosses the target halfway, well before the cut
+    events = decode_ramp("alpha", engines=2, seconds=120, kv_end=900_000)
     whole = "".join(json.dumps(e) + "\n" for e in events).encode()
     compressed = gzip.compress(whole)
     cut = tmp_path / "cut.jsonl.gz"
