@@ -140,6 +140,9 @@ class PlannerConfig(BaseModel):
 
     # --- perf model / profiling (§9.2) ---
     profile_results_dir: str | None = None
+    """A pre-deployment profile (``raw_data.npz`` or its JSON form) that bootstraps the perf
+    models (spec §6). The reference defaults to ``"profiling_results"``; ours is ``None`` (no
+    profile unless one is named), so a run never depends on what its working directory holds."""
     self_benchmark_file: str | None = None
     """*ours*: a JSON file of a worker's self-benchmark (its ``get_perf_metrics`` answer, spec
     §6.3 priority 1); when set, it bootstraps the perf models instead of
