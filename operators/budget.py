@@ -10,7 +10,15 @@ from __future__ import annotations
 from numbers import Integral
 
 
-def _check(name: str, value: int, minimum: int | None) -> None:
+def check_count(name: str, value: int, minimum: int | None) -> None:
+    """Refuse a count that is not an integer (``bool`` included) or is below ``minimum``.
+
+    >>> check_count("replicas", 3, 0)
+    >>> check_count("replicas", 2.5, 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: replicas must be an integer, got 2.5
+    """
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
@@ -32,13 +40,13 @@ def budget_clamp_single(
     >>> budget_clamp_single(30, 4, -1, 1), budget_clamp_single(30, None, 8, 1)
     (30, 30)
     """
-    _check("desired", desired, 0)
-    _check("min_endpoint", min_endpoint, 0)
-    _check("max_gpu_budget", max_gpu_budget, None)
+    check_count("desired", desired, 0)
+    check_count("min_endpoint", min_endpoint, 0)
+    check_count("max_gpu_budget", max_gpu_budget, None)
     desired, max_gpu_budget, min_endpoint = int(desired), int(max_gpu_budget), int(min_endpoint)
     if max_gpu_budget < 0 or gpus_per_replica is None:
         return desired
-    _check("gpus_per_replica", gpus_per_replica, 1)
+    check_count("gpus_per_replica", gpus_per_replica, 1)
     gpus_per_replica = int(gpus_per_replica)
     if desired * gpus_per_replica <= max_gpu_budget:
         return desired
@@ -55,8 +63,8 @@ def apply_single_budget(
     >>> apply_single_budget(0, 1, 8, 2), apply_single_budget(9, 1, 8, 2)
     (2, 8)
     """
-    _check("desired", desired, 0)
-    _check("min_endpoint", min_endpoint, 0)
+    check_count("desired", desired, 0)
+    check_count("min_endpoint", min_endpoint, 0)
     return budget_clamp_single(
         max(desired, min_endpoint), gpus_per_replica, max_gpu_budget, min_endpoint
     )
@@ -83,17 +91,17 @@ def apply_global_budget(
     >>> apply_global_budget(10, 10, 1, 1, 5, 2, 1), apply_global_budget(5, 5, 1, 1, 1, 1, 1)
     ((2, 3), (0, 0))
     """
-    _check("num_prefill", num_prefill, 0)
-    _check("num_decode", num_decode, 0)
-    _check("prefill_min_endpoint", prefill_min_endpoint, 0)
-    _check("decode_min_endpoint", decode_min_endpoint, 0)
-    _check("max_gpu_budget", max_gpu_budget, None)
+    check_count("num_prefill", num_prefill, 0)
+    check_count("num_decode", num_decode, 0)
+    check_count("prefill_min_endpoint", prefill_min_endpoint, 0)
+    check_count("decode_min_endpoint", decode_min_endpoint, 0)
+    check_count("max_gpu_budget", max_gpu_budget, None)
     num_prefill, num_decode, budget = int(num_prefill), int(num_decode), int(max_gpu_budget)
     p_min, d_min = int(prefill_min_endpoint), int(decode_min_endpoint)
     if budget < 0 or prefill_gpus is None or decode_gpus is None:
         return num_prefill, num_decode
-    _check("prefill_gpus", prefill_gpus, 1)
-    _check("decode_gpus", decode_gpus, 1)
+    check_count("prefill_gpus", prefill_gpus, 1)
+    check_count("decode_gpus", decode_gpus, 1)
     p_gpus, d_gpus = int(prefill_gpus), int(decode_gpus)
     total = num_prefill * p_gpus + num_decode * d_gpus
     if total <= budget:

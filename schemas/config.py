@@ -110,6 +110,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "load_hold_applies_floors": False,
     "forecast_plausibility_factor": None,
     "arima_refits": False,
+    "gpu_budget_rule": "pair_clamp",
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -287,6 +288,31 @@ class PlannerConfig(BaseModel):
 
     # --- budget / endpoints (§9.5) ---
     max_gpu_budget: int = 8
+    """Most GPUs the deployment may use (replicas × GPUs per replica over its roles); a
+    negative value is off. A hard ceiling under either ``gpu_budget_rule``."""
+    min_gpu_budget: int = -1
+    """Fewest GPUs the deployment should keep (spec §8.2, the current reference tree); a
+    negative value (the default, -1) is off. Only ``gpu_budget_rule="band"`` reads it: it holds
+    load scale-downs at the floor and reconciles a fleet below it, relaxed by the largest GPUs
+    per replica (whole replicas cannot always land on it); it never raises a throughput lower
+    bound."""
+    gpu_budget_rule: Literal["band", "pair_clamp"] = "band"
+    """*ours* (as a switch): how targets are fitted to the GPU budget. ``band`` (default) is the
+    current reference tree's budget band (spec §8.2, ``operators.budget_band``): a budget may
+    shrink a scaling move but never reverse it — a scale-up at a full budget is held
+    (``gpu_budget_guard_hold``) unless it is an opposing rebalance whose both legs fit, the
+    clamp never grows a role nobody asked to grow, and a fleet already out of band (or below a
+    minimum endpoint) is reconciled (``gpu_budget_reconcile``, may pick a donor). Throughput
+    targets keep only the funded part of a move. ``pair_clamp`` is spec §8.1 (G2): scale the
+    pair proportionally under ``max_gpu_budget`` (decode may grow into what prefill leaves),
+    no floor. Reference: ``pair_clamp`` — the reference algorithm this project is measured
+    against is the older generation (flat scale-down §4.5, §8.1 budget). The band is our
+    default because with ``min_gpu_budget`` off it differs only when the ceiling binds, where it
+    refuses the reversals and invented donors the pair clamp makes. In the test suite the one
+    decision it moves is a throughput-only pair sized (2, 3) from (1, 1) under 4 GPUs: (2, 2)
+    instead of (1, 3), so a fleet limited by its slower role serves 2/3 of the demand, not 1/2;
+    a scale-up the ceiling refuses is now reported as ``gpu_budget_guard_hold``, not
+    ``no_change``."""
     min_endpoint: Annotated[int, Field(ge=0)] = 1
     prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
     decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
@@ -375,6 +401,16 @@ class PlannerConfig(BaseModel):
                 "endpoints need (min_endpoint/prefill_min_endpoint/decode_min_endpoint × GPUs "
                 "per replica); raise it, lower the minimums, or set -1 for no budget"
             )
+        if 0 <= self.max_gpu_budget < self.min_gpu_budget:
+            raise ValueError(
+                f"min_gpu_budget {self.min_gpu_budget} is above max_gpu_budget "
+                f"{self.max_gpu_budget}: the band would be empty"
+            )
+        if self.min_gpu_budget >= 0 and self.gpu_budget_rule != "band":
+            raise ValueError(
+                f"min_gpu_budget {self.min_gpu_budget} needs gpu_budget_rule 'band' "
+                f"(the {self.gpu_budget_rule!r} rule has no floor); set -1 or use 'band'"
+            )
         return self
 
     def reference_variant(self) -> PlannerConfig:
@@ -440,7 +476,6 @@ REFERENCE_ONLY_FIELDS = frozenset(
         "prefill_scale_down_queue_tokens",
         "decode_scale_up_kv_rate",
         "decode_scale_down_kv_rate",
-        "min_gpu_budget",
         "control_api_port",
         "enable_power_awareness",
         "total_gpu_power_limit",

@@ -23,10 +23,15 @@ LoadReason = Literal[
     "scale_down_refused_consolidation",
     "scale_down_refused_rate",
     "scale_down_stabilizing",
+    "gpu_budget_guard_hold",
+    "gpu_budget_reconcile",
 ]
 """Load-scaling decision reasons: the reference's enum states (spec §4.8) plus two of ours —
 ``scale_down_refused_rate`` (the recent request rate would overload the survivors) and
-``scale_down_stabilizing`` (a scale-down waits for its stabilization window)."""
+``scale_down_stabilizing`` (a scale-down waits for its stabilization window) — and the
+current tree's budget-band reasons (§8.2): ``gpu_budget_guard_hold`` (the GPU budget held a
+move it could not fund without reversing it) and ``gpu_budget_reconcile`` (a fleet out of
+the budget band, or below a minimum endpoint, is brought back into it)."""
 
 ThroughputReason = Literal[
     "unset",
@@ -38,8 +43,11 @@ ThroughputReason = Literal[
     "set_lower_bound",
     "scale",
     "no_change",
+    "gpu_budget_guard_hold",
+    "gpu_budget_reconcile",
 ]
-"""Throughput-scaling decision reasons (spec §5.3)."""
+"""Throughput-scaling decision reasons (spec §5.3, with the current tree's ``no_change`` and
+budget-band reasons of §8.2)."""
 
 LOAD_REASONS: tuple[str, ...] = LoadReason.__args__  # type: ignore[attr-defined]
 THROUGHPUT_REASONS: tuple[str, ...] = ThroughputReason.__args__  # type: ignore[attr-defined]

@@ -177,7 +177,11 @@ def test_gpu_budget_caps_the_scale_up():
     caps = WorkerCapabilities(
         prefill=EngineCapabilities(num_gpu=4, context_length=4096, max_kv_tokens=100_000)
     )
-    assert prefill_outcome("throughput", 8192, caps=caps, max_gpu_budget=4) == (None, "no_change")
+    # the budget band (default) names the hold; the §8.1 pair clamp lands back on 1 silently
+    held = (None, "gpu_budget_guard_hold")
+    assert prefill_outcome("throughput", 8192, caps=caps, max_gpu_budget=4) == held
+    clamp = {"caps": caps, "max_gpu_budget": 4, "gpu_budget_rule": "pair_clamp"}
+    assert prefill_outcome("throughput", 8192, **clamp) == (None, "no_change")
     assert prefill_outcome("throughput", 8192, caps=caps, max_gpu_budget=8) == (2, "scale_up")
 
 

@@ -124,7 +124,7 @@ def test_budget_is_checked_with_the_held_role_at_its_in_flight_target() -> None:
         counts=IN_FLIGHT_DECODE,
     )
     assert effects.scale_to is None
-    assert effects.diagnostics.load_decision_reason_prefill == "no_change"
+    assert effects.diagnostics.load_decision_reason_prefill == "gpu_budget_guard_hold"
     # with room for it, the same tick scales prefill
     effects = run_tick(
         trained(in_progress_guard="role", max_gpu_budget=4),

@@ -690,6 +690,20 @@ class TestBudget:
             counts=WorkerCounts(ready_num_prefill=2),
         )
         assert effects.scale_to is None  # 3 × 2 GPUs > 4
+        # the band (default) names the hold; the §8.1 clamp just lands back on 2
+        assert effects.diagnostics.load_decision_reason == "gpu_budget_guard_hold"
+        machine = core(
+            caps, mode="prefill", ttft_ms=5.0, max_gpu_budget=4, gpu_budget_rule="pair_clamp"
+        )
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        effects = run_tick(
+            machine,
+            prefill=engines(
+                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
+            ),
+            counts=WorkerCounts(ready_num_prefill=2),
+        )
+        assert effects.scale_to is None
         assert effects.diagnostics.load_decision_reason == "no_change"
 
     def test_configured_gpus_per_replica_apply_when_capabilities_lack_them(self):
@@ -734,8 +748,17 @@ class TestBudget:
             "scale_up",
         )
 
-    def test_throughput_only_disagg_uses_the_pair_clamp(self):
-        machine = core(enable_load_scaling=False, max_gpu_budget=4)
+    @pytest.mark.parametrize(
+        ("rule", "expected"),
+        [
+            # raw (2, 3) = 5 GPUs > 4: prefill floor(2·4/5) = 1, decode the other 3 (§8.1)
+            ("pair_clamp", (1, 3)),
+            # the band funds both scale-ups in proportion (L1-closest, least skew): (2, 2)
+            ("band", (2, 2)),
+        ],
+    )
+    def test_throughput_only_disagg_under_the_budget(self, rule, expected):
+        machine = core(enable_load_scaling=False, max_gpu_budget=4, gpu_budget_rule=rule)
         machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
         machine.load_benchmark_fpms("decode", DECODE_TRAINING)
         effects = run_tick(
@@ -744,8 +767,58 @@ class TestBudget:
             traffic=TRAFFIC,
             counts=WorkerCounts(ready_num_prefill=1, ready_num_decode=1),
         )
-        # raw (2, 3) = 5 GPUs > 4: prefill floor(2·4/5) = 1, decode 3
-        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (1, 3)
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == expected
+
+
+class TestBudgetBand:
+    """Spec §8.2 on load actions: min = max = 4 GPUs, 1 GPU per replica. Prefill engines are
+    over a 5 ms TTFT SLA (the rule wants one more); decode engines sit at 45 ms of a 50 ms ITL
+    SLA (too busy to consolidate: no change)."""
+
+    def tick(self, current: tuple[int, int], **overrides):
+        settings = {"min_gpu_budget": 4, "max_gpu_budget": 4, **overrides}
+        machine = core(ttft_ms=5.0, enable_throughput_scaling=False, **settings)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        return run_tick(
+            machine,
+            prefill=engines(
+                current[0],
+                **{
+                    "queued_prefill": 10_000,
+                    "prefill_tokens": 500,
+                    "prefill_requests": 1,
+                    "wall_time": 0.502,
+                },
+            ),
+            decode=engines(current[1], decode_kv=3400, decode_requests=3, wall_time=0.035),
+            counts=WorkerCounts(ready_num_prefill=current[0], ready_num_decode=current[1]),
+        )
+
+    def test_scale_up_at_a_full_budget_is_held(self):
+        effects = self.tick((2, 2))
+        diag = effects.diagnostics
+        assert effects.scale_to is None
+        assert diag.load_decision_reason == "gpu_budget_guard_hold"
+        assert diag.load_decision_reason_prefill == "gpu_budget_guard_hold"
+        assert diag.load_decision_reason_decode == "scale_down_refused_consolidation"
+
+    @pytest.mark.parametrize(
+        ("current", "expected"),
+        [((3, 3), (2, 2)), ((1, 1), (2, 2)), ((4, 1), (3, 1))],
+        ids=["above-the-ceiling", "below-the-floor", "above-with-a-tiny-decode"],
+    )
+    def test_an_out_of_band_fleet_is_reconciled(self, current, expected):
+        effects = self.tick(current)
+        target = effects.scale_to
+        assert (target.num_prefill, target.num_decode) == expected
+        assert target.reason == "gpu_budget_reconcile"
+        assert effects.diagnostics.load_decision_reason == "gpu_budget_reconcile"
+
+    def test_the_pair_clamp_rule_ignores_the_band(self):
+        effects = self.tick((1, 1), min_gpu_budget=-1, gpu_budget_rule="pair_clamp")
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (2, 1)
+        assert effects.scale_to.reason == "scale_up"
 
 
 class TestThroughputOnlyOutcomes:

@@ -37,6 +37,7 @@ from tests.core.planner_inputs import (
     DECODE_TRAINING,
     PREFILL_TRAINING,
     core,
+    engines,
     run_tick,
 )
 
@@ -327,6 +328,200 @@ class TestDisaggChangeCap:
         )
         effects = self.tick(machine, window(1.5 * 60, 1000, 50), (1, 1))
         assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (30, 1)
+
+
+def pin_capacity(machine, role: str, engine_rps: float) -> None:
+    """Pin what one engine of ``role`` sustains (the perf model's other answers stay real)."""
+    if role == "prefill":
+        machine.prefill_model.find_best_engine_prefill_rps = lambda *a, **k: (engine_rps, 100.0)
+    elif machine.config.mode == "agg":
+        machine.agg_model.find_best_engine_agg_rps = lambda *a, **k: (engine_rps, 100.0, 10.0)
+    else:
+        machine.decode_model.find_best_engine_decode_rps = lambda *a, **k: (engine_rps, 10.0)
+
+
+class TestBudgetBand:
+    """Spec §16.5: the §8.2 budget band (``min = max = 64`` GPUs unless said, 1 GPU per
+    replica, change cap 8) on throughput targets, and on the load actions they floor. Demand is
+    1 req/s; each engine's rate is pinned to ``1 / (raw - 0.5)`` so the sizing is exactly the
+    case's raw count. Load ticks see idle engines, so the load rule proposes N − 1 per role."""
+
+    DEMAND = window(60, 1000, 150)
+
+    def machine(self, raw, *, load: bool, lo: int = 64, hi: int = 64, mode="disagg", **kw):
+        machine = core(
+            mode=mode,
+            enable_load_scaling=load,
+            min_gpu_budget=lo,
+            max_gpu_budget=hi,
+            ttft_ms=5000.0,
+            **kw,
+        )
+        roles = machine.config.roles
+        for role, n in zip(roles, raw if isinstance(raw, tuple) else (raw,), strict=True):
+            machine.load_benchmark_fpms(
+                role, PREFILL_TRAINING if role == "prefill" else DECODE_TRAINING
+            )
+            pin_capacity(machine, role, 1.0 / (n - 0.5))
+        return machine
+
+    @staticmethod
+    def counts(current):
+        if isinstance(current, tuple):
+            return WorkerCounts(ready_num_prefill=current[0], ready_num_decode=current[1])
+        return WorkerCounts(ready_num_decode=current)
+
+    def tick(self, machine, current, *, idle_load: bool = False, now_s: float = 60.0):
+        fpms = {}
+        if idle_load:  # every engine idle: the load rule proposes one fewer of each role
+            fpms = {
+                "prefill": engines(
+                    current[0], prefill_tokens=1000, prefill_requests=1, wall_time=1.002
+                ),
+                "decode": engines(current[1], decode_kv=1000, decode_requests=1, wall_time=0.011),
+            }
+        return run_tick(
+            machine, now_s=now_s, traffic=self.DEMAND, counts=self.counts(current), **fpms
+        )
+
+    @staticmethod
+    def pair(effects):
+        return effects.scale_to.num_prefill, effects.scale_to.num_decode
+
+    def test_lower_bounds_fit_the_band_and_do_not_ratchet(self):
+        machine = self.machine((8, 180), load=True)
+        for now_s in (60.0, 120.0):
+            assert self.tick(machine, (24, 40), now_s=now_s).scale_to is None
+            assert dict(machine.throughput_lower_bounds) == {"prefill": 16, "decode": 48}
+        capped = self.machine((8, 180), load=True, max_throughput_scaling_replicas=3)
+        self.tick(capped, (24, 40))
+        assert dict(capped.throughput_lower_bounds) == {"prefill": 21, "decode": 43}
+
+    def test_two_scale_ups_at_the_ceiling_are_held(self):
+        effects = self.tick(self.machine((32, 48), load=False), (24, 40))
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+        machine = self.machine((32, 48), load=True)
+        effects = self.tick(machine, (24, 40))
+        assert dict(machine.throughput_lower_bounds) == {"prefill": 24, "decode": 40}
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+
+    def test_a_hold_never_reverts_a_scale_in_flight(self):
+        # prefill 24 ready of 25 expected: the held target is "nothing moves", not "back to 24"
+        machine = self.machine((32, 48), load=False)
+        counts = WorkerCounts(ready_num_prefill=24, ready_num_decode=40, expected_num_prefill=25)
+        effects = run_tick(machine, now_s=60.0, traffic=self.DEMAND, counts=counts)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+
+    def test_a_natural_no_op_is_not_a_budget_hold(self):
+        effects = self.tick(self.machine((24, 40), load=False), (24, 40))
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "no_change"
+        effects = self.tick(self.machine(64, load=False, mode="decode"), 64)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "no_change"
+
+    def test_scale_down_at_the_floor_is_held(self):
+        effects = self.tick(self.machine((27, 36), load=False), (28, 36))
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+
+    def test_single_decode_at_the_ceiling_and_the_tolerance_edge(self):
+        machine = self.machine(180, load=True, mode="decode")
+        effects = self.tick(machine, 64)
+        assert machine.throughput_lower_bounds["decode"] == 64
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+        effects = self.tick(self.machine(62, load=False, mode="decode"), 63)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "gpu_budget_guard_hold"
+
+    def test_a_lower_bound_is_not_inflated_by_the_minimum_budget(self):
+        machine = self.machine(1, load=True, mode="decode")
+        self.tick(machine, 64)
+        assert machine.throughput_lower_bounds["decode"] == 56  # the cap, not the 64 floor
+
+    def test_only_the_headroom_is_used(self):
+        assert self.pair(self.tick(self.machine((40, 36), load=False, lo=-1), (24, 36))) == (
+            28,
+            36,
+        )
+        assert self.pair(self.tick(self.machine((1, 20), load=False, lo=-1), (20, 20))) == (
+            12,
+            20,
+        )
+
+    def test_endpoint_recovery_exceeds_the_cap_and_may_pick_a_donor(self):
+        mins = {"prefill_min_endpoint": 30, "decode_min_endpoint": 34}
+        machine = self.machine((30, 34), load=False, **mins)
+        assert self.pair(self.tick(machine, (21, 34))) == (30, 34)
+        machine = self.machine((30, 1), load=False, lo=-1, prefill_min_endpoint=30)
+        assert self.pair(self.tick(machine, (1, 1))) == (30, 1)
+        donor = {"prefill_min_endpoint": 30, "decode_min_endpoint": 8}
+        machine = self.machine((8, 180), load=False, **donor)
+        assert self.pair(self.tick(machine, (24, 40))) == (30, 34)
+
+    def test_mixed_endpoint_recovery_reconciles_the_load_action(self):
+        donor = {"prefill_min_endpoint": 30, "decode_min_endpoint": 8}
+        machine = self.machine((8, 180), load=True, **donor)
+        effects = self.tick(machine, (24, 40), idle_load=True)
+        assert dict(machine.throughput_lower_bounds) == {"prefill": 30, "decode": 34}
+        assert self.pair(effects) == (30, 34)
+        assert effects.scale_to.reason == "gpu_budget_reconcile"
+        assert effects.diagnostics.load_decision_reason == "gpu_budget_reconcile"
+
+    def test_load_only_endpoint_recovery_reconciles(self):
+        machine = core(
+            enable_throughput_scaling=False,
+            ttft_ms=5000.0,
+            min_gpu_budget=64,
+            max_gpu_budget=64,
+            prefill_min_endpoint=30,
+            decode_min_endpoint=8,
+        )
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        effects = run_tick(
+            machine,
+            prefill=engines(24, prefill_tokens=1000, prefill_requests=1, wall_time=1.002),
+            decode=engines(40, decode_kv=1000, decode_requests=1, wall_time=0.011),
+            counts=self.counts((24, 40)),
+        )
+        assert self.pair(effects) == (30, 34)
+        assert effects.diagnostics.load_decision_reason == "gpu_budget_reconcile"
+
+    def test_mixed_load_action_gets_the_funded_part_of_the_rebalance(self):
+        # bounds (16, 48) lift the load proposal (23, 39) to (23, 48): at a full budget only
+        # one prefill replica is freed, so decode gets one
+        effects = self.tick(self.machine((8, 180), load=True), (24, 40), idle_load=True)
+        assert self.pair(effects) == (23, 41)
+
+    def test_a_capped_floor_keeps_the_floor_guard(self):
+        machine = self.machine((8, 8), load=True)
+        effects = self.tick(machine, (27, 36), idle_load=True)
+        assert dict(machine.throughput_lower_bounds) == {"prefill": 19, "decode": 28}
+        assert effects.scale_to is None  # (26, 35) would leave 61 GPUs, under 64 - 1
+        assert effects.diagnostics.load_decision_reason == "gpu_budget_guard_hold"
+
+    def test_agg_scale_up_is_capped(self):
+        machine = core(mode="agg", enable_load_scaling=False, max_gpu_budget=100)
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        pin_capacity(machine, "decode", 1.0)
+        effects = run_tick(
+            machine, now_s=60.0, traffic=window(6000, 1000, 150), counts=self.counts(10)
+        )
+        assert effects.scale_to.num_decode == 18  # raw 100: 10 + cap 8
+
+    @pytest.mark.parametrize("gpus", [4, 5])
+    def test_prefill_replicas_do_not_depend_on_gpus_per_replica(self, gpus):
+        caps = WorkerCapabilities(
+            prefill=EngineCapabilities(num_gpu=gpus, max_num_batched_tokens=2048)
+        )
+        machine = core(caps, mode="prefill", enable_load_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        pin_capacity(machine, "prefill", 1.0)
+        effects = run_tick(machine, now_s=60.0, traffic=window(126, 1000, 150))
+        assert effects.scale_to.num_prefill == 3  # 2.1 req/s / 1.0
 
 
 class TestReasons:
