@@ -3,9 +3,10 @@
 Pure functions, one per decision step; the state machine strings them together:
 
 1. guards (:func:`fpm_covers_workers`; in-progress and no-FPM checks live with the inventory),
-2. a *rule* proposes a replica count for one role — threshold rules for the easy targets
-   (§4.3: :func:`easy_prefill_proposal`, :func:`easy_decode_proposal`) or SLA rules on the perf
-   models (§4.4–§4.6: :func:`sla_prefill_proposal`, :func:`sla_decode_proposal`,
+2. a *rule* proposes a replica count for one role — threshold rules for the easy and ``load``
+   targets (§4.3: :func:`threshold_rules` picks the :class:`Thresholds`,
+   :func:`prefill_queue_proposal` and :func:`decode_kv_proposal` apply them) or SLA rules on
+   the perf models (§4.4–§4.6: :func:`sla_prefill_proposal`, :func:`sla_decode_proposal`,
    :func:`sla_agg_proposals` + :func:`combine_agg`),
 3. floors and budget (§4.7, done by the caller), then :func:`settle_reason` names the outcome.
 
@@ -23,11 +24,10 @@ from typing import Literal
 
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.tick import EngineKey
-from schemas import ForwardPassMetrics, LoadReason
+from schemas import ForwardPassMetrics, LoadReason, PlannerConfig
 
 Fpms = Mapping[EngineKey, ForwardPassMetrics]
 ScaleDownRule = Literal["consolidation", "flat"]
-EasyTarget = Literal["throughput", "latency"]
 
 # Easy-mode thresholds (spec §4.3). Prefill: queued prefill tokens / context_length.
 PREFILL_THROUGHPUT_SCALE_UP = 1.0
@@ -110,42 +110,117 @@ def fpm_covers_workers(fpms: Fpms, ready: int | None) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _threshold_step(
-    values: list[float],
-    n: int,
-    min_endpoint: int,
-    scale_up: bool,
-    scale_down: bool,
-) -> LoadProposal:
-    if not values:
-        return LoadProposal(None, "insufficient_data")
-    if scale_up:
-        return LoadProposal(n + 1, "scale_up")
-    if n > 1 and scale_down:
-        return LoadProposal(max(n - 1, min_endpoint), "scale_down")
-    return LoadProposal(None, "no_change")
+@dataclass(frozen=True)
+class Thresholds:
+    """A threshold rule on a per-engine load signal (spec §4.3): ANY engine at ``up`` → +1,
+    ALL engines at ``down`` (and at least two replicas) → −1. "At" means ``>=`` / ``<=`` when
+    the bound is inclusive, ``>`` / ``<`` when not (the easy targets mix both; the ``load``
+    target's user thresholds are inclusive).
+
+    >>> Thresholds(0.9, 0.5).step([0.95, 0.2], n=2, min_endpoint=1)
+    LoadProposal(desired=3, reason='scale_up', estimate_ms=None)
+    >>> Thresholds(0.9, 0.5).step([0.5, 0.5], n=2, min_endpoint=1)
+    LoadProposal(desired=1, reason='scale_down', estimate_ms=None)
+    """
+
+    up: float
+    down: float
+    up_inclusive: bool = True
+    down_inclusive: bool = True
+
+    def hot(self, value: float) -> bool:
+        return value >= self.up if self.up_inclusive else value > self.up
+
+    def cool(self, value: float) -> bool:
+        return value <= self.down if self.down_inclusive else value < self.down
+
+    def step(self, values: list[float], n: int, min_endpoint: int) -> LoadProposal:
+        """The proposal for ``n`` replicas whose engines show ``values``."""
+        if not values:
+            return LoadProposal(None, "insufficient_data")
+        if any(self.hot(v) for v in values):
+            return LoadProposal(n + 1, "scale_up")
+        if n > 1 and all(self.cool(v) for v in values):
+            return LoadProposal(max(n - 1, min_endpoint), "scale_down")
+        return LoadProposal(None, "no_change")
 
 
-def easy_prefill_proposal(
-    fpms: Fpms, n: int, target: EasyTarget, context_length: int | None, min_endpoint: int
+# The easy targets' fixed rules (spec §4.3 constants, with their exact comparisons).
+PREFILL_EASY_THRESHOLDS: dict[str, Thresholds] = {
+    "throughput": Thresholds(
+        PREFILL_THROUGHPUT_SCALE_UP, PREFILL_THROUGHPUT_SCALE_DOWN, down_inclusive=False
+    ),
+    "latency": Thresholds(PREFILL_LATENCY_SCALE_UP, PREFILL_LATENCY_SCALE_DOWN),
+}
+DECODE_EASY_THRESHOLDS: dict[str, Thresholds] = {
+    "throughput": Thresholds(
+        DECODE_THROUGHPUT_SCALE_UP, DECODE_THROUGHPUT_SCALE_DOWN, False, False
+    ),
+    "latency": Thresholds(DECODE_LATENCY_SCALE_UP, DECODE_LATENCY_SCALE_DOWN, False, False),
+}
+
+
+@dataclass(frozen=True)
+class ThresholdRules:
+    """What the threshold targets compare, per role.
+
+    ``prefill_unit`` divides an engine's queued prompt tokens into the prefill signal: the
+    engines' ``context_length`` for the easy targets (``None`` here: read from the
+    capabilities), 1 for the ``load`` target (raw tokens). The decode/agg signal is always the
+    KV utilisation of :func:`decode_kv_load` over ``max_kv_tokens``.
+
+    >>> rules = threshold_rules(PlannerConfig(mode="decode", optimization_target="latency"))
+    >>> rules.decode, rules.prefill_unit
+    (Thresholds(up=0.4, down=0.1, up_inclusive=False, down_inclusive=False), None)
+    """
+
+    prefill: Thresholds | None
+    decode: Thresholds | None
+    prefill_unit: int | None
+
+
+def threshold_rules(config: PlannerConfig) -> ThresholdRules:
+    """The rules of a threshold target (``throughput``, ``latency`` or ``load``); a role the
+    config has no thresholds for gets ``None``.
+
+    >>> cfg = PlannerConfig(mode="agg", optimization_target="load",
+    ...                     decode_scale_up_kv_rate=80, decode_scale_down_kv_rate=30)
+    >>> rules = threshold_rules(cfg)
+    >>> rules.prefill, rules.decode.up, rules.decode.down, rules.prefill_unit
+    (None, 0.8, 0.3, 1)
+    """
+    target = config.optimization_target
+    if target == "sla":
+        raise ValueError("optimization_target 'sla' scales on the perf models, not thresholds")
+    if target != "load":
+        return ThresholdRules(PREFILL_EASY_THRESHOLDS[target], DECODE_EASY_THRESHOLDS[target], None)
+    prefill = decode = None
+    up, down = config.prefill_scale_up_queue_tokens, config.prefill_scale_down_queue_tokens
+    if up is not None and down is not None:
+        prefill = Thresholds(float(up), float(down))
+    up_rate, down_rate = config.decode_scale_up_kv_rate, config.decode_scale_down_kv_rate
+    if up_rate is not None and down_rate is not None:
+        decode = Thresholds(up_rate / 100, down_rate / 100)
+    return ThresholdRules(prefill, decode, 1)
+
+
+def prefill_queue_proposal(
+    fpms: Fpms, n: int, thresholds: Thresholds | None, unit: int | None, min_endpoint: int
 ) -> LoadProposal:
-    """Queue-to-context ratio thresholds: ANY engine hot → +1, ALL engines cool → −1.
+    """Queued prompt tokens per ``unit`` (the context length, or 1 for raw tokens) against
+    ``thresholds``: ANY engine hot → +1, ALL engines cool → −1.
 
     >>> from schemas import QueuedRequestMetrics
     >>> hot = ForwardPassMetrics(queued_requests=QueuedRequestMetrics(sum_prefill_tokens=4096))
-    >>> easy_prefill_proposal({("w1", 0): hot}, 1, "throughput", 4096, 1)
+    >>> prefill_queue_proposal({("w1", 0): hot}, 1, PREFILL_EASY_THRESHOLDS["throughput"], 4096, 1)
     LoadProposal(desired=2, reason='scale_up', estimate_ms=None)
+    >>> prefill_queue_proposal({("w1", 0): hot}, 1, Thresholds(5000, 100), 1, 1)
+    LoadProposal(desired=None, reason='no_change', estimate_ms=None)
     """
-    if not context_length or n == 0:
+    if thresholds is None or not unit or n == 0:
         return LoadProposal(None, "insufficient_data")
-    ratios = [f.queued_requests.sum_prefill_tokens / context_length for f in fpms.values()]
-    if target == "latency":
-        up = any(r >= PREFILL_LATENCY_SCALE_UP for r in ratios)
-        down = all(r <= PREFILL_LATENCY_SCALE_DOWN for r in ratios)
-    else:
-        up = any(r >= PREFILL_THROUGHPUT_SCALE_UP for r in ratios)
-        down = all(r < PREFILL_THROUGHPUT_SCALE_DOWN for r in ratios)
-    return _threshold_step(ratios, n, min_endpoint, up, down)
+    signals = [f.queued_requests.sum_prefill_tokens / unit for f in fpms.values()]
+    return thresholds.step(signals, n, min_endpoint)
 
 
 def decode_kv_load(fpm: ForwardPassMetrics, include_queued_prefill: bool) -> int:
@@ -237,33 +312,28 @@ def decode_requests(fpm: ForwardPassMetrics) -> int:
     return fpm.scheduled_requests.num_decode_requests + fpm.queued_requests.num_decode_requests
 
 
-def easy_decode_proposal(
+def decode_kv_proposal(
     fpms: Fpms,
     n: int,
-    target: EasyTarget,
+    thresholds: Thresholds | None,
     max_kv_tokens: int | None,
     min_endpoint: int,
     *,
     agg: bool = False,
 ) -> LoadProposal:
-    """KV-utilisation thresholds (decode, or agg with ``agg=True``).
+    """KV utilisation (decode, or agg with ``agg=True``) against ``thresholds``.
 
     >>> from schemas import ScheduledRequestMetrics
     >>> cool = ForwardPassMetrics(scheduled_requests=ScheduledRequestMetrics(
     ...     sum_decode_kv_tokens=40_000))
-    >>> easy_decode_proposal({("w1", 0): cool, ("w2", 0): cool}, 2, "throughput", 100_000, 1)
+    >>> easy = DECODE_EASY_THRESHOLDS["throughput"]
+    >>> decode_kv_proposal({("w1", 0): cool, ("w2", 0): cool}, 2, easy, 100_000, 1)
     LoadProposal(desired=1, reason='scale_down', estimate_ms=None)
     """
-    if not max_kv_tokens or n == 0:
+    if thresholds is None or not max_kv_tokens or n == 0:
         return LoadProposal(None, "insufficient_data")
     utils = [decode_kv_load(f, agg) / max_kv_tokens for f in fpms.values()]
-    if target == "latency":
-        up = any(u > DECODE_LATENCY_SCALE_UP for u in utils)
-        down = all(u < DECODE_LATENCY_SCALE_DOWN for u in utils)
-    else:
-        up = any(u > DECODE_THROUGHPUT_SCALE_UP for u in utils)
-        down = all(u < DECODE_THROUGHPUT_SCALE_DOWN for u in utils)
-    return _threshold_step(utils, n, min_endpoint, up, down)
+    return thresholds.step(utils, n, min_endpoint)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,13 +42,14 @@ from operators.load_scaling import (
     LoadProposal,
     aggregate_reason,
     combine_agg,
-    easy_decode_proposal,
-    easy_prefill_proposal,
+    decode_kv_proposal,
     fpm_covers_workers,
+    prefill_queue_proposal,
     settle_reason,
     sla_agg_proposals,
     sla_decode_proposal,
     sla_prefill_proposal,
+    threshold_rules,
 )
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.rate_guard import RateGuard, RateNeeds
@@ -600,12 +601,13 @@ class PlannerStateMachine:
         cfg = self.config
         caps = self._caps(role)
         min_ep = self._min_endpoint(role)
-        target = cfg.optimization_target
-        if target != "sla":
+        if not cfg.sla_mode:  # threshold targets: throughput, latency, load (§4.3)
+            rules = threshold_rules(cfg)
             if role == "prefill":
-                return easy_prefill_proposal(fpms, n, target, caps.context_length, min_ep)
-            return easy_decode_proposal(
-                fpms, n, target, caps.max_kv_tokens, min_ep, agg=cfg.mode == "agg"
+                unit = rules.prefill_unit or caps.context_length
+                return prefill_queue_proposal(fpms, n, rules.prefill, unit, min_ep)
+            return decode_kv_proposal(
+                fpms, n, rules.decode, caps.max_kv_tokens, min_ep, agg=cfg.mode == "agg"
             )
         sensitivity = cfg.load_scaling_down_sensitivity / 100.0
         model = self._models[role]

@@ -57,7 +57,7 @@ from schemas.events import MAX_DEPLOYMENT_NAME, Role, WorkerCapabilities
 log = logging.getLogger(__name__)
 
 Mode = Literal["disagg", "agg", "prefill", "decode"]
-OptimizationTarget = Literal["sla", "throughput", "latency"]
+OptimizationTarget = Literal["sla", "throughput", "latency", "load"]
 PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -233,6 +233,25 @@ class PlannerConfig(BaseModel):
     fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
     load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100)] = 80
     load_min_observations: Annotated[int, Field(ge=1)] = 5
+    prefill_scale_up_queue_tokens: Annotated[int, Field(ge=0)] | None = None
+    """``optimization_target: load`` (spec §4.3): a prefill replica is added when ANY engine
+    has at least this many prompt tokens queued. Required with that target when the mode has
+    a prefill role; must be above ``prefill_scale_down_queue_tokens``."""
+    prefill_scale_down_queue_tokens: Annotated[int, Field(ge=0)] | None = None
+    """``optimization_target: load``: a prefill replica is removed when ALL engines have at
+    most this many prompt tokens queued (and there are at least two)."""
+    decode_scale_up_kv_rate: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = (
+        None
+    )
+    """``optimization_target: load``: percent (0–100) of ``max_kv_tokens`` at which ANY decode
+    (or agg) engine's KV load — scheduled + queued decode KV, agg also queued prompt tokens —
+    adds a replica. Required with that target in decode, agg and disagg mode; must be above
+    ``decode_scale_down_kv_rate``."""
+    decode_scale_down_kv_rate: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = (
+        None
+    )
+    """``optimization_target: load``: percent (0–100) at or below which ALL decode (or agg)
+    engines' KV load removes a replica (when there are at least two)."""
     speculative_nextn: Annotated[int, Field(ge=0)] = 0
     scale_down_rule: Literal["consolidation", "flat"] = "consolidation"
     """*ours* (as a switch): ``consolidation`` = spec §4.6 (default), ``flat`` = spec §4.5."""
@@ -343,7 +362,7 @@ class PlannerConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _easy_targets_force_flags(cls, data: Any) -> Any:
-        # throughput/latency targets are threshold modes: load on, throughput off (spec §4.1).
+        # throughput/latency/load targets are threshold modes: load on, throughput off (§4.1).
         # The reference warns when that changes a flag the config set; so do we.
         if isinstance(data, dict) and data.get("optimization_target", "throughput") != "sla":
             forced = {"enable_load_scaling": True, "enable_throughput_scaling": False}
@@ -391,6 +410,7 @@ class PlannerConfig(BaseModel):
         for field, role in (("prefill_min_endpoint", "prefill"), ("decode_min_endpoint", "decode")):
             if getattr(self, field) is not None and (self.mode == "agg" or role not in roles):
                 raise ValueError(f"{field} is set but mode {self.mode!r} has no {role} role")
+        self._check_load_thresholds()
         # Below the minimum endpoints' GPUs the budget clamp scales the deployment to zero
         # (spec §8.1/§8.2); a replica has at least one GPU, so such a budget is never feasible.
         gpus = {"prefill": self.prefill_engine_num_gpu, "decode": self.decode_engine_num_gpu}
@@ -412,6 +432,39 @@ class PlannerConfig(BaseModel):
                 f"(the {self.gpu_budget_rule!r} rule has no floor); set -1 or use 'band'"
             )
         return self
+
+    def _check_load_thresholds(self) -> None:
+        """The ``load`` target's thresholds (spec §4.3, §9.4): each pair is required for a role
+        the mode has, refused for one it lacks or under another target, and up > down."""
+        pairs = {
+            "prefill": ("prefill_scale_up_queue_tokens", "prefill_scale_down_queue_tokens"),
+            "decode": ("decode_scale_up_kv_rate", "decode_scale_down_kv_rate"),
+        }
+        for role, (up_field, down_field) in pairs.items():
+            up, down = getattr(self, up_field), getattr(self, down_field)
+            given = [f for f in (up_field, down_field) if getattr(self, f) is not None]
+            if self.optimization_target != "load":
+                if given:
+                    raise ValueError(
+                        f"{given[0]} is set but optimization_target is "
+                        f"{self.optimization_target!r}: it applies to optimization_target 'load' "
+                        "only"
+                    )
+                continue
+            if role not in self.roles:
+                if given:
+                    raise ValueError(f"{given[0]} is set but mode {self.mode!r} has no {role} role")
+                continue
+            missing = [f for f in (up_field, down_field) if getattr(self, f) is None]
+            if missing:
+                raise ValueError(
+                    f"optimization_target 'load' in mode {self.mode!r} needs "
+                    f"{' and '.join(missing)} (the {role} role scales on them)"
+                )
+            if not up > down:
+                raise ValueError(
+                    f"{up_field} ({up:g}) must be greater than {down_field} ({down:g})"
+                )
 
     def reference_variant(self) -> PlannerConfig:
         """This config with every behaviour of ours set back to the reference planner's.
@@ -472,10 +525,6 @@ REFERENCE_ONLY_FIELDS = frozenset(
         "isl",
         "osl",
         "load_metric_samples",
-        "prefill_scale_up_queue_tokens",
-        "prefill_scale_down_queue_tokens",
-        "decode_scale_up_kv_rate",
-        "decode_scale_down_kv_rate",
         "control_api_port",
         "enable_power_awareness",
         "total_gpu_power_limit",
