@@ -3,7 +3,7 @@
 * ``max_load_step`` (default 3, reference 1): scale-ups proportional to how far the least
   loaded engine is above the SLA. A replica takes about a minute to start and no further step
   is taken while it does, so ±1 climbs one replica a minute while the queues grow.
-* ``scale_down_stabilization_seconds`` (default 120, reference 0): a scale-down needs that long
+* ``scale_down_stabilization_seconds`` (default 300, reference 0): a scale-down needs that long
   in which every load tick wanted it and nothing changed the role — without it, a queue that
   has just drained (the TTFT estimate sees queues, not utilisation) drops one replica per tick.
 """
