@@ -233,6 +233,19 @@ def _directions(cp: int, cd: int, pp: int, pd: int) -> tuple[bool, bool, bool]:
     return any(downs), any(ups), (downs[0] and ups[1]) or (ups[0] and downs[1])
 
 
+def _move(current_p: int, current_d: int, proposed_p: int, proposed_d: int) -> tuple[int, ...]:
+    """A pair move's four counts, checked (each a count >= 0)."""
+    named = (
+        ("current_p", current_p),
+        ("current_d", current_d),
+        ("proposed_p", proposed_p),
+        ("proposed_d", proposed_d),
+    )
+    for name, value in named:
+        check_count(name, value, 0)
+    return tuple(int(value) for _, value in named)
+
+
 def _endpoints_met(cp: int, cd: int, p_min: int, d_min: int) -> bool:
     return cp >= p_min and cd >= d_min
 
@@ -267,14 +280,7 @@ def guard_disagg_scaling_budget(
     >>> guard_disagg_scaling_budget(24, 40, 23, 39, 1, 1, 64, 64, 30, 8)  # prefill below 30
     (30, 34, 'gpu_budget_reconcile')
     """
-    for name, value in (
-        ("current_p", current_p),
-        ("current_d", current_d),
-        ("proposed_p", proposed_p),
-        ("proposed_d", proposed_d),
-    ):
-        check_count(name, value, 0)
-    cp, cd, pp, pd = int(current_p), int(current_d), int(proposed_p), int(proposed_d)
+    cp, cd, pp, pd = _move(current_p, current_d, proposed_p, proposed_d)
     p_min, d_min = int(prefill_min_endpoint), int(decode_min_endpoint)
     pg, dg = _gpus("p_gpu", p_gpu), _gpus("d_gpu", d_gpu)
     if pg is None or dg is None or (min_gpus < 0 and max_gpus < 0):
@@ -332,14 +338,7 @@ def fit_directional_budget_pair(
     >>> fit_directional_budget_pair(24, 36, 32, 44, 1, 1, -1, 64, 1, 1)  # headroom shared
     (26, 38)
     """
-    for name, value in (
-        ("current_p", current_p),
-        ("current_d", current_d),
-        ("proposed_p", proposed_p),
-        ("proposed_d", proposed_d),
-    ):
-        check_count(name, value, 0)
-    cp, cd, pp, pd = int(current_p), int(current_d), int(proposed_p), int(proposed_d)
+    cp, cd, pp, pd = _move(current_p, current_d, proposed_p, proposed_d)
     p_min, d_min = int(prefill_min_endpoint), int(decode_min_endpoint)
     pg, dg = _gpus("p_gpu", p_gpu), _gpus("d_gpu", d_gpu)
     if pg is None or dg is None:
