@@ -43,6 +43,27 @@ def request_end(
     return text.replace('"ISL"', str(isl)).replace('"OSL"', str(osl)).encode()
 
 
+def run_on_topic(tmp_path, bootstrap: str, topic: str, messages: list[bytes]):
+    """Write ``messages`` to ``topic`` and replay it as qwen's trace topic (ticks and dead
+    letters in ``tmp_path``)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for message in messages:
+        producer.produce(topic, key="qwen", value=message)
+    assert producer.flush(30) == 0
+    config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
+    return flowplanner(
+        "run",
+        "--config",
+        str(config),
+        "--input",
+        f"kafka://{bootstrap}/{topic}?until=end&format=dynamo-trace&deployment=qwen",
+        "--ticks",
+        str(tmp_path / "ticks.jsonl"),
+        "--dead-letters",
+        str(tmp_path / "dead.jsonl"),
+    )
+
+
 def test_undecodable_trace_messages_are_dead_letters(tmp_path, kafka_bootstrap, kafka_topic):
     deep = request_end(152)[:-1] + b', "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     bad = [
@@ -54,23 +75,8 @@ def test_undecodable_trace_messages_are_dead_letters(tmp_path, kafka_bootstrap, 
     valid = list(range(0, 305, 5))  # one finished request per load window
     messages = [request_end(t) for t in valid if t <= 150] + bad
     messages += [request_end(t) for t in valid if t > 150]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
-    for message in messages:
-        producer.produce(kafka_topic, key="qwen", value=message)
-    assert producer.flush(30) == 0
-    config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
 
-    done = flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end&format=dynamo-trace&deployment=qwen",
-        "--ticks",
-        str(tmp_path / "ticks.jsonl"),
-        "--dead-letters",
-        str(tmp_path / "dead.jsonl"),
-    )
+    done = run_on_topic(tmp_path, kafka_bootstrap, kafka_topic, messages)
 
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
@@ -100,23 +106,8 @@ def test_a_redelivered_request_is_a_duplicate_not_a_second_request(
     messages.insert(12, request_end(50, request_id="r50"))  # r50 is at offset 10
     messages.insert(20, request_end(85, request_id="r85"))  # r85 at 18 (after the insert)
     messages += [request_end(301), request_end(301)]  # no id: two requests
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for message in messages:
-        producer.produce(kafka_topic, key="qwen", value=message)
-    assert producer.flush(30) == 0
-    config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
 
-    done = flowplanner(
-        "run",
-        "--config",
-        str(config),
-        "--input",
-        f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end&format=dynamo-trace&deployment=qwen",
-        "--ticks",
-        str(tmp_path / "ticks.jsonl"),
-        "--dead-letters",
-        str(tmp_path / "dead.jsonl"),
-    )
+    done = run_on_topic(tmp_path, kafka_bootstrap, kafka_topic, messages)
 
     assert done.returncode == 0, done.stderr
     dead = read_jsonl(tmp_path / "dead.jsonl")
