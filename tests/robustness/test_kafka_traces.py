@@ -98,7 +98,7 @@ def test_undecodable_trace_messages_are_dead_letters(tmp_path, kafka_bootstrap, 
 def test_a_redelivered_request_is_a_duplicate_not_a_second_request(
     tmp_path, kafka_bootstrap, kafka_topic
 ):
-    """A producer retry writes a request_end twice (here: two and three messages later): the
+    """A producer retry writes a request_end twice (here: two messages later): the
     copies are ``duplicate`` dead letters naming the first offset, each request counts once,
     and requests without an id are never taken for copies."""
     valid = list(range(0, 305, 5))
