@@ -140,6 +140,7 @@ def test_real_prometheus_scrapes_the_planner_metrics(
         assert {s["metric"]["dynamo_planner_throughput_scaling_decision"] for s in states} == {
             "unset", "disabled", "no_traffic_data", "predict_failed", "model_not_ready",
             "partner_not_ready", "set_lower_bound", "scale", "no_change",
+            "gpu_budget_guard_hold", "gpu_budget_reconcile",
         }  # fmt: skip
         on = [s for s in states if s["value"][1] == "1"]
         assert [s["metric"]["dynamo_planner_throughput_scaling_decision"] for s in on] == [
