@@ -45,7 +45,7 @@ def last_tick_time(ticks: Path) -> float:
 
 
 def test_virtual_connector_holds_until_ack_and_sigterm_stops(
-    tmp_path, kafka_bootstrap, kafka_topic
+    tmp_path, kafka_bootstrap, kafka_topic, workers
 ):
     events_topic, decisions, acks = (f"{kafka_topic}-{x}" for x in ("ev", "dec", "ack"))
     # the flat scale-down rule without a stabilization window makes the first decision a
@@ -79,6 +79,8 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         str(ticks),
         "--dead-letters",
         str(tmp_path / "dead.jsonl"),
+        "-w",
+        str(workers),
         stderr=err_path,
     )
     try:

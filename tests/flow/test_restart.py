@@ -30,27 +30,35 @@ def publish(bootstrap: str, topic: str, events: list[dict]) -> None:
     assert producer.flush(30) == 0
 
 
-def run(config, source: str, output: str):
-    done = flowplanner("run", "--config", str(config), "--input", source, "--output", output)
+def run(config, source: str, output: str, workers: int = 1):
+    done = flowplanner(
+        "run", "--config", str(config), "--input", source, "--output", output, "-w", str(workers)
+    )
     assert done.returncode == 0, done.stderr
     return done.stderr
 
 
+def in_order(decision: dict) -> tuple[float, str]:
+    """Decisions by time, then deployment (two workers write one time's in either order)."""
+    return decision["time"], decision["deployment"]
+
+
 def in_topic(bootstrap: str, topic: str) -> list[dict]:
     decisions = read_decisions(bootstrap, topic)
-    return sorted((d.model_dump(mode="json") for d in decisions), key=lambda d: d["time"])
+    return sorted((d.model_dump(mode="json") for d in decisions), key=in_order)
 
 
 @pytest.mark.services
 def test_a_restarted_worker_sends_what_an_uninterrupted_one_would(
-    tmp_path, kafka_bootstrap, kafka_topic
+    tmp_path, kafka_bootstrap, kafka_topic, workers
 ):
+    # alpha and llama: on two workers, bytewax places them on different ones
     events = merge_streams(
-        decode_ramp("alpha", engines=2, seconds=120), decode_ramp("beta", engines=3, seconds=120)
+        decode_ramp("alpha", engines=2, seconds=120), decode_ramp("llama", engines=3, seconds=120)
     )
-    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG, "beta": DECODE_CONFIG})
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG, "llama": DECODE_CONFIG})
     run(config, str(write_stream(tmp_path / "all.jsonl", events)), str(tmp_path / "all.out"))
-    uninterrupted = sorted(read_jsonl(tmp_path / "all.out"), key=lambda d: d["time"])
+    uninterrupted = sorted(read_jsonl(tmp_path / "all.out"), key=in_order)
     # The first run's input ends inside the window that ends at crash_at: it never ticks
     crash_at = sorted({d["time"] for d in uninterrupted})[len(uninterrupted) // 4]
     before = [d for d in uninterrupted if d["time"] < crash_at]
@@ -62,13 +70,13 @@ def test_a_restarted_worker_sends_what_an_uninterrupted_one_would(
         (f"kafka://{kafka_bootstrap}/{decisions}"),
     )
     publish(kafka_bootstrap, events_topic, [e for e in events if e["time"] < crash_at])
-    run(config, source, output)
+    run(config, source, output, workers)
     assert in_topic(kafka_bootstrap, decisions) == before
 
     publish(kafka_bootstrap, events_topic, [e for e in events if e["time"] >= crash_at])
-    said = run(config, source, output)
+    said = run(config, source, output, workers)
     assert in_topic(kafka_bootstrap, decisions) == uninterrupted
-    for name in ("alpha", "beta"):
+    for name in ("alpha", "llama"):
         last = max((d for d in before if d["deployment"] == name), key=lambda d: d["time"])
         held = f"#{last['decision_id']} at {last['time']:.1f}"
         assert f"{name}'s outputs already hold its decisions up to {held}" in said
