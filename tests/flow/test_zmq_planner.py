@@ -54,7 +54,7 @@ def scrape_with(port: int, line: str) -> str:
     return text if line in text else ""
 
 
-def test_zmq_fpms_drive_decisions(tmp_path):
+def test_zmq_fpms_drive_decisions(tmp_path, workers):
     config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
     status = tmp_path / "status.jsonl"  # what the DGD would say: two ready decode engines
     status.write_text(
@@ -93,6 +93,8 @@ def test_zmq_fpms_drive_decisions(tmp_path):
             str(dead_file),
             "--metrics-port",
             "0",
+            "-w",
+            str(workers),
             stderr=err_path,
         )
         port = metrics_port(planner, err_path)
