@@ -588,16 +588,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         first_line: dict[Any, int] = {}
         for key_node, _value in node.value:
             key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
             try:
-                line = first_line.setdefault(key, key_node.start_mark.line + 1)
+                first = first_line.get(key)
             except TypeError:  # an unhashable key: PyYAML's own error says so
                 continue
-            if line != key_node.start_mark.line + 1:
+            if first is not None:  # also on the same line: ``{a: 1, a: 2}``
                 raise _DuplicateKey(
-                    f"duplicate key {key!r} (first at line {line})",
-                    key_node.start_mark.line + 1,
+                    f"duplicate key {key!r} (first at line {first})",
+                    line,
                     key_node.start_mark.column + 1,
                 )
+            first_line[key] = line
         return super().construct_mapping(node, deep=deep)
 
 

@@ -139,6 +139,11 @@ def test_a_field_set_twice_is_refused(tmp_path):
     assert f"{path}:5:5: duplicate key 'itl_ms' (first at line 3)" in config_error(path)
 
 
+def test_a_field_set_twice_on_one_line_is_refused(tmp_path):
+    path = write(tmp_path, "deployments:\n  d: {itl_ms: 50, itl_ms: 5}\n")
+    assert f"{path}:2:19: duplicate key 'itl_ms' (first at line 2)" in config_error(path)
+
+
 def test_a_duplicate_key_in_json_is_refused(tmp_path):
     text = '{"deployments": {"d": {"mode": "agg"}, "d": {"mode": "decode"}}}'
     assert "duplicate key 'd'" in config_error(text)  # inline
