@@ -27,15 +27,8 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 
 from operators.bootstrap import within_engine_limits
-from operators.budget import apply_global_budget, apply_single_budget
-from operators.budget_band import (
-    BudgetReason,
-    fit_throughput_pair,
-    fit_throughput_single,
-    guard_disagg_scaling_budget,
-    guard_single_scaling_budget,
-)
 from operators.cadence import Cadence
+from operators.gpu_budget import GpuBudget
 from operators.inventory import Inventory
 from operators.load_scaling import (
     Fpms,
@@ -276,107 +269,13 @@ class PlannerStateMachine:
     def _min_endpoint(self, role: Role) -> int:
         return self.config.min_endpoint_for(role)
 
-    def _budget_single(self, role: Role, desired: int) -> int:
-        """``max(desired, min_endpoint)`` then the GPU budget clamp (§8.1); no clamp when the
-        budget is off or the role's GPUs per replica are unknown."""
-        return apply_single_budget(
-            desired,
-            self.gpus_per_replica(role),
-            self.config.max_gpu_budget,
-            self._min_endpoint(role),
-        )
-
-    def _guard_single(
-        self, role: Role, current: int, desired: int
-    ) -> tuple[int, BudgetReason | None]:
-        """A load action of one role: ``max(desired, min_endpoint)`` then the GPU budget —
-        the band's direction-preserving guard (§8.2), or the §8.1 clamp (``pair_clamp``)."""
-        if self.config.gpu_budget_rule == "pair_clamp":
-            return self._budget_single(role, desired), None
-        min_ep = self._min_endpoint(role)
-        return guard_single_scaling_budget(
-            current,
-            max(desired, min_ep),
-            self.gpus_per_replica(role),
-            self.config.min_gpu_budget,
-            self.config.max_gpu_budget,
-            min_ep,
-        )
-
-    def _guard_pair(
-        self, current: tuple[int, int], desired: tuple[int, int]
-    ) -> tuple[int, int, BudgetReason | None]:
-        """A disagg load action: min endpoints then the GPU budget — the band's
-        direction-preserving guard (§8.2), or the §8.1 pair clamp (``pair_clamp``)."""
-        if self.config.gpu_budget_rule == "pair_clamp":
-            return (*self._budget_pair(*desired), None)
-        p_min, d_min = self._min_endpoint("prefill"), self._min_endpoint("decode")
-        return guard_disagg_scaling_budget(
-            *current,
-            max(desired[0], p_min),
-            max(desired[1], d_min),
-            self.gpus_per_replica("prefill"),
-            self.gpus_per_replica("decode"),
-            self.config.min_gpu_budget,
-            self.config.max_gpu_budget,
-            p_min,
-            d_min,
-        )
-
-    def _fit_throughput(
-        self, targets: dict[Role, int], *, lower_bounds: bool
-    ) -> tuple[dict[Role, int], BudgetReason | None]:
-        """Throughput targets (step-capped, endpoint-floored) into the GPU budget. ``band``:
-        only the funded part of a move from the ready counts, recovery may pick a donor
-        (§5.4, §8.2); lower bounds see only the ceiling (the floor never inflates a bound).
-        ``pair_clamp``: the §8.1 clamps, and lower bounds are not clamped (§5.3)."""
-        cfg = self.config
-        if cfg.gpu_budget_rule == "pair_clamp":
-            if lower_bounds:
-                return targets, None
-            if cfg.mode == "disagg":
-                p, d = self._budget_pair(targets["prefill"], targets["decode"])
-                return {"prefill": p, "decode": d}, None
-            return {role: self._budget_single(role, n) for role, n in targets.items()}, None
-        min_gpus = -1 if lower_bounds else cfg.min_gpu_budget
-        if cfg.mode == "disagg":
-            ready_p, ready_d = self.inventory.ready("prefill"), self.inventory.ready("decode")
-            current = None if ready_p is None or ready_d is None else (ready_p, ready_d)
-            p, d, reason = fit_throughput_pair(
-                current,
-                (targets["prefill"], targets["decode"]),
-                self.gpus_per_replica("prefill"),
-                self.gpus_per_replica("decode"),
-                min_gpus,
-                cfg.max_gpu_budget,
-                self._min_endpoint("prefill"),
-                self._min_endpoint("decode"),
-            )
-            return {"prefill": p, "decode": d}, reason
-        fitted: dict[Role, int] = {}
-        reason = None
-        for role, n in targets.items():
-            fitted[role], reason = fit_throughput_single(
-                self.inventory.ready(role),
-                n,
-                self.gpus_per_replica(role),
-                min_gpus,
-                cfg.max_gpu_budget,
-                self._min_endpoint(role),
-            )
-        return fitted, reason
-
-    def _budget_pair(self, num_prefill: int, num_decode: int) -> tuple[int, int]:
-        """Min endpoints then the global pair clamp (§8.1)."""
-        p_min, d_min = self._min_endpoint("prefill"), self._min_endpoint("decode")
-        return apply_global_budget(
-            max(num_prefill, p_min),
-            max(num_decode, d_min),
-            self.gpus_per_replica("prefill"),
-            self.gpus_per_replica("decode"),
-            self.config.max_gpu_budget,
-            p_min,
-            d_min,
+    def _budget(self) -> GpuBudget:
+        """The GPU budget as this tick sees the fleet."""
+        roles: tuple[Role, Role] = ("prefill", "decode")
+        return GpuBudget(
+            self.config,
+            {role: self.gpus_per_replica(role) for role in roles},
+            {role: self.inventory.ready(role) for role in roles},
         )
 
     # --- load scaling (§4) -------------------------------------------------------------------
@@ -446,7 +345,7 @@ class PlannerStateMachine:
             return None
         original = n if proposal.desired is None else proposal.desired
         post_floor = self._apply_floor(role, original)
-        final, budget_reason = self._guard_single(role, n, post_floor)
+        final, budget_reason = self._budget().guard_single(role, n, post_floor)
         reason = budget_reason or settle_reason(
             current=n, proposal=proposal, post_floor=post_floor, final=final
         )
@@ -489,7 +388,7 @@ class PlannerStateMachine:
         d_prop = self._propose("decode", d_fpms, n_d, diag) if d_fpms else missing
         p_floor = self._apply_floor("prefill", n_p if p_prop.desired is None else p_prop.desired)
         d_floor = self._apply_floor("decode", n_d if d_prop.desired is None else d_prop.desired)
-        final_p, final_d, budget_reason = self._guard_pair((n_p, n_d), (p_floor, d_floor))
+        final_p, final_d, budget_reason = self._budget().guard_pair((n_p, n_d), (p_floor, d_floor))
         p_reason = settle_reason(current=n_p, proposal=p_prop, post_floor=p_floor, final=final_p)
         d_reason = settle_reason(current=n_d, proposal=d_prop, post_floor=d_floor, final=final_d)
         changed = (final_p, final_d) != (n_p, n_d)
@@ -533,7 +432,7 @@ class PlannerStateMachine:
             )
             pair = {moving: post_floor, held: held_target}
             current = {moving: n, held: held_target}
-            final_p, final_d, budget_reason = self._guard_pair(
+            final_p, final_d, budget_reason = self._budget().guard_pair(
                 (current["prefill"], current["decode"]), (pair["prefill"], pair["decode"])
             )
             final = final_p if moving == "prefill" else final_d
@@ -731,11 +630,11 @@ class PlannerStateMachine:
             if c.replicas is not None
         }
         if self.config.enable_load_scaling:
-            bounds, budget_reason = self._fit_throughput(targets, lower_bounds=True)
+            bounds, budget_reason = self._budget().fit_throughput(targets, lower_bounds=True)
             self._lower_bounds.update(bounds)
             self._set_throughput_reason(diag, budget_reason or "set_lower_bound")
             return None
-        targets, budget_reason = self._fit_throughput(targets, lower_bounds=False)
+        targets, budget_reason = self._budget().fit_throughput(targets, lower_bounds=False)
         if budget_reason == "gpu_budget_guard_hold":  # nothing moves (not even back to ready)
             self._set_throughput_reason(diag, budget_reason)
             return None

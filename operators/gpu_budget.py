@@ -1,0 +1,144 @@
+"""How the planner fits one tick's replica counts into the deployment's GPU budget.
+
+``gpu_budget_rule`` picks the rule: ``band`` (spec §8.2, ours by default) guards load actions
+so that a budget may shrink a move but never reverse it, and fits throughput targets to the
+funded part of their move from the ready counts; ``pair_clamp`` (§8.1, the reference variant)
+clamps every count proportionally. Minimum endpoints come first in both (§4.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from operators.budget import apply_global_budget, apply_single_budget
+from operators.budget_band import (
+    BudgetReason,
+    fit_throughput_pair,
+    fit_throughput_single,
+    guard_disagg_scaling_budget,
+    guard_single_scaling_budget,
+)
+from schemas import PlannerConfig, Role
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """One deployment's GPU budget at one tick: its config, each role's GPUs per replica
+    (``None``: unknown, no budget for it) and ready replicas (``None``: unknown).
+
+    >>> config = PlannerConfig(mode="decode", max_gpu_budget=4)
+    >>> budget = GpuBudget(config, {"prefill": None, "decode": 1}, {"prefill": None, "decode": 4})
+    >>> budget.guard_single("decode", 4, 5)  # a full budget holds a scale-up
+    (4, 'gpu_budget_guard_hold')
+    >>> budget.guard_single("decode", 4, 3)
+    (3, None)
+    >>> GpuBudget(config.model_copy(update={"gpu_budget_rule": "pair_clamp"}), budget.gpus,
+    ...           budget.ready).guard_single("decode", 4, 5)  # §8.1: clamped to the ceiling
+    (4, None)
+    """
+
+    config: PlannerConfig
+    gpus: Mapping[Role, int | None]
+    ready: Mapping[Role, int | None]
+
+    def min_endpoint(self, role: Role) -> int:
+        return self.config.min_endpoint_for(role)
+
+    def clamp_single(self, role: Role, desired: int) -> int:
+        """``max(desired, min_endpoint)`` then the §8.1 clamp (none when the budget is off or
+        the role's GPUs per replica are unknown)."""
+        return apply_single_budget(
+            desired, self.gpus[role], self.config.max_gpu_budget, self.min_endpoint(role)
+        )
+
+    def clamp_pair(self, num_prefill: int, num_decode: int) -> tuple[int, int]:
+        """Min endpoints then the §8.1 global pair clamp."""
+        p_min, d_min = self.min_endpoint("prefill"), self.min_endpoint("decode")
+        return apply_global_budget(
+            max(num_prefill, p_min),
+            max(num_decode, d_min),
+            self.gpus["prefill"],
+            self.gpus["decode"],
+            self.config.max_gpu_budget,
+            p_min,
+            d_min,
+        )
+
+    def guard_single(
+        self, role: Role, current: int, desired: int
+    ) -> tuple[int, BudgetReason | None]:
+        """A load action of one role: ``max(desired, min_endpoint)`` then the budget."""
+        if self.config.gpu_budget_rule == "pair_clamp":
+            return self.clamp_single(role, desired), None
+        min_ep = self.min_endpoint(role)
+        return guard_single_scaling_budget(
+            current,
+            max(desired, min_ep),
+            self.gpus[role],
+            self.config.min_gpu_budget,
+            self.config.max_gpu_budget,
+            min_ep,
+        )
+
+    def guard_pair(
+        self, current: tuple[int, int], desired: tuple[int, int]
+    ) -> tuple[int, int, BudgetReason | None]:
+        """A disagg load action: min endpoints then the budget."""
+        if self.config.gpu_budget_rule == "pair_clamp":
+            return (*self.clamp_pair(*desired), None)
+        p_min, d_min = self.min_endpoint("prefill"), self.min_endpoint("decode")
+        return guard_disagg_scaling_budget(
+            *current,
+            max(desired[0], p_min),
+            max(desired[1], d_min),
+            self.gpus["prefill"],
+            self.gpus["decode"],
+            self.config.min_gpu_budget,
+            self.config.max_gpu_budget,
+            p_min,
+            d_min,
+        )
+
+    def fit_throughput(
+        self, targets: dict[Role, int], *, lower_bounds: bool
+    ) -> tuple[dict[Role, int], BudgetReason | None]:
+        """Throughput targets (step-capped, endpoint-floored) into the budget. ``band``: only
+        the funded part of a move from the ready counts, recovery may pick a donor (§5.4,
+        §8.2); lower bounds see only the ceiling (the floor never inflates a bound).
+        ``pair_clamp``: the §8.1 clamps, and lower bounds are not clamped (§5.3)."""
+        cfg = self.config
+        if cfg.gpu_budget_rule == "pair_clamp":
+            if lower_bounds:
+                return targets, None
+            if cfg.mode == "disagg":
+                p, d = self.clamp_pair(targets["prefill"], targets["decode"])
+                return {"prefill": p, "decode": d}, None
+            return {role: self.clamp_single(role, n) for role, n in targets.items()}, None
+        min_gpus = -1 if lower_bounds else cfg.min_gpu_budget
+        if cfg.mode == "disagg":
+            ready_p, ready_d = self.ready["prefill"], self.ready["decode"]
+            current = None if ready_p is None or ready_d is None else (ready_p, ready_d)
+            p, d, reason = fit_throughput_pair(
+                current,
+                (targets["prefill"], targets["decode"]),
+                self.gpus["prefill"],
+                self.gpus["decode"],
+                min_gpus,
+                cfg.max_gpu_budget,
+                self.min_endpoint("prefill"),
+                self.min_endpoint("decode"),
+            )
+            return {"prefill": p, "decode": d}, reason
+        fitted: dict[Role, int] = {}
+        reason = None
+        for role, n in targets.items():
+            fitted[role], reason = fit_throughput_single(
+                self.ready[role],
+                n,
+                self.gpus[role],
+                min_gpus,
+                cfg.max_gpu_budget,
+                self.min_endpoint(role),
+            )
+        return fitted, reason
