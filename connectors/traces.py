@@ -314,6 +314,18 @@ def _dynamo_event(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _request_end(path: Path, lineno: int, text: str) -> dict[str, Any] | None:
+    """The ``request_end`` event of one Dynamo trace line, or ``None`` for its other events (tool
+    calls); raises :class:`TraceFormatError` for a line that is no Dynamo event."""
+    event = _dynamo_event(_parse_json(path, lineno, text))
+    if event is None:
+        raise TraceFormatError(path, lineno, f"not a {DYNAMO_SCHEMA} event")
+    kind = event.get("event_type")
+    if not isinstance(kind, str):
+        raise TraceFormatError(path, lineno, f"event_type must be a string, got {kind!r}")
+    return event if kind == "request_end" else None
+
+
 def dynamo_request_event(
     data: str | bytes, deployment: str, source: str = "stream", position: int = 0
 ) -> RequestEvent | None:
@@ -340,14 +352,8 @@ def dynamo_request_event(
         text = data.decode() if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
         raise TraceFormatError(source, position, f"not UTF-8: {exc.reason}") from None
-    obj = _parse_json(Path(source), position, text)
-    event = _dynamo_event(obj)
+    event = _request_end(Path(source), position, text)
     if event is None:
-        raise TraceFormatError(source, position, f"not a {DYNAMO_SCHEMA} event")
-    kind = event.get("event_type")
-    if not isinstance(kind, str):
-        raise TraceFormatError(source, position, f"event_type must be a string, got {kind!r}")
-    if kind != "request_end":
         return None
     row = _dynamo_row(Path(source), position, event)
     if event.get("event_time_unix_ms") is None:
@@ -366,14 +372,8 @@ def _read_dynamo(path: Path) -> Iterator[_Row]:
         text = line.strip()
         if not text:
             continue
-        obj = _parse_json(path, lineno, text)
-        event = _dynamo_event(obj)
+        event = _request_end(path, lineno, text)
         if event is None:
-            raise TraceFormatError(path, lineno, f"not a {DYNAMO_SCHEMA} event")
-        kind = event.get("event_type")
-        if not isinstance(kind, str):
-            raise TraceFormatError(path, lineno, f"event_type must be a string, got {kind!r}")
-        if kind != "request_end":
             continue
         row = _dynamo_row(path, lineno, event)
         if row.request_id is not None:
