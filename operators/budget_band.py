@@ -428,10 +428,12 @@ def fit_throughput_single(
     (30, None)
     """
     g = _gpus("gpus", gpus)
-    if current is None or current < min_endpoint:
-        return proportional_clamp_single(proposed, g, min_gpus, max_gpus, min_endpoint), None
     tolerance = _tolerance(min_gpus, max_gpus, g or 0)
-    if g is not None and not _in_band(current * g, min_gpus, max_gpus, tolerance):
+    if (
+        current is None
+        or current < min_endpoint
+        or (g is not None and not _in_band(current * g, min_gpus, max_gpus, tolerance))
+    ):
         return proportional_clamp_single(proposed, g, min_gpus, max_gpus, min_endpoint), None
     return guard_single_scaling_budget(current, proposed, g, min_gpus, max_gpus, min_endpoint)
 
