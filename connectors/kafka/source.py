@@ -286,7 +286,7 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
         recent = self._recent.setdefault(partition, OrderedDict())
         request_id = event.payload.request_id
         first = recent.get(request_id)
-        if first is not None and first != offset:  # the same offset again is a rebuilt reader
+        if first is not None:
             return first
         recent[request_id] = offset
         if len(recent) > RECENT_REQUEST_IDS:
