@@ -44,15 +44,19 @@ def vector(*samples: tuple[object, object]) -> dict[str, object]:
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
-def frontend(num_req: object = "10") -> Responder:
-    """A frontend with ``num_req`` started requests of mean ISL 1000 and OSL 100."""
+def frontend(num_req: object = "10", isl_sum: str = "10000", osl_sum: str = "1000") -> Responder:
+    """A frontend with ``num_req`` started requests whose 10 finished ones have these length
+    sums (by default: mean ISL 1000 and OSL 100)."""
 
     def answer(promql: str) -> Answer:
         if "unless" in promql:  # the stale-series check: none went stale
             return 200, vector()
         if "requests_started_total" in promql:
             return 200, vector((LABELS, num_req))
-        for name, total in (("input_sequence_tokens", "10000"), ("output_sequence_tokens", "1000")):
+        for name, total in (
+            ("input_sequence_tokens", isl_sum),
+            ("output_sequence_tokens", osl_sum),
+        ):
             if f"{name}_sum" in promql:
                 return 200, vector((LABELS, total))
             if f"{name}_count" in promql:
@@ -173,6 +177,11 @@ BAD_ANSWERS = {
     "count NaN": (frontend(num_req="NaN"), "bad_count", "request count is NaN, not a count"),
     "count +Inf": (frontend(num_req="+Inf"), "bad_count", "request count is +Inf, not a count"),
     "count negative": (frontend(num_req="-5"), "bad_count", "request count is -5, not a count"),
+    # well-formed numbers no real fleet reports: a histogram sum that went down, absurd sizes
+    "negative ISL": (frontend(isl_sum="-10000"), "bad_length", "ISL is -1000, not a length"),
+    "negative OSL": (frontend(osl_sum="-5"), "bad_length", "OSL is -0.5, not a length"),
+    "huge ISL": (frontend(isl_sum="1e300"), "implausible", "isl = 1e+299 is implausible"),
+    "huge count": (frontend(num_req="1e300"), "implausible", "num_req = 1e+300 over duration_s"),
 }
 
 
