@@ -8,18 +8,8 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka import Producer
-
 from tests.flow.runner import flowplanner, read_jsonl, write_config
-
-INTERVAL_S = 60
-CONFIG = {
-    "mode": "decode",
-    "optimization_target": "sla",
-    "enable_load_scaling": False,
-    "enable_throughput_scaling": True,
-    "throughput_adjustment_interval_seconds": INTERVAL_S,
-}
+from tests.flow.test_kafka_requests import CONFIG, INTERVAL_S, publish
 
 
 def request_end(
@@ -46,10 +36,7 @@ def request_end(
 def run_on_topic(tmp_path, bootstrap: str, topic: str, messages: list[bytes]):
     """Write ``messages`` to ``topic`` and replay it as qwen's trace topic (ticks and dead
     letters in ``tmp_path``)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for message in messages:
-        producer.produce(topic, key="qwen", value=message)
-    assert producer.flush(30) == 0
+    publish(bootstrap, topic, messages)
     config = write_config(tmp_path / "c.yaml", {"qwen": CONFIG})
     return flowplanner(
         "run",
