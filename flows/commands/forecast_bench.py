@@ -31,6 +31,7 @@ def _as_json(result: BenchResult) -> dict:
         "selector": score(result.selector),
         "options": {name: score(s) for name, s in result.options.items()},
         "hindsight_constant": score(result.hindsight),
+        "hindsight_autoregression": score(result.hindsight_ar),
         "best_single": result.best_single[0],
         "ratio": result.ratio,
     }

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,21 @@ def test_bench_scores_selection_beside_the_mix() -> None:
     assert result.selection.points == result.selector.points == 59
     assert sum(result.chosen.values()) == 59
     assert "selection" in format_result(result)
+
+
+def test_hindsight_autoregression_is_the_best_two_lag_quantile_fit() -> None:
+    """Exactly optimal: no fixed level and no other two-lag linear rule, the last value among
+    them, scores a lower loss on the points it was fitted on."""
+    steps = random.Random(7).choices((-20.0, -5.0, 5.0, 20.0), k=80)
+    values = list(itertools.accumulate(steps, initial=500.0))  # a walk: the last point matters
+    result = run_series(Series("synthetic", values, 60.0))
+    scored = values[1:]
+    assert result.hindsight_ar.points == len(scored)
+    assert result.hindsight_ar.loss < result.hindsight.loss
+    padded = [0.0, 0.0, *values]
+    for level, b1, b2 in ((0, 1, 0), (10, 0.8, 0.1), (-5, 0.5, 0.6), (30, 0.7, 0.0)):
+        rule = type(result.hindsight_ar)()
+        for t, actual in enumerate(scored, start=3):  # padded[t] is values[t - 2]
+            rule.add(actual, level + b1 * padded[t - 1] + b2 * padded[t - 2])
+        assert result.hindsight_ar.loss <= rule.loss + 1e-9
+    assert "hindsight autoregression" in format_result(result)
