@@ -17,6 +17,7 @@ from schemas import (
     AckEvent,
     CapabilitiesEvent,
     ClockEvent,
+    EngineCapabilities,
     Event,
     FpmBatchEvent,
     FpmEvent,
@@ -138,16 +139,31 @@ def merge_capabilities(
 def merge_capabilities(
     old: WorkerCapabilities | None, new: WorkerCapabilities | None
 ) -> WorkerCapabilities | None:
-    """Newer capabilities win per role; a role the newer record omits keeps its old value.
+    """Newer capabilities win field by field: a role, or a field of a role, that the newer
+    record leaves out keeps its old value (the DGD names only a power cap, a worker's card
+    the token limits; neither erases the other).
 
     >>> from schemas import EngineCapabilities as C
-    >>> merge_capabilities(WorkerCapabilities(prefill=C(num_gpu=2)),
-    ...                    WorkerCapabilities(decode=C(num_gpu=1))).prefill.num_gpu
-    2
+    >>> merged = merge_capabilities(WorkerCapabilities(prefill=C(num_gpu=2, max_num_seqs=8)),
+    ...                             WorkerCapabilities(prefill=C(gpu_power_limit_w=500),
+    ...                                                decode=C(num_gpu=1)))
+    >>> merged.prefill.num_gpu, merged.prefill.gpu_power_limit_w, merged.decode.num_gpu
+    (2, 500, 1)
     """
     if old is None or new is None:
         return new or old
-    return WorkerCapabilities(prefill=new.prefill or old.prefill, decode=new.decode or old.decode)
+    return WorkerCapabilities(
+        prefill=_merge_engine(old.prefill, new.prefill),
+        decode=_merge_engine(old.decode, new.decode),
+    )
+
+
+def _merge_engine(
+    old: EngineCapabilities | None, new: EngineCapabilities | None
+) -> EngineCapabilities | None:
+    if old is None or new is None:
+        return new or old
+    return old.model_copy(update=new.model_dump(exclude_none=True))
 
 
 def evenly_spaced(rows: list[FpmRow], count: int) -> list[FpmRow]:

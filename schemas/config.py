@@ -153,10 +153,11 @@ class PlannerConfig(BaseModel):
     decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
     capabilities: WorkerCapabilities | None = None
     """*ours*: the engines' limits per role (``max_num_batched_tokens``, ``max_kv_tokens``,
-    ``max_num_seqs``, ...) until a ``capabilities`` event says otherwise (a role it names
-    replaces the configured one). The reference reads them from each worker's model card; a
-    live run on ZMQ inputs alone has no such card, and without ``max_num_batched_tokens`` the
-    prefill load rule reports ``insufficient_data`` (spec §4.2)."""
+    ``max_num_seqs``, ...) until a ``capabilities`` event says otherwise (a field it names
+    replaces the configured one; the fields it leaves out stay as configured). The reference
+    reads them from each worker's model card; a live run on ZMQ inputs alone has no such card,
+    and without ``max_num_batched_tokens`` the prefill load rule reports ``insufficient_data``
+    (spec §4.2)."""
     perf_model_basis: Literal["linear", "piecewise"] = "linear"
     """*ours*: shape of the SLA perf models' fit. ``linear``: one least-squares slope per
     feature (the reference). ``piecewise``: the prefill model fits TTFT as a continuous,

@@ -81,6 +81,10 @@ engines, far beyond any one deployment. (``ready_num_decode=2**62`` froze the lo
 MAX_ENGINE_GPUS = 2**12
 """*ours*: the most GPUs one engine may span (4096, beyond a multi-rack wide-EP engine)."""
 
+MAX_GPU_POWER_W = 10_000
+"""*ours*: the highest per-GPU power cap, in watts, a capability may name (an H200 draws at
+most 700 W, a GB200 GPU 1 200 W)."""
+
 MAX_SPECULATIVE_TOKENS = 2**10
 """*ours*: the most speculative (draft) tokens per step an engine may report."""
 
@@ -166,6 +170,9 @@ class EngineCapabilities(BaseModel):
     max_kv_tokens: Annotated[int, Field(ge=1)] | None = None
     kv_cache_block_size: Annotated[int, Field(ge=1)] | None = None
     speculative_nextn: Count | None = None
+    gpu_power_limit_w: Annotated[int, Field(ge=1)] | None = None
+    """Power cap of each of the engine's GPUs, in watts (the DGD service's
+    ``dynamo.nvidia.com/gpu-power-limit`` pod annotation); read by ``enable_power_awareness``."""
 
 
 class WorkerCapabilities(BaseModel):
@@ -238,6 +245,7 @@ def inventory_implausibility(counts: WorkerCounts) -> str | None:
 
 def capabilities_implausibility(caps: WorkerCapabilities) -> str | None:
     """Why engine capabilities cannot be real, or ``None``: GPUs above :data:`MAX_ENGINE_GPUS`,
+    per-GPU power above :data:`MAX_GPU_POWER_W`,
     token limits above ``MAX_FPM_TOKENS``, sequences above ``MAX_FPM_REQUESTS``, draft tokens
     above :data:`MAX_SPECULATIVE_TOKENS`.
 
@@ -251,6 +259,11 @@ def capabilities_implausibility(caps: WorkerCapabilities) -> str | None:
             continue
         checks += [
             (f"{role}.num_gpu", engine.num_gpu, Ceiling(MAX_ENGINE_GPUS, "MAX_ENGINE_GPUS")),
+            (
+                f"{role}.gpu_power_limit_w",
+                engine.gpu_power_limit_w,
+                Ceiling(MAX_GPU_POWER_W, "MAX_GPU_POWER_W"),
+            ),
             (f"{role}.max_num_batched_tokens", engine.max_num_batched_tokens, _ENGINE_TOKENS),
             (f"{role}.max_num_seqs", engine.max_num_seqs, _ENGINE_SEQS),
             (f"{role}.context_length", engine.context_length, _ENGINE_TOKENS),
