@@ -30,6 +30,9 @@ Inventory (:meth:`DgdActuator.read_inventory`)
     unknown (``None``) expected count; that is logged as a warning when it starts or changes.
     A count no fleet has (above ``schemas.events.MAX_REPLICAS``, or beyond u64) makes the read
     fail (:class:`DgdUnavailableError`, counted in ``flowplanner_dgd_read_errors_total``).
+    :meth:`DgdActuator.read_fleet` returns the same counts with, from the same read, each
+    role's per-GPU power cap (the service's ``dynamo.nvidia.com/gpu-power-limit`` pod
+    annotation, see :func:`connectors.dgd_graph.gpu_power_limits`) and why a cap is unknown.
 
 Applying a decision (:meth:`DgdActuator.apply`)
     One JSON merge patch (``Content-Type: application/merge-patch+json``)::
@@ -104,6 +107,7 @@ from connectors.dgd_graph import (
     DgdValidationError,
     ServiceState,
     default_service_name,
+    gpu_power_limits,
     ready_condition,
     resolve_services,
     roles_for_mode,
@@ -127,6 +131,7 @@ __all__ = [
     "DgdActuator",
     "DgdUnavailableError",
     "DgdValidationError",
+    "FleetReading",
     "kube_api_client",
     "pod_namespace",
 ]
@@ -182,6 +187,21 @@ class ApplyResult:
     def ok(self) -> bool:
         """The DGD now asks for the decision's targets (applied, or already equal)."""
         return self.outcome in ("applied", "no_change")
+
+
+@dataclass(frozen=True)
+class FleetReading:
+    """One read of the DGD: the worker inventory and each role's per-GPU power cap (watts;
+    ``None`` when unknown), with why a cap that is present could not be read.
+
+    >>> reading = FleetReading(WorkerCounts(ready_num_decode=2), {"decode": 700}, ())
+    >>> reading.counts.ready_num_decode, reading.gpu_power_limits
+    (2, {'decode': 700})
+    """
+
+    counts: WorkerCounts
+    gpu_power_limits: dict[Role, int | None]
+    power_problems: tuple[str, ...]
 
 
 class DgdUnavailableError(RuntimeError):
@@ -485,6 +505,14 @@ class DgdActuator:
         read as zero workers). A role whose desired count the spec does not give has
         ``expected`` ``None``; that is logged when it starts or its reason changes.
         """
+        return self.read_fleet(retry=retry).counts
+
+    def read_fleet(self, *, retry: bool = True) -> FleetReading:
+        """:meth:`read_inventory` and, from the same read, each role's per-GPU power cap.
+
+        A power cap that cannot be read is ``None`` and its reason is in
+        :attr:`FleetReading.power_problems` (not logged here; it never fails the read).
+        """
         services = self.services
         try:
             dgd = self.read(retry=retry)
@@ -503,7 +531,8 @@ class DgdActuator:
         if absurd is not None:
             DGD_READ_ERRORS.labels(dgd=self.dgd).inc()
             raise DgdUnavailableError(f"DGD {self.dgd}: implausible replica counts: {absurd}")
-        return counts
+        caps, power_problems = gpu_power_limits(dgd, services)
+        return FleetReading(counts, caps, tuple(power_problems))
 
     # ------------------------------------------------------------------ scaling
     def apply(self, decision: ScalingDecision) -> ApplyResult:

@@ -1,6 +1,9 @@
 """bytewax adapters of the DGD actuator: a sink that applies scaling decisions and a source that
 polls the DGD for the worker inventory.
 
+The source also yields, from the same read, each role's per-GPU power cap (the DGD services'
+``dynamo.nvidia.com/gpu-power-limit`` pod annotation) as a :class:`schemas.CapabilitiesEvent`.
+
 Both take a zero-argument *actuator factory* (each bytewax worker builds its own actuator, so
 nothing unpicklable crosses workers) and validate the DGD when the dataflow starts, so a wrong
 name or a DGD whose services don't fit the mode stops the run at once with
@@ -33,10 +36,26 @@ from typing import Any
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from connectors.dgd import DGD_ACTIONS, ApplyResult, DgdActuator, DgdUnavailableError
+from connectors.dgd import (
+    DGD_ACTIONS,
+    ApplyResult,
+    DgdActuator,
+    DgdUnavailableError,
+    FleetReading,
+)
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
 from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
-from schemas import DeadLetter, DeliveredDecision, InventoryEvent, ScalingDecision, TickRecord
+from schemas import (
+    CapabilitiesEvent,
+    DeadLetter,
+    DeliveredDecision,
+    EngineCapabilities,
+    Event,
+    InventoryEvent,
+    ScalingDecision,
+    TickRecord,
+    WorkerCapabilities,
+)
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +247,34 @@ class DgdSink(DynamicSink[Any]):
         return _DgdSinkPartition(actuator, self.deployment, self.on_result)
 
 
-class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
+def fleet_events(deployment: str, time: float, reading: FleetReading) -> list[Event]:
+    """The events of one DGD read: its :class:`schemas.InventoryEvent` and, when some role's
+    per-GPU power cap is known, a :class:`schemas.CapabilitiesEvent` naming only those caps
+    (capabilities merge field by field, so it erases no other capability of the role).
+
+    >>> from schemas import WorkerCounts
+    >>> reading = FleetReading(WorkerCounts(), {"prefill": None, "decode": 700}, ())
+    >>> [e.type for e in fleet_events("llama", 5.0, reading)]
+    ['inventory', 'capabilities']
+    >>> caps = fleet_events("llama", 5.0, reading)[1]
+    >>> caps.time, caps.payload.prefill, caps.payload.decode.gpu_power_limit_w
+    (5.0, None, 700)
+    >>> len(fleet_events("llama", 5.0, FleetReading(WorkerCounts(), {"decode": None}, ())))
+    1
+    """
+    events: list[Event] = [InventoryEvent(deployment=deployment, time=time, payload=reading.counts)]
+    caps = {
+        role: EngineCapabilities(gpu_power_limit_w=watts)
+        for role, watts in reading.gpu_power_limits.items()
+        if watts is not None
+    }
+    if caps:
+        payload = WorkerCapabilities(**caps)
+        events.append(CapabilitiesEvent(deployment=deployment, time=time, payload=payload))
+    return events
+
+
+class _DgdInventoryPartition(StatefulSourcePartition[Event, None]):
     def __init__(
         self,
         actuator: DgdActuator,
@@ -245,18 +291,18 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         self.polls = 0
         self.awake: datetime | None = None
         self._poller = DaemonExecutor(f"dgd-inventory-{deployment}")
-        self._pending: Future[InventoryEvent | None] | None = None
+        self._pending: Future[list[Event]] | None = None
+        self._warned: set[str] = set()  # power-cap problems already logged
 
-    def next_batch(self) -> list[InventoryEvent]:
+    def next_batch(self) -> list[Event]:
         if self._pending is not None:
             if not self._pending.done():
                 return []  # the read is still in flight: never wait for it here
-            event = self._pending.result()  # re-raises a bug in the read
+            events = self._pending.result()  # re-raises a bug in the read
             self._pending = None
-            if event is None:
-                return []
-            EVENTS_IN.labels(source="dgd").inc()
-            return [event]
+            if events:
+                EVENTS_IN.labels(source="dgd").inc(len(events))
+            return events
         if self.max_polls is not None and self.polls >= self.max_polls:
             raise StopIteration
         now = datetime.now(UTC)
@@ -267,14 +313,18 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         self._pending = self._poller.submit(self._poll)
         return []
 
-    def _poll(self) -> InventoryEvent | None:
-        """On the poller thread: one read of the DGD; ``None`` if it failed (logged)."""
+    def _poll(self) -> list[Event]:
+        """On the poller thread: one read of the DGD; nothing if it failed (logged)."""
         try:
-            counts = self.actuator.read_inventory(retry=False)
+            reading = self.actuator.read_fleet(retry=False)
         except DgdUnavailableError as err:
             log.warning("DGD inventory poll failed (will retry in %s): %s", self.interval, err)
-            return None
-        return InventoryEvent(deployment=self.deployment, time=self.clock(), payload=counts)
+            return []
+        for problem in reading.power_problems:
+            if problem not in self._warned:
+                self._warned.add(problem)
+                log.warning("DGD %s: per-GPU power cap unknown: %s", self.actuator.dgd, problem)
+        return fleet_events(self.deployment, self.clock(), reading)
 
     def next_awake(self) -> datetime | None:
         if self._pending is not None:
@@ -294,8 +344,10 @@ class _DgdInventoryPartition(StatefulSourcePartition[InventoryEvent, None]):
         self._poller.shutdown(wait=False)
 
 
-class DgdInventorySource(FixedPartitionedSource[InventoryEvent, None]):
-    """Polls the DGD every ``interval`` and yields one :class:`schemas.InventoryEvent` per poll.
+class DgdInventorySource(FixedPartitionedSource[Event, None]):
+    """Polls the DGD every ``interval`` and yields one :class:`schemas.InventoryEvent` per poll,
+    followed by a :class:`schemas.CapabilitiesEvent` of the per-GPU power caps when the DGD
+    names any (see :func:`fleet_events`).
 
     Event time is system time (``clock``, default :func:`time.time`); ``deployment`` is the
     planner's deployment key. Each read runs on a background thread and is handed over once it
@@ -303,7 +355,9 @@ class DgdInventorySource(FixedPartitionedSource[InventoryEvent, None]):
     events come in poll order. A failed poll yields nothing (logged and counted in
     ``flowplanner_dgd_read_errors_total``): an unreadable DGD is never reported as zero
     workers. One partition, so in a multi-worker cluster exactly one worker polls.
-    ``max_polls`` ends the source after that many polls (tests, one-shot runs).
+    ``max_polls`` ends the source after that many polls (tests, one-shot runs). A power-cap
+    annotation that cannot be read leaves that role's cap out and is logged as a warning once
+    per distinct problem; it never fails the poll.
 
     >>> src = DgdInventorySource(lambda: None, "llama", timedelta(seconds=10))
     >>> src.list_parts()

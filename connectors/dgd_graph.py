@@ -12,7 +12,10 @@ and whether a change is still rolling out (reference spec §11.1):
   status describes the current spec (``status.observedGeneration >= metadata.generation``);
 * a missing ``spec.services[s].replicas`` means 1 (the operator's default); a service absent
   from ``spec.services``, or whose ``replicas`` is not a non-negative integer, has an unknown
-  (``None``) desired count, and :func:`spec_problems` says why.
+  (``None``) desired count, and :func:`spec_problems` says why;
+* a role's per-GPU power cap is its service's ``dynamo.nvidia.com/gpu-power-limit`` pod
+  annotation (``spec.services[s].extraPodMetadata.annotations``, watts as a string), read by
+  :func:`gpu_power_limits`.
 
 >>> dgd = {"metadata": {"generation": 2}, "spec": {"services": {
 ...     "Frontend": {"componentType": "frontend", "replicas": 1},
@@ -31,11 +34,13 @@ and whether a change is still rolling out (reference spec §11.1):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from schemas import Role, WorkerCounts
+from schemas.events import MAX_GPU_POWER_W
 
 DGD_GROUP = "nvidia.com"
 DGD_VERSION = "v1alpha1"
@@ -52,6 +57,9 @@ DEFAULT_SERVICE_NAMES: dict[str, dict[str, str]] = {
     "mocker": {"prefill": "prefill", "decode": "decode", "agg": "decode"},
 }
 """Service names a backend's DGD examples use when ``subComponentType`` is not set."""
+
+GPU_POWER_LIMIT_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
+"""The worker pod annotation carrying each GPU's power cap in watts (reference spec §8.2)."""
 
 
 class DgdValidationError(ValueError):
@@ -293,3 +301,65 @@ def worker_counts(dgd: dict[str, Any], services: dict[Role, str]) -> WorkerCount
         fields[f"expected_num_{role}"] = state.spec_replicas
         fields[f"{role}_scaling_in_progress"] = not state.stable
     return WorkerCounts(**fields)
+
+
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+
+
+def _power_cap(value: Any) -> int | str:
+    """The watts an annotation value names, or why it names none."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a string"
+    text = value.strip()
+    if not _WHOLE_NUMBER.fullmatch(text):
+        return "is not a whole number of watts"
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GPU_POWER_W)):  # never int() an endless digit string
+        return f"is above MAX_GPU_POWER_W ({MAX_GPU_POWER_W} W)"
+    watts = int(digits)
+    if watts < 1:
+        return "is below 1 W"
+    if watts > MAX_GPU_POWER_W:
+        return f"is above MAX_GPU_POWER_W ({MAX_GPU_POWER_W} W)"
+    return watts
+
+
+def gpu_power_limits(
+    dgd: dict[str, Any], services: dict[Role, str]
+) -> tuple[dict[Role, int | None], list[str]]:
+    """Each role's per-GPU power cap in watts, and the problems found reading them.
+
+    The cap is the ``dynamo.nvidia.com/gpu-power-limit`` annotation of the role's service
+    (``spec.services[s].extraPodMetadata.annotations``): a string holding a whole number of
+    watts from 1 to ``MAX_GPU_POWER_W`` (surrounding whitespace allowed). A missing annotation
+    (or service) gives ``None`` silently; any other value gives ``None`` and a problem naming
+    the service, the annotation and the value.
+
+    >>> def service(cap):
+    ...     return {"extraPodMetadata": {"annotations": {GPU_POWER_LIMIT_ANNOTATION: cap}}}
+    >>> dgd = {"spec": {"services": {"pw": service(" 350 "), "dw": service("350W"), "fe": {}}}}
+    >>> caps, problems = gpu_power_limits(dgd, {"prefill": "pw", "decode": "dw"})
+    >>> caps
+    {'prefill': 350, 'decode': None}
+    >>> print(problems[0])
+    dw: annotation dynamo.nvidia.com/gpu-power-limit '350W' is not a whole number of watts
+    >>> gpu_power_limits(dgd, {"decode": "fe"})
+    ({'decode': None}, [])
+    """
+    specs = _services(dgd)
+    caps: dict[Role, int | None] = {}
+    problems: list[str] = []
+    for role, name in services.items():
+        annotations = _section(_section(specs.get(name, {}), "extraPodMetadata"), "annotations")
+        if GPU_POWER_LIMIT_ANNOTATION not in annotations:
+            caps[role] = None
+            continue
+        value = annotations[GPU_POWER_LIMIT_ANNOTATION]
+        cap = _power_cap(value)
+        if isinstance(cap, str):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            problems.append(f"{name}: annotation {GPU_POWER_LIMIT_ANNOTATION} {shown} {cap}")
+            caps[role] = None
+        else:
+            caps[role] = cap
+    return caps, problems

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 
 from connectors.dgd import DgdActuator
 from connectors.dgd_dataflow import DgdInventorySource
-from schemas import InventoryEvent
+from schemas import Event
 from tests.flow.cluster import run_flow
 
 from .apiserver import ApiServer
@@ -48,10 +48,11 @@ class Sleeps(list):
 
 def poll_inventory(
     actuator: Callable[[], DgdActuator], workers: int, polls: int = 3
-) -> list[InventoryEvent]:
+) -> list[Event]:
     """What a :class:`DgdInventorySource` of deployment ``llama`` yields in ``polls`` polls,
-    run in the real bytewax runtime; the polls are timed 100, 110, 120, ... s."""
-    events: list[InventoryEvent] = []
+    run in the real bytewax runtime; the polls are timed 100, 110, 120, ... s. (Inventory
+    events, each followed by a capabilities event when the DGD names a GPU power cap.)"""
+    events: list[Event] = []
     flow = Dataflow("dgd_inventory")
     source = DgdInventorySource(
         actuator,
