@@ -23,6 +23,9 @@ metric                                             from the tick record
 ``throughput_scaling_decision`` (Enum, §5.3)       ``throughput_decision_reason``
 ``gpu_hours``                                      integral of ready replicas × GPUs per replica
                                                    over event time
+``power_budget_total_watts``,                      ``power_budget_total_watts``,
+``power_projected_watts``                          ``power_projected_watts`` (power awareness on)
+``power_budget_utilization``                       projected ÷ total
 =================================================  ===============================================
 
 Two metrics of ours say whether the planner is alive and how far behind it is:
@@ -139,6 +142,15 @@ class PlannerMetrics:
             "predicted_num_decode_replicas", "Decode replicas the planner decided on"
         )
         self.gpu_hours = gauge("gpu_hours", "Cumulative GPU-hours of ready replicas")
+        self.power_budget_total = gauge(
+            "power_budget_total_watts", "GPU power budget (total_gpu_power_limit), W"
+        )
+        self.power_projected = gauge(
+            "power_projected_watts", "Power the planned replicas draw at their GPU caps, W"
+        )
+        self.power_utilization = gauge(
+            "power_budget_utilization", "Projected power / power budget (1 = at the limit)"
+        )
         self.estimated_ttft_ms = gauge(
             "estimated_ttft_ms", "Estimated time to first token (max over engines), ms"
         )
@@ -230,6 +242,13 @@ class PlannerMetrics:
         _set(self.estimated_itl_ms, d, diag.estimated_itl_ms)
         _set(self.engine_prefill_capacity, d, diag.engine_rps_prefill)
         _set(self.engine_decode_capacity, d, diag.engine_rps_decode)
+        _set(self.power_budget_total, d, diag.power_budget_total_watts)
+        _set(self.power_projected, d, diag.power_projected_watts)
+        _set(
+            self.power_utilization,
+            d,
+            _ratio(diag.power_projected_watts, diag.power_budget_total_watts),
+        )
         if record.decision is not None:
             _set(self.predicted_num_prefill_replicas, d, record.decision.num_prefill)
             _set(self.predicted_num_decode_replicas, d, record.decision.num_decode)

@@ -3,7 +3,10 @@
 ``gpu_budget_rule`` picks the rule: ``band`` (spec §8.2, ours by default) guards load actions
 so that a budget may shrink a move but never reverse it, and fits throughput targets to the
 funded part of their move from the ready counts; ``pair_clamp`` (§8.1, the reference variant)
-clamps every count proportionally. Minimum endpoints come first in both (§4.7).
+clamps every count proportionally. Minimum endpoints come first in both (§4.7). With
+``enable_power_awareness`` the power budget (:mod:`operators.power_budget`) then cuts what is
+left of a scale-up (reason ``power_budget_clamp``); it never touches throughput lower bounds
+(the load action a bound lifts is cut instead).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from operators.budget_band import (
     guard_disagg_scaling_budget,
     guard_single_scaling_budget,
 )
+from operators.power_budget import CLAMP, PowerBudget, PowerReason
 from schemas import PlannerConfig, Role
+
+Reason = BudgetReason | PowerReason
 
 
 @dataclass(frozen=True)
 class GpuBudget:
     """One deployment's GPU budget at one tick: its config, each role's GPUs per replica
-    (``None``: unknown, no budget for it) and ready replicas (``None``: unknown).
+    (``None``: unknown, no budget for it) and ready replicas (``None``: unknown); with power
+    awareness, the power budget and the counts in effect (expected, else ready) that
+    throughput targets start from.
 
     >>> config = PlannerConfig(mode="decode", max_gpu_budget=4)
     >>> budget = GpuBudget(config, {"prefill": None, "decode": 1}, {"prefill": None, "decode": 4})
@@ -41,6 +49,8 @@ class GpuBudget:
     config: PlannerConfig
     gpus: Mapping[Role, int | None]
     ready: Mapping[Role, int | None]
+    power: PowerBudget | None = None
+    in_effect: Mapping[Role, int | None] | None = None
 
     def min_endpoint(self, role: Role) -> int:
         return self.config.min_endpoint_for(role)
@@ -65,48 +75,66 @@ class GpuBudget:
             d_min,
         )
 
-    def guard_single(
-        self, role: Role, current: int, desired: int
-    ) -> tuple[int, BudgetReason | None]:
+    def guard_single(self, role: Role, current: int, desired: int) -> tuple[int, Reason | None]:
         """A load action of one role: ``max(desired, min_endpoint)`` then the budget."""
+        reason: Reason | None
         if self.config.gpu_budget_rule == "pair_clamp":
-            return self.clamp_single(role, desired), None
-        min_ep = self.min_endpoint(role)
-        return guard_single_scaling_budget(
-            current,
-            max(desired, min_ep),
-            self.gpus[role],
-            self.config.min_gpu_budget,
-            self.config.max_gpu_budget,
-            min_ep,
-        )
+            n, reason = self.clamp_single(role, desired), None
+        else:
+            min_ep = self.min_endpoint(role)
+            n, reason = guard_single_scaling_budget(
+                current,
+                max(desired, min_ep),
+                self.gpus[role],
+                self.config.min_gpu_budget,
+                self.config.max_gpu_budget,
+                min_ep,
+            )
+        fitted, reason = self._within_power({role: current}, {role: n}, reason)
+        return fitted[role], reason
 
     def guard_pair(
         self, current: tuple[int, int], desired: tuple[int, int]
-    ) -> tuple[int, int, BudgetReason | None]:
+    ) -> tuple[int, int, Reason | None]:
         """A disagg load action: min endpoints then the budget."""
+        reason: Reason | None
         if self.config.gpu_budget_rule == "pair_clamp":
-            return (*self.clamp_pair(*desired), None)
-        p_min, d_min = self.min_endpoint("prefill"), self.min_endpoint("decode")
-        return guard_disagg_scaling_budget(
-            *current,
-            max(desired[0], p_min),
-            max(desired[1], d_min),
-            self.gpus["prefill"],
-            self.gpus["decode"],
-            self.config.min_gpu_budget,
-            self.config.max_gpu_budget,
-            p_min,
-            d_min,
+            p, d = self.clamp_pair(*desired)
+            reason = None
+        else:
+            p_min, d_min = self.min_endpoint("prefill"), self.min_endpoint("decode")
+            p, d, reason = guard_disagg_scaling_budget(
+                *current,
+                max(desired[0], p_min),
+                max(desired[1], d_min),
+                self.gpus["prefill"],
+                self.gpus["decode"],
+                self.config.min_gpu_budget,
+                self.config.max_gpu_budget,
+                p_min,
+                d_min,
+            )
+        fitted, reason = self._within_power(
+            {"prefill": current[0], "decode": current[1]}, {"prefill": p, "decode": d}, reason
         )
+        return fitted["prefill"], fitted["decode"], reason
 
     def fit_throughput(
         self, targets: dict[Role, int], *, lower_bounds: bool
-    ) -> tuple[dict[Role, int], BudgetReason | None]:
+    ) -> tuple[dict[Role, int], Reason | None]:
         """Throughput targets (step-capped, endpoint-floored) into the budget. ``band``: only
         the funded part of a move from the ready counts, recovery may pick a donor (§5.4,
         §8.2); lower bounds see only the ceiling (the floor never inflates a bound).
-        ``pair_clamp``: the §8.1 clamps, and lower bounds are not clamped (§5.3)."""
+        ``pair_clamp``: the §8.1 clamps, and lower bounds are not clamped (§5.3). Then the
+        power budget, from the counts in effect, on targets but not on lower bounds."""
+        fitted, reason = self._fit_gpus(targets, lower_bounds=lower_bounds)
+        if lower_bounds:
+            return fitted, reason
+        return self._within_power(self.in_effect or self.ready, fitted, reason)
+
+    def _fit_gpus(
+        self, targets: dict[Role, int], *, lower_bounds: bool
+    ) -> tuple[dict[Role, int], BudgetReason | None]:
         cfg = self.config
         if cfg.gpu_budget_rule == "pair_clamp":
             if lower_bounds:
@@ -142,3 +170,16 @@ class GpuBudget:
                 self.min_endpoint(role),
             )
         return fitted, reason
+
+    def _within_power(
+        self,
+        current: Mapping[Role, int | None],
+        counts: dict[Role, int],
+        reason: Reason | None,
+    ) -> tuple[dict[Role, int], Reason | None]:
+        """``counts`` (the GPU budget's result, with its ``reason``) cut by the power budget;
+        the reason becomes ``power_budget_clamp`` when the power budget changed them."""
+        if self.power is None:
+            return counts, reason
+        capped = self.power.cap(current, counts)
+        return capped, (CLAMP if capped != counts else reason)

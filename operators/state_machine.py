@@ -45,6 +45,7 @@ from operators.load_scaling import (
     threshold_rules,
 )
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
+from operators.power_budget import PowerBudget
 from operators.rate_guard import RateGuard, RateNeeds
 from operators.throughput_scaling import (
     Capacity,
@@ -239,8 +240,10 @@ class PlannerStateMachine:
             diag.throughput_lower_bound_prefill = self._bound_for("prefill")
             diag.throughput_lower_bound_decode = self._bound_for("decode")
         self.cadence.advance(self.config, tick, tick_input.now_s)
+        scale_to = load_target if load_target is not None else throughput_target
+        self._report_power(scale_to, diag)
         return PlannerEffects(
-            scale_to=load_target if load_target is not None else throughput_target,
+            scale_to=scale_to,
             next_tick=self.cadence.next_tick(self.config),
             diagnostics=diag,
         )
@@ -270,13 +273,42 @@ class PlannerStateMachine:
         return self.config.min_endpoint_for(role)
 
     def _budget(self) -> GpuBudget:
-        """The GPU budget as this tick sees the fleet."""
+        """The GPU budget (and the power budget, when on) as this tick sees the fleet."""
         roles: tuple[Role, Role] = ("prefill", "decode")
         return GpuBudget(
             self.config,
             {role: self.gpus_per_replica(role) for role in roles},
             {role: self.inventory.ready(role) for role in roles},
+            power=self._power_budget(),
+            in_effect={role: self.inventory.current_target(role) for role in roles},
         )
+
+    def _power_budget(self) -> PowerBudget | None:
+        limit = self.config.total_gpu_power_limit
+        if not self.config.enable_power_awareness or limit is None:
+            return None
+        roles: tuple[Role, Role] = ("prefill", "decode")
+        watts: dict[Role, int | None] = {}
+        for role in roles:
+            gpus, cap = self.gpus_per_replica(role), self._caps(role).gpu_power_limit_w
+            watts[role] = None if gpus is None or cap is None else gpus * cap
+        return PowerBudget(limit, watts, {role: self._min_endpoint(role) for role in roles})
+
+    def _report_power(self, scale_to: ScaleTarget | None, diag: TickDiagnostics) -> None:
+        """The power diagnostics: the limit, and what the planned counts draw (the decision's,
+        else the counts in effect; none while a count or cap is unknown)."""
+        power = self._power_budget()
+        if power is None:
+            return
+        diag.power_budget_total_watts = power.limit_w
+        planned: dict[Role, int] = {}
+        for role in self.config.roles:
+            decided = None if scale_to is None else getattr(scale_to, f"num_{role}")
+            count = decided if decided is not None else self.inventory.current_target(role)
+            if count is None:
+                return
+            planned[role] = count
+        diag.power_projected_watts = power.projected_w(planned)
 
     # --- load scaling (§4) -------------------------------------------------------------------
     def _train(self, tick_input: TickInput) -> None:
@@ -635,7 +667,11 @@ class PlannerStateMachine:
             self._set_throughput_reason(diag, budget_reason or "set_lower_bound")
             return None
         targets, budget_reason = self._budget().fit_throughput(targets, lower_bounds=False)
-        if budget_reason == "gpu_budget_guard_hold":  # nothing moves (not even back to ready)
+        in_effect = all(self.inventory.current_target(role) == n for role, n in targets.items())
+        if budget_reason is not None and (
+            budget_reason == "gpu_budget_guard_hold"  # nothing moves (not even back to ready)
+            or (budget_reason == "power_budget_clamp" and in_effect)  # the power budget held
+        ):
             self._set_throughput_reason(diag, budget_reason)
             return None
         return self._throughput_target(targets, budget_reason or "scale", diag)

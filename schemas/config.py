@@ -52,7 +52,7 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.events import MAX_DEPLOYMENT_NAME, Role, WorkerCapabilities
+from schemas.events import MAX_DEPLOYMENT_NAME, EngineCapabilities, Role, WorkerCapabilities
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +336,17 @@ class PlannerConfig(BaseModel):
     instead of (1, 3), so a fleet limited by its slower role serves 2/3 of the demand, not 1/2;
     a scale-up the ceiling refuses is now reported as ``gpu_budget_guard_hold``, not
     ``no_change``."""
+    enable_power_awareness: bool = False
+    """Keep the deployment's projected GPU power (replicas × GPUs per replica × each GPU's
+    ``gpu_power_limit_w`` capability, which a DGD's ``dynamo.nvidia.com/gpu-power-limit`` pod
+    annotation supplies) within ``total_gpu_power_limit`` (spec §8.2): scale-ups are cut to
+    what the limit leaves (reason ``power_budget_clamp``), scale-downs always pass
+    (:mod:`operators.power_budget`). The reference accepts it only on Kubernetes and not in
+    agg mode; ours takes the caps from any capabilities source (the DGD, a recorded stream,
+    ``capabilities`` in this config) and works in every mode."""
+    total_gpu_power_limit: Annotated[int, Field(ge=1)] | None = None
+    """Watts the deployment's GPUs may draw at their caps; required by, and only read with,
+    ``enable_power_awareness``."""
     min_endpoint: Annotated[int, Field(ge=0)] = 1
     prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
     decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
@@ -430,12 +441,39 @@ class PlannerConfig(BaseModel):
                 f"min_gpu_budget {self.min_gpu_budget} is above max_gpu_budget "
                 f"{self.max_gpu_budget}: the band would be empty"
             )
+        self._check_power()
         if self.min_gpu_budget >= 0 and self.gpu_budget_rule != "band":
             raise ValueError(
                 f"min_gpu_budget {self.min_gpu_budget} needs gpu_budget_rule 'band' "
                 f"(the {self.gpu_budget_rule!r} rule has no floor); set -1 or use 'band'"
             )
         return self
+
+    def _check_power(self) -> None:
+        """The power budget needs its limit, and the limit must fund the minimum endpoints
+        when the config itself names their GPUs and caps."""
+        limit = self.total_gpu_power_limit
+        if not self.enable_power_awareness:
+            if limit is not None:
+                raise ValueError(
+                    "total_gpu_power_limit is set but enable_power_awareness is false: "
+                    "enable it, or remove the limit"
+                )
+            return
+        if limit is None:
+            raise ValueError("enable_power_awareness needs total_gpu_power_limit (watts, >= 1)")
+        floor = 0
+        for role in self.roles:
+            caps = getattr(self.capabilities, role, None) or EngineCapabilities()
+            gpus = caps.num_gpu or getattr(self, f"{role}_engine_num_gpu")
+            if gpus is None or caps.gpu_power_limit_w is None:
+                return
+            floor += self.min_endpoint_for(role) * gpus * caps.gpu_power_limit_w
+        if limit < floor:
+            raise ValueError(
+                f"total_gpu_power_limit {limit} W is below the {floor} W the minimum endpoints "
+                "draw at their configured caps; raise it or lower the minimums"
+            )
 
     def _check_load_thresholds(self) -> None:
         """The ``load`` target's thresholds (spec §4.3, §9.4): each pair is required for a role
@@ -530,8 +568,6 @@ REFERENCE_ONLY_FIELDS = frozenset(
         "osl",
         "load_metric_samples",
         "control_api_port",
-        "enable_power_awareness",
-        "total_gpu_power_limit",
         "report_filename",
         "report_write_gzip_log",
         "live_dashboard_port",

@@ -25,13 +25,16 @@ LoadReason = Literal[
     "scale_down_stabilizing",
     "gpu_budget_guard_hold",
     "gpu_budget_reconcile",
+    "power_budget_clamp",
 ]
 """Load-scaling decision reasons: the reference's enum states (spec §4.8) plus two of ours —
 ``scale_down_refused_rate`` (the recent request rate would overload the survivors) and
 ``scale_down_stabilizing`` (a scale-down waits for its stabilization window) — and the
 current tree's budget-band reasons (§8.2): ``gpu_budget_guard_hold`` (the GPU budget held a
 move it could not fund without reversing it) and ``gpu_budget_reconcile`` (a fleet out of
-the budget band, or below a minimum endpoint, is brought back into it)."""
+the budget band, or below a minimum endpoint, is brought back into it) — and
+``power_budget_clamp`` (the power budget cut or held a scale-up; the reference logs it and
+names no reason)."""
 
 ThroughputReason = Literal[
     "unset",
@@ -45,9 +48,10 @@ ThroughputReason = Literal[
     "no_change",
     "gpu_budget_guard_hold",
     "gpu_budget_reconcile",
+    "power_budget_clamp",
 ]
 """Throughput-scaling decision reasons (spec §5.3, with the current tree's ``no_change`` and
-budget-band reasons of §8.2)."""
+budget-band reasons of §8.2, and our ``power_budget_clamp``)."""
 
 LOAD_REASONS: tuple[str, ...] = LoadReason.__args__  # type: ignore[attr-defined]
 THROUGHPUT_REASONS: tuple[str, ...] = ThroughputReason.__args__  # type: ignore[attr-defined]
@@ -78,6 +82,10 @@ class TickDiagnostics(BaseModel):
     load_decision_reason_decode: LoadReason | None = None
     throughput_decision_reason_prefill: ThroughputReason | None = None
     throughput_decision_reason_decode: ThroughputReason | None = None
+    power_budget_total_watts: int | None = None
+    power_projected_watts: int | None = None
+    """Watts the planned replicas draw at their caps (``None`` when power awareness is off or
+    a cap is unknown): the decision's counts, else the ready ones."""
 
 
 class ScalingDecision(BaseModel):

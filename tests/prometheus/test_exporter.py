@@ -76,6 +76,8 @@ def ticks(deployment: str) -> list[TickRecord]:
                 engine_rps_decode=4.25,
                 throughput_decision_reason="set_lower_bound",
                 load_decision_reason="no_change",
+                power_budget_total_watts=5600,
+                power_projected_watts=4200,
             ),
             engines=[engine("prefill", "p0", 0, 0), engine("decode", "d0", 0, 80_000)],
             observed_traffic=TrafficObservation(duration_s=180, num_req=360, isl=3000, osl=150),
@@ -128,6 +130,9 @@ def test_real_prometheus_scrapes_the_planner_metrics(
             "engine_decode_capacity_requests_per_second": 4.25,
             # 180 s × (1×2 + 2×1) GPUs + 180 s × (2×2 + 2×1) GPUs = 1800 GPU-s = 0.5 GPU-h
             "gpu_hours": 0.5,
+            "power_budget_total_watts": 5600,
+            "power_projected_watts": 4200,
+            "power_budget_utilization": 0.75,
         }
         for name, number in expected.items():
             assert value(prometheus, f"dynamo_planner_{name}{sel}") == number, name
@@ -140,7 +145,7 @@ def test_real_prometheus_scrapes_the_planner_metrics(
         assert {s["metric"]["dynamo_planner_throughput_scaling_decision"] for s in states} == {
             "unset", "disabled", "no_traffic_data", "predict_failed", "model_not_ready",
             "partner_not_ready", "set_lower_bound", "scale", "no_change",
-            "gpu_budget_guard_hold", "gpu_budget_reconcile",
+            "gpu_budget_guard_hold", "gpu_budget_reconcile", "power_budget_clamp",
         }  # fmt: skip
         on = [s for s in states if s["value"][1] == "1"]
         assert [s["metric"]["dynamo_planner_throughput_scaling_decision"] for s in on] == [

@@ -1,0 +1,232 @@
+"""Power awareness (spec §8.2's last bullet): the budget's arithmetic, its place in the load and
+throughput decisions, its config rules and its diagnostics."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from operators.power_budget import PowerBudget
+from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, WorkerCounts
+from tests.core.planner_inputs import (
+    DECODE_TRAINING,
+    PREFILL_TRAINING,
+    core,
+    engines,
+    run_tick,
+    sla_config,
+)
+from tests.core.test_throughput_scaling import pin_capacity, window
+
+H200 = 700
+"""An H200's power cap, W."""
+
+
+def watts(prefill: int | None = H200, decode: int | None = H200) -> dict:
+    return {"prefill": prefill, "decode": decode}
+
+
+ENDPOINTS = {"prefill": 1, "decode": 1}
+
+
+class TestPowerBudget:
+    def test_a_scale_up_keeps_the_part_the_limit_funds(self):
+        budget = PowerBudget(2000, {"decode": H200}, {"decode": 1})
+        assert budget.cap({"decode": 1}, {"decode": 4}) == {"decode": 2}
+        assert budget.cap({"decode": 2}, {"decode": 4}) == {"decode": 2}  # held
+        assert PowerBudget(2100, {"decode": H200}, {"decode": 1}).cap(
+            {"decode": 1}, {"decode": 4}
+        ) == {"decode": 3}  # exactly at the limit is within it
+
+    def test_a_fleet_above_the_limit_is_never_forced_down(self):
+        budget = PowerBudget(2000, {"decode": H200}, {"decode": 1})  # 5 replicas draw 3500 W
+        assert budget.cap({"decode": 5}, {"decode": 6}) == {"decode": 5}
+        assert budget.cap({"decode": 5}, {"decode": 5}) == {"decode": 5}
+        assert budget.cap({"decode": 5}, {"decode": 4}) == {"decode": 4}
+
+    def test_headroom_is_shared_in_proportion_to_the_two_moves(self):
+        budget = PowerBudget(10 * H200, watts(), ENDPOINTS)
+        assert budget.cap(watts(2, 4), watts(6, 8)) == watts(4, 6)
+        assert budget.cap(watts(2, 2), watts(4, 10)) == watts(3, 7)
+
+    def test_a_down_leg_frees_power_for_the_up_leg(self):
+        budget = PowerBudget(6000, watts(), ENDPOINTS)
+        assert budget.cap(watts(4, 4), watts(2, 7)) == watts(2, 6)  # 8 × 700 <= 6000 < 9 × 700
+
+    def test_each_role_draws_its_gpus_times_its_cap(self):
+        budget = PowerBudget(6000, watts(2 * 500, 1 * H200), ENDPOINTS)
+        assert budget.projected_w(watts(3, 2)) == 3 * 1000 + 2 * H200
+        assert budget.cap(watts(1, 2), watts(8, 2)) == watts(4, 2)  # 4 000 + 1 400 W
+
+    def test_minimum_endpoints_are_always_funded(self):
+        budget = PowerBudget(1000, {"decode": H200}, {"decode": 2})
+        assert budget.cap({"decode": 0}, {"decode": 3}) == {"decode": 2}
+        assert budget.cap({"decode": None}, {"decode": 3}) == {"decode": 2}
+
+    def test_an_unknown_cap_leaves_the_counts_alone(self):
+        budget = PowerBudget(1000, watts(decode=None), ENDPOINTS)
+        assert budget.projected_w(watts(5, 5)) is None
+        assert budget.cap(watts(1, 1), watts(5, 5)) == watts(5, 5)
+
+
+def power_caps(prefill_gpus: int = 1, cap: int | None = H200) -> WorkerCapabilities:
+    return WorkerCapabilities(
+        prefill=EngineCapabilities(
+            num_gpu=prefill_gpus, max_num_batched_tokens=2048, gpu_power_limit_w=cap
+        ),
+        decode=EngineCapabilities(num_gpu=1, max_num_batched_tokens=2048, gpu_power_limit_w=cap),
+    )
+
+
+class TestLoadActions:
+    """A saturated prefill role asks for one more replica; 2 GPUs × 500 W each."""
+
+    def tick(self, limit: int, cap: int | None = 500):
+        machine = core(
+            power_caps(prefill_gpus=2, cap=cap),
+            mode="prefill",
+            ttft_ms=5.0,
+            enable_power_awareness=True,
+            total_gpu_power_limit=limit,
+        )
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        return run_tick(
+            machine,
+            prefill=engines(
+                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
+            ),
+            counts=WorkerCounts(ready_num_prefill=2),
+        )
+
+    def test_a_scale_up_the_limit_funds_goes_ahead(self):
+        effects = self.tick(limit=3000)
+        assert effects.scale_to.num_prefill == 3
+        assert effects.diagnostics.load_decision_reason == "scale_up"
+        assert effects.diagnostics.power_budget_total_watts == 3000
+        assert effects.diagnostics.power_projected_watts == 3000  # 3 × 2 × 500
+
+    def test_a_scale_up_beyond_the_limit_is_held_and_says_so(self):
+        effects = self.tick(limit=2999)
+        assert effects.scale_to is None
+        assert effects.diagnostics.load_decision_reason == "power_budget_clamp"
+        assert effects.diagnostics.load_decision_reason_prefill == "power_budget_clamp"
+        assert effects.diagnostics.power_projected_watts == 2000  # the ready replicas
+
+    def test_without_a_cap_the_power_budget_cannot_act(self):
+        effects = self.tick(limit=1000, cap=None)
+        assert effects.scale_to.num_prefill == 3
+        assert effects.diagnostics.power_budget_total_watts == 1000
+        assert effects.diagnostics.power_projected_watts is None
+
+    def test_a_disagg_pair_is_cut_to_the_limit(self):
+        machine = core(
+            power_caps(),
+            ttft_ms=5.0,
+            itl_ms=5.0,
+            enable_power_awareness=True,
+            total_gpu_power_limit=5 * H200,
+        )
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        saturated = {
+            "prefill": engines(
+                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
+            ),
+            "decode": engines(2, decode_kv=30_000, decode_requests=30, wall_time=0.301),
+        }
+        effects = run_tick(
+            machine, counts=WorkerCounts(ready_num_prefill=2, ready_num_decode=2), **saturated
+        )
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) in ((3, 2), (2, 3))
+        assert effects.diagnostics.load_decision_reason == "power_budget_clamp"
+        assert effects.diagnostics.power_projected_watts == 5 * H200
+
+
+class TestThroughputTargets:
+    """Demand 1 req/s; each engine's rate pinned so the sizing asks for (8, 8) replicas."""
+
+    DEMAND = window(60, 1000, 150)
+
+    def machine(self, *, load: bool = False, caps: WorkerCapabilities | None = None):
+        machine = core(
+            caps or power_caps(),
+            enable_load_scaling=load,
+            ttft_ms=5000.0,
+            enable_power_awareness=True,
+            total_gpu_power_limit=10 * H200,
+        )
+        for role, training in (("prefill", PREFILL_TRAINING), ("decode", DECODE_TRAINING)):
+            machine.load_benchmark_fpms(role, training)
+            pin_capacity(machine, role, 1.0 / 7.5)
+        return machine
+
+    def tick(self, machine, counts: WorkerCounts):
+        return run_tick(machine, now_s=60.0, traffic=self.DEMAND, counts=counts)
+
+    def test_targets_keep_what_the_limit_funds(self):
+        effects = self.tick(self.machine(), WorkerCounts(ready_num_prefill=4, ready_num_decode=4))
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (5, 5)
+        assert effects.diagnostics.throughput_decision_reason == "power_budget_clamp"
+        assert effects.diagnostics.power_projected_watts == 10 * H200
+
+    def test_at_the_limit_nothing_moves_not_even_a_scale_in_flight(self):
+        counts = WorkerCounts(
+            ready_num_prefill=4, ready_num_decode=5, expected_num_prefill=5, expected_num_decode=5
+        )
+        effects = self.tick(self.machine(), counts)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "power_budget_clamp"
+
+    def test_lower_bounds_are_not_cut(self):
+        machine = self.machine(load=True)
+        effects = self.tick(machine, WorkerCounts(ready_num_prefill=4, ready_num_decode=4))
+        assert dict(machine.throughput_lower_bounds) == {"prefill": 8, "decode": 8}
+        assert effects.diagnostics.throughput_decision_reason == "set_lower_bound"
+
+    def test_a_cap_learned_later_merges_into_the_engine_capabilities(self):
+        machine = self.machine(caps=power_caps(cap=None))
+        counts = WorkerCounts(ready_num_prefill=4, ready_num_decode=4)
+        effects = self.tick(machine, counts)
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (8, 8)
+        from operators.window import merge_capabilities
+
+        dgd = WorkerCapabilities(
+            prefill=EngineCapabilities(gpu_power_limit_w=H200),
+            decode=EngineCapabilities(gpu_power_limit_w=H200),
+        )
+        machine.set_capabilities(merge_capabilities(machine.capabilities, dgd))
+        assert machine.capabilities.prefill.max_num_batched_tokens == 2048
+        effects = self.tick(machine, counts)
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (5, 5)
+
+
+class TestConfig:
+    def test_off_by_default(self):
+        config = PlannerConfig()
+        assert config.enable_power_awareness is False
+        assert config.total_gpu_power_limit is None
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"enable_power_awareness": True}, "needs total_gpu_power_limit"),
+            ({"enable_power_awareness": True, "total_gpu_power_limit": 0}, "greater than or"),
+            ({"total_gpu_power_limit": 5000}, "enable_power_awareness is false"),
+            ({"enable_power_awareness": "yes", "total_gpu_power_limit": 5000}, "boolean"),
+            ({"enable_power_awareness": True, "total_gpu_power_limit": 5e3}, "integer"),
+        ],
+    )
+    def test_rejected(self, fields, message):
+        with pytest.raises(ValidationError, match=message):
+            PlannerConfig(**fields)
+
+    def test_agg_mode_is_ours_to_allow(self):
+        config = PlannerConfig(mode="agg", enable_power_awareness=True, total_gpu_power_limit=1)
+        assert config.total_gpu_power_limit == 1
+
+    def test_the_limit_must_fund_the_minimum_endpoints_at_configured_caps(self):
+        caps = power_caps()
+        fields = {"enable_power_awareness": True, "capabilities": caps, "min_endpoint": 2}
+        with pytest.raises(ValidationError, match="below the 2800 W the minimum endpoints"):
+            sla_config(total_gpu_power_limit=2799, **fields)
+        assert sla_config(total_gpu_power_limit=2800, **fields).total_gpu_power_limit == 2800
