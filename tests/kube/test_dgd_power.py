@@ -13,20 +13,19 @@ import copy
 import itertools
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from connectors.dgd import DgdActuator, kube_api_client
 from connectors.dgd_graph import GPU_POWER_LIMIT_ANNOTATION, gpu_power_limits
 from schemas import CapabilitiesEvent, Event, InventoryEvent
 from schemas.events import MAX_GPU_POWER_W
 
 from .apiserver import ApiServer
 from .conftest import DgdFixture, create_dgd, load_fixture, poll_inventory
+from .test_dgd_dataflow import factory
 
 PREFILL, DECODE = "VllmPrefillWorker", "VllmDecodeWorker"
 
@@ -128,19 +127,6 @@ def make_dgd(apiserver: ApiServer, kube: k8s.ApiClient, dgd_crd: None):
     yield make
     for fixture in made:
         fixture.operator.stop()
-
-
-def factory(dgd: DgdFixture, **options: Any) -> Callable[[], DgdActuator]:
-    def build() -> DgdActuator:
-        return DgdActuator(
-            kube_api_client(dgd.server.url),
-            dgd.namespace,
-            dgd.name,
-            sleep=lambda s: None,
-            **options,
-        )
-
-    return build
 
 
 def annotate_before_get(dgd: DgdFixture, nth: int, service_name: str, value: str) -> None:

@@ -44,24 +44,24 @@ def stream_decode_load(bootstrap: str, topic: str, stop: threading.Event) -> Non
     producer.flush(10)
 
 
-def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap, kafka_topic):
-    dgd = create_dgd(apiserver, kube, delay_s=1.0)
-    config = write_config(
-        tmp_path / "c.yaml",
-        {
-            "llama": {
-                **DECODE_CONFIG,
-                "mode": "disagg",
-                "ttft_ms": 500,
-                "allowed_lateness_seconds": 0.5,
-            }
-        },
-    )
+LIVE_CONFIG = {**DECODE_CONFIG, "mode": "disagg", "ttft_ms": 500, "allowed_lateness_seconds": 0.5}
+"""The live planner's config: decode load scaling of the disagg DGD fixture."""
+
+
+def start_decode_load(bootstrap: str, topic: str) -> threading.Event:
+    """:func:`stream_decode_load` on a thread until the returned event is set."""
     stop = threading.Event()
     producer = threading.Thread(
-        target=stream_decode_load, args=(kafka_bootstrap, kafka_topic, stop), daemon=True
+        target=stream_decode_load, args=(bootstrap, topic, stop), daemon=True
     )
     producer.start()
+    return stop
+
+
+def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap, kafka_topic):
+    dgd = create_dgd(apiserver, kube, delay_s=1.0)
+    config = write_config(tmp_path / "c.yaml", {"llama": LIVE_CONFIG})
+    stop = start_decode_load(kafka_bootstrap, kafka_topic)
     target = f"dgd://{dgd.namespace}/{dgd.name}?deployment=llama&host={apiserver.url}&interval=1"
 
     def start_planner(*files: str):
