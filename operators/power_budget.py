@@ -12,7 +12,7 @@ in proportion to the two moves.
 
 It runs after the GPU budget, on that budget's result. A role whose GPUs per replica or
 per-GPU cap is unknown makes the projection unknown, and the power budget then does nothing
-(like the GPU budget with unknown GPUs); the planner logs it and exports no projection.
+(like the GPU budget with unknown GPUs), and the tick's diagnostics carry no projection.
 """
 
 from __future__ import annotations
