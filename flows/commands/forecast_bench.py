@@ -34,6 +34,7 @@ def _as_json(result: BenchResult) -> dict:
         "hindsight_autoregression": score(result.hindsight_ar),
         "best_single": result.best_single[0],
         "ratio": result.ratio,
+        "ratio_interval": list(result.ratio_interval()) if result.selector.points >= 2 else None,
     }
 
 

@@ -173,3 +173,17 @@ def test_hindsight_autoregression_is_the_best_two_lag_quantile_fit() -> None:
             rule.add(actual, level + b1 * padded[t - 1] + b2 * padded[t - 2])
         assert result.hindsight_ar.loss <= rule.loss + 1e-9
     assert "hindsight autoregression" in format_result(result)
+
+
+def test_the_ratio_interval_brackets_the_ratio_and_narrows_with_more_points() -> None:
+    draws = random.Random(3)
+    values = [float(draws.choice((0, 40, 90, 300))) for _ in range(300)]  # on/off bursts
+    short, long = (run_series(Series("bursts", values[:n], 60.0)) for n in (60, 300))
+    widths = []
+    for result in (short, long):
+        low, high = result.ratio_interval()
+        assert low <= result.ratio <= high
+        assert result.ratio_interval() == (low, high)  # seeded: the same every run
+        widths.append(high - low)
+    assert widths[1] < 0.7 * widths[0]  # 5× the points: about 1/√5 of the width
+    assert "95 % interval of that ratio" in format_result(long)
