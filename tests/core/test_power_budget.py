@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from operators.power_budget import PowerBudget
+from operators.window import merge_capabilities
 from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, WorkerCounts
 from tests.core.planner_inputs import (
     DECODE_TRAINING,
@@ -188,8 +189,6 @@ class TestThroughputTargets:
         counts = WorkerCounts(ready_num_prefill=4, ready_num_decode=4)
         effects = self.tick(machine, counts)
         assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (8, 8)
-        from operators.window import merge_capabilities
-
         dgd = WorkerCapabilities(
             prefill=EngineCapabilities(gpu_power_limit_w=H200),
             decode=EngineCapabilities(gpu_power_limit_w=H200),
