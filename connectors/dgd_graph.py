@@ -309,7 +309,7 @@ _WHOLE_NUMBER = re.compile(r"[0-9]+")
 def _power_cap(value: Any) -> int | str:
     """The watts an annotation value names, or why it names none."""
     if not isinstance(value, str):
-        return f"is a {type(value).__name__}, not a string"
+        return f"is not a string but {type(value).__name__}"
     text = value.strip()
     if not _WHOLE_NUMBER.fullmatch(text):
         return "is not a whole number of watts"

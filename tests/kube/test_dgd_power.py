@@ -66,9 +66,9 @@ def test_a_whole_number_of_watts_is_the_cap(value: str, watts: int) -> None:
         ("0", "is below 1 W"),
         (str(MAX_GPU_POWER_W + 1), f"is above MAX_GPU_POWER_W ({MAX_GPU_POWER_W} W)"),
         ("9" * 5000, f"is above MAX_GPU_POWER_W ({MAX_GPU_POWER_W} W)"),  # no int() of it
-        (350, "is a int, not a string"),
-        (True, "is a bool, not a string"),
-        (None, "is a NoneType, not a string"),
+        (350, "is not a string but int"),
+        (True, "is not a string but bool"),
+        (None, "is not a string but NoneType"),
     ],
 )
 def test_any_other_value_is_an_unknown_cap_and_a_problem(value: Any, why: str) -> None:
