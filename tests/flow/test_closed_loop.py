@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flows.scenario import DEFAULT_CONFIG, Scenario, fleet_spec, run_planner, run_schedule
-from schemas import load_config
+from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, load_config
 from sim.scoring import request_latencies
 from sim.workload import burst_load, poisson_load
 from tests.flow.runner import flowplanner
@@ -68,3 +68,28 @@ def test_the_demo_command(tmp_path):
     result = json.loads(scores.read_text())
     assert result["num_finished"] == result["num_requests"] > 190_000
     assert result["sla_attainment"] > 0.8
+
+
+def test_a_power_limit_caps_the_burst_response(burst):
+    """Three 700 W GPUs of power: the burst gets a second prefill replica, not the third the
+    unlimited planner adds."""
+    cap = EngineCapabilities(gpu_power_limit_w=700)
+    power = {
+        "enable_power_awareness": True,
+        "total_gpu_power_limit": 3 * 700,
+        "capabilities": WorkerCapabilities(prefill=cap, decode=cap),
+    }
+    limited = run_planner(burst, PlannerConfig.model_validate(CONFIG.model_dump() | power))
+    unlimited = run_planner(burst, CONFIG)
+    static = run_schedule(burst, [(0.0, 1, 1)], name="static 1+1")
+    assert max(r.ready_prefill for r in unlimited.records) == 3
+    assert max(r.ready_prefill for r in limited.records) == 2
+    assert max(r.ready_prefill + r.ready_decode for r in limited.records) == 3
+    projected = [r.diagnostics.power_projected_watts for r in limited.records if r.ran_load]
+    assert projected and max(projected) == 2100
+    reasons = {r.diagnostics.load_decision_reason_prefill for r in limited.records}
+    assert "power_budget_clamp" in reasons
+    # the third replica bought little: the limit keeps nearly all of the attainment
+    assert limited.result.gpu_hours < unlimited.result.gpu_hours
+    assert limited.result.sla_attainment > 0.9
+    assert static.result.sla_attainment < 0.1
