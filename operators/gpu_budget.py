@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from operators.budget import apply_global_budget, apply_single_budget
 from operators.budget_band import (
     BudgetReason,
+    compute_tolerance,
     fit_throughput_pair,
     fit_throughput_single,
     guard_disagg_scaling_budget,
@@ -182,4 +183,24 @@ class GpuBudget:
         if self.power is None:
             return counts, reason
         capped = self.power.cap(current, counts)
-        return capped, (CLAMP if capped != counts else reason)
+        if capped == counts:
+            return counts, reason
+        now: dict[Role, int] = {}
+        for role, n in capped.items():
+            count = current.get(role)
+            now[role] = n if count is None else count
+        if self._below_floor(capped) and not self._below_floor(now):
+            # the cut kept the down leg of a move the floor allows only as a whole (an
+            # opposing rebalance) and would take the fleet out of the band: the move waits
+            return now, CLAMP
+        return capped, CLAMP
+
+    def _below_floor(self, counts: Mapping[Role, int]) -> bool:
+        """Are ``counts`` below the band's floor (``min_gpu_budget`` less its tolerance)?"""
+        cfg = self.config
+        gpus = [self.gpus[role] for role in counts]
+        if cfg.gpu_budget_rule != "band" or cfg.min_gpu_budget < 0 or None in gpus:
+            return False
+        total = sum(n * (self.gpus[role] or 0) for role, n in counts.items())
+        tolerance = compute_tolerance(g or 0 for g in gpus) if cfg.max_gpu_budget >= 0 else 0
+        return total < cfg.min_gpu_budget - tolerance

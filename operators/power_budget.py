@@ -10,9 +10,12 @@ pair closest to the proposal with each role between where it starts and its prop
 (:func:`operators.budget_band.fit_directional_budget_pair`, in watts), so headroom is shared
 in proportion to the two moves.
 
-It runs after the GPU budget, on that budget's result. A role whose GPUs per replica or
-per-GPU cap is unknown makes the projection unknown, and the power budget then does nothing
-(like the GPU budget with unknown GPUs), and the tick's diagnostics carry no projection.
+It runs after the GPU budget, on that budget's result (:class:`operators.gpu_budget.GpuBudget`,
+which holds a whole move when cutting its up leg would take the fleet below the GPU floor).
+A move starts from the counts in effect, so a scale already in flight is never re-targeted.
+A role whose GPUs per replica or per-GPU cap is unknown makes the projection unknown: the
+power budget then does nothing (like the GPU budget with unknown GPUs), and the tick's
+diagnostics carry no projection.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def merge_capabilities(
 ) -> WorkerCapabilities | None:
     """Newer capabilities win field by field: a role, or a field of a role, that the newer
     record leaves out keeps its old value (the DGD names only a power cap, a worker's card
-    the token limits; neither erases the other).
+    the token limits; neither erases the other); a field it sets to ``null`` is cleared.
 
     >>> from schemas import EngineCapabilities as C
     >>> merged = merge_capabilities(WorkerCapabilities(prefill=C(num_gpu=2, max_num_seqs=8)),
@@ -163,7 +163,7 @@ def _merge_engine(
 ) -> EngineCapabilities | None:
     if old is None or new is None:
         return new or old
-    return old.model_copy(update=new.model_dump(exclude_none=True))
+    return old.model_copy(update=new.model_dump(exclude_unset=True))
 
 
 def evenly_spaced(rows: list[FpmRow], count: int) -> list[FpmRow]:

@@ -450,8 +450,8 @@ class PlannerConfig(BaseModel):
         return self
 
     def _check_power(self) -> None:
-        """The power budget needs its limit, and the limit must fund the minimum endpoints
-        when the config itself names their GPUs and caps."""
+        """The power budget needs its limit, and the limit must fund the minimum endpoints and
+        the GPU floor when the config itself names their GPUs and caps."""
         limit = self.total_gpu_power_limit
         if not self.enable_power_awareness:
             if limit is not None:
@@ -462,18 +462,29 @@ class PlannerConfig(BaseModel):
             return
         if limit is None:
             raise ValueError("enable_power_awareness needs total_gpu_power_limit (watts, >= 1)")
-        floor = 0
+        endpoints_w, caps_w, gpus_per_replica = 0, [], []
         for role in self.roles:
             caps = getattr(self.capabilities, role, None) or EngineCapabilities()
             gpus = caps.num_gpu or getattr(self, f"{role}_engine_num_gpu")
             if gpus is None or caps.gpu_power_limit_w is None:
                 return
-            floor += self.min_endpoint_for(role) * gpus * caps.gpu_power_limit_w
-        if limit < floor:
+            endpoints_w += self.min_endpoint_for(role) * gpus * caps.gpu_power_limit_w
+            caps_w.append(caps.gpu_power_limit_w)
+            gpus_per_replica.append(gpus)
+        if limit < endpoints_w:
             raise ValueError(
-                f"total_gpu_power_limit {limit} W is below the {floor} W the minimum endpoints "
-                "draw at their configured caps; raise it or lower the minimums"
+                f"total_gpu_power_limit {limit} W is below the {endpoints_w} W the minimum "
+                "endpoints draw at their configured caps; raise it or lower the minimums"
             )
+        if self.min_gpu_budget >= 0:  # the band's floor, relaxed as the band relaxes it
+            slack = max(gpus_per_replica) if self.max_gpu_budget >= 0 else 0
+            floor_w = (self.min_gpu_budget - slack) * min(caps_w)
+            if limit < floor_w:
+                raise ValueError(
+                    f"total_gpu_power_limit {limit} W is below the {floor_w} W the GPUs of "
+                    f"min_gpu_budget {self.min_gpu_budget} draw at the lowest configured cap; "
+                    "raise it or lower min_gpu_budget"
+                )
 
     def _check_load_thresholds(self) -> None:
         """The ``load`` target's thresholds (spec §4.3, §9.4): each pair is required for a role

@@ -85,7 +85,8 @@ class TickDiagnostics(BaseModel):
     power_budget_total_watts: int | None = None
     power_projected_watts: int | None = None
     """Watts the planned replicas draw at their caps (``None`` when power awareness is off or
-    a cap is unknown): the decision's counts, else the ready ones."""
+    a cap is unknown): the decision's counts, else the counts in effect (expected, else
+    ready)."""
 
 
 class ScalingDecision(BaseModel):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from operators.gpu_budget import GpuBudget
 from operators.power_budget import PowerBudget
+from operators.state_machine import PlannerStateMachine
 from operators.window import merge_capabilities
 from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, WorkerCounts
 from tests.core.planner_inputs import (
@@ -17,6 +19,7 @@ from tests.core.planner_inputs import (
     run_tick,
     sla_config,
 )
+from tests.core.test_easy_scaling import decode_engines, prefill_engines
 from tests.core.test_throughput_scaling import pin_capacity, window
 
 H200 = 700
@@ -199,6 +202,73 @@ class TestThroughputTargets:
         assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (5, 5)
 
 
+FLOOR_CAPS = WorkerCapabilities(
+    prefill=EngineCapabilities(
+        num_gpu=1, max_kv_tokens=100_000, max_num_batched_tokens=2048, gpu_power_limit_w=700
+    ),
+    decode=EngineCapabilities(
+        num_gpu=1, max_kv_tokens=100_000, max_num_batched_tokens=2048, gpu_power_limit_w=1000
+    ),
+)
+FLOOR_BAND = {
+    "min_gpu_budget": 8,
+    "max_gpu_budget": -1,
+    "enable_power_awareness": True,
+    "total_gpu_power_limit": 4 * 700 + 4 * 1000,
+}
+
+
+class TestWithTheGpuFloor:
+    """Prefill GPUs capped at 700 W, decode at 1000 W; the (4, 4) fleet is at both the GPU
+    floor (8) and the power limit, so only a rebalance whose both legs move keeps it in band,
+    and the power budget cannot fund its up leg."""
+
+    def test_a_load_rebalance_waits_instead_of_flapping_across_the_floor(self):
+        config = PlannerConfig(
+            mode="disagg",
+            optimization_target="load",
+            prefill_scale_up_queue_tokens=1000,
+            prefill_scale_down_queue_tokens=100,
+            decode_scale_up_kv_rate=80,
+            decode_scale_down_kv_rate=30,
+            **FLOOR_BAND,
+        )
+        machine = PlannerStateMachine(config, FLOOR_CAPS)
+        for i in range(3):  # prefill idle (wants one fewer), decode hot (wants one more)
+            effects = run_tick(
+                machine,
+                now_s=5.0 * (i + 1),
+                prefill=prefill_engines(0, 0, 0, 0),
+                decode=decode_engines(*[90_000] * 4),
+                counts=WorkerCounts(ready_num_prefill=4, ready_num_decode=4),
+            )
+            assert effects.scale_to is None  # before: (3, 4), then reconciled back to (4, 4)
+            assert effects.diagnostics.load_decision_reason == "power_budget_clamp"
+
+    def test_a_throughput_rebalance_waits_too(self):
+        machine = core(FLOOR_CAPS, enable_load_scaling=False, ttft_ms=5000.0, **FLOOR_BAND)
+        for role, training, rps in (
+            ("prefill", PREFILL_TRAINING, 1 / 2.5),
+            ("decode", DECODE_TRAINING, 1 / 4.5),
+        ):
+            machine.load_benchmark_fpms(role, training)
+            pin_capacity(machine, role, rps)  # sizing asks for (3, 5)
+        effects = run_tick(
+            machine,
+            now_s=60.0,
+            traffic=window(60, 1000, 150),
+            counts=WorkerCounts(ready_num_prefill=4, ready_num_decode=4),
+        )
+        assert effects.scale_to is None  # before: (3, 4), 7 GPUs, below the band for good
+        assert effects.diagnostics.throughput_decision_reason == "power_budget_clamp"
+
+    def test_a_fleet_below_the_floor_still_climbs_as_far_as_the_power_goes(self):
+        budget = PowerBudget(6 * 700, {"decode": 700}, {"decode": 1})
+        config = PlannerConfig(mode="decode", min_gpu_budget=8, max_gpu_budget=-1)
+        gpu = GpuBudget(config, {"prefill": None, "decode": 1}, {"decode": 4}, power=budget)
+        assert gpu.guard_single("decode", 4, 4) == (6, "power_budget_clamp")  # reconcile to 8
+
+
 class TestConfig:
     def test_off_by_default(self):
         config = PlannerConfig()
@@ -223,9 +293,24 @@ class TestConfig:
         config = PlannerConfig(mode="agg", enable_power_awareness=True, total_gpu_power_limit=1)
         assert config.total_gpu_power_limit == 1
 
+    def test_the_limit_must_fund_the_gpu_floor_at_the_lowest_configured_cap(self):
+        fields = {"enable_power_awareness": True, "capabilities": power_caps(), "min_gpu_budget": 8}
+        with pytest.raises(ValidationError, match="below the 5600 W the GPUs of min_gpu_budget 8"):
+            sla_config(total_gpu_power_limit=5599, **fields)  # 8 GPUs at 700 W (no ceiling)
+        assert sla_config(total_gpu_power_limit=5600, **fields).min_gpu_budget == 8
+        banded = {**fields, "max_gpu_budget": 16}  # with a ceiling the floor has 1 GPU of slack
+        assert sla_config(total_gpu_power_limit=4900, **banded).min_gpu_budget == 8
+
     def test_the_limit_must_fund_the_minimum_endpoints_at_configured_caps(self):
         caps = power_caps()
         fields = {"enable_power_awareness": True, "capabilities": caps, "min_endpoint": 2}
         with pytest.raises(ValidationError, match="below the 2800 W the minimum endpoints"):
             sla_config(total_gpu_power_limit=2799, **fields)
         assert sla_config(total_gpu_power_limit=2800, **fields).total_gpu_power_limit == 2800
+
+
+def test_a_capability_record_clears_a_field_it_sets_to_null():
+    old = WorkerCapabilities(decode=EngineCapabilities(num_gpu=2, gpu_power_limit_w=700))
+    new = WorkerCapabilities.model_validate_json('{"decode": {"gpu_power_limit_w": null}}')
+    merged = merge_capabilities(old, new).decode
+    assert (merged.num_gpu, merged.gpu_power_limit_w) == (2, None)  # left out: kept
