@@ -20,6 +20,8 @@ from tests.core.planner_inputs import (
     sla_config,
 )
 from tests.core.test_easy_scaling import decode_engines, prefill_engines
+from tests.core.test_load_target import DECODE as LOAD_DECODE
+from tests.core.test_load_target import PREFILL as LOAD_PREFILL
 from tests.core.test_throughput_scaling import pin_capacity, window
 
 H200 = 700
@@ -224,14 +226,9 @@ class TestWithTheGpuFloor:
     and the power budget cannot fund its up leg."""
 
     def test_a_load_rebalance_waits_instead_of_flapping_across_the_floor(self):
+        thresholds = {**LOAD_PREFILL, **LOAD_DECODE}
         config = PlannerConfig(
-            mode="disagg",
-            optimization_target="load",
-            prefill_scale_up_queue_tokens=1000,
-            prefill_scale_down_queue_tokens=100,
-            decode_scale_up_kv_rate=80,
-            decode_scale_down_kv_rate=30,
-            **FLOOR_BAND,
+            mode="disagg", optimization_target="load", **thresholds, **FLOOR_BAND
         )
         machine = PlannerStateMachine(config, FLOOR_CAPS)
         for i in range(3):  # prefill idle (wants one fewer), decode hot (wants one more)
