@@ -165,3 +165,11 @@ def run_tick(
 def engines(count: int, **fields: Any) -> dict[tuple[str, int], ForwardPassMetrics]:
     """``count`` engines ``w0``, ``w1``, … with identical FPM fields."""
     return {(f"w{i}", 0): fpm(worker_id=f"w{i}", **fields) for i in range(count)}
+
+
+def saturated_prefill(count: int) -> dict[tuple[str, int], ForwardPassMetrics]:
+    """``count`` prefill engines, each with 10 000 prompt tokens queued behind a 500-token
+    pass of 0.502 s: far over any TTFT target, so the load rule asks for one more replica."""
+    return engines(
+        count, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
+    )

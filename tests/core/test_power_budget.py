@@ -17,6 +17,7 @@ from tests.core.planner_inputs import (
     core,
     engines,
     run_tick,
+    saturated_prefill,
     sla_config,
 )
 from tests.core.test_easy_scaling import decode_engines, prefill_engines
@@ -98,9 +99,7 @@ class TestLoadActions:
         machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
         return run_tick(
             machine,
-            prefill=engines(
-                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
-            ),
+            prefill=saturated_prefill(2),
             counts=WorkerCounts(ready_num_prefill=2),
         )
 
@@ -135,9 +134,7 @@ class TestLoadActions:
         machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
         machine.load_benchmark_fpms("decode", DECODE_TRAINING)
         saturated = {
-            "prefill": engines(
-                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
-            ),
+            "prefill": saturated_prefill(2),
             "decode": engines(2, decode_kv=30_000, decode_requests=30, wall_time=0.301),
         }
         effects = run_tick(

@@ -31,6 +31,7 @@ from tests.core.planner_inputs import (
     engines,
     fpm,
     run_tick,
+    saturated_prefill,
 )
 
 TRAFFIC = TrafficObservation(duration_s=60, num_req=100, isl=1000, osl=150)
@@ -684,9 +685,7 @@ class TestBudget:
         machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
         effects = run_tick(
             machine,
-            prefill=engines(
-                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
-            ),
+            prefill=saturated_prefill(2),
             counts=WorkerCounts(ready_num_prefill=2),
         )
         assert effects.scale_to is None  # 3 × 2 GPUs > 4
@@ -698,9 +697,7 @@ class TestBudget:
         machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
         effects = run_tick(
             machine,
-            prefill=engines(
-                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
-            ),
+            prefill=saturated_prefill(2),
             counts=WorkerCounts(ready_num_prefill=2),
         )
         assert effects.scale_to is None
@@ -718,9 +715,7 @@ class TestBudget:
         assert effects.scale_to.num_prefill == 2
         effects = run_tick(
             machine,
-            prefill=engines(
-                2, queued_prefill=10_000, prefill_tokens=500, prefill_requests=1, wall_time=0.502
-            ),
+            prefill=saturated_prefill(2),
             counts=WorkerCounts(ready_num_prefill=2),
         )
         assert effects.scale_to is None
