@@ -97,8 +97,27 @@ class Wiring:
 
 
 def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:
+    """Scheme, host, path and options of an address; like ``KafkaUrl``, an option given twice
+    or given empty is refused (keeping the last, or falling back to a default, would silently
+    use something the address did not say).
+
+    >>> _parts("prometheus://h:9090?deployment=a&role=")
+    Traceback (most recent call last):
+    ...
+    flows.endpoints.EndpointError: 'prometheus://h:9090?deployment=a&role=': option 'role' is empty
+    """
     url = urlsplit(address)
-    query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+    try:
+        parsed = parse_qs(url.query, keep_blank_values=True, strict_parsing=bool(url.query))
+    except ValueError as exc:
+        raise EndpointError(f"{address!r}: bad options ({exc})") from None
+    query = {}
+    for name, values in parsed.items():
+        if len(values) != 1:
+            raise EndpointError(f"{address!r}: option {name!r} given {len(values)} times")
+        if not values[0]:
+            raise EndpointError(f"{address!r}: option {name!r} is empty")
+        query[name] = values[0]
     return url.scheme, url.netloc, url.path, query
 
 

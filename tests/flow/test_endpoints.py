@@ -100,6 +100,46 @@ def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
 
 
 @pytest.mark.parametrize(
+    ("inputs", "outputs", "option", "problem"),
+    [
+        (["zmq+tcp://127.0.0.1:29999?deployment=llama&deployment=split"], [], "deployment", "2"),
+        (["zmq+ipc:///tmp/fpm?deployment=split&role=decode&role=prefill"], [], "role", "2"),
+        (["zmq+tcp://127.0.0.1:29999?deployment=llama&role="], [], "role", ""),
+        (["prometheus://127.0.0.1:9?deployment=llama&deployment=split"], [], "deployment", "2"),
+        (["prometheus://127.0.0.1:9?deployment=llama&model=a&model=b"], [], "model", "2"),
+        (["prometheus://127.0.0.1:9?deployment=llama&namespace="], [], "namespace", ""),
+        ([], [f"{DGD}&deployment=split"], "deployment", "2"),
+        ([], [f"{DGD}&interval="], "interval", ""),
+        ([], [f"{DGD}&backend=vllm&backend=sglang"], "backend", "2"),
+    ],
+)
+def test_an_option_given_twice_or_empty_is_refused(inputs, outputs, option, problem):
+    """As KafkaUrl does: keeping the last of two values, or treating an empty one as absent (so
+    a default applies), would run with something the address did not say."""
+    [address] = inputs + outputs
+    message = f"option {option!r} " + (f"given {problem} times" if problem else "is empty")
+    with pytest.raises(EndpointError, match=re.escape(message)) as caught:
+        wire(inputs, outputs, CONFIGS)
+    assert address in str(caught.value)
+
+
+def test_an_empty_deployment_is_not_read_as_the_only_one():
+    """``?deployment=`` used to fall back to the only configured deployment."""
+    only = {"llama": PlannerConfig(mode="agg")}
+    for address in ["prometheus://127.0.0.1:9?deployment=", "dgd://ns/graph?deployment="]:
+        inputs, outputs = ([address], []) if address.startswith("prom") else ([], [address])
+        with pytest.raises(EndpointError, match=re.escape(f"{address!r}: option 'deployment'")):
+            wire(inputs, outputs, only)
+    [source] = wire(["prometheus://127.0.0.1:9"], ["-"], only).inputs  # left out: the only one
+    assert isinstance(source, PrometheusTrafficInput) and list(source.sources) == ["llama"]
+
+
+def test_an_option_without_a_value_is_refused():
+    with pytest.raises(EndpointError, match="bad options"):
+        wire(["prometheus://127.0.0.1:9?deployment=llama&&model=m"], ["-"], CONFIGS)
+
+
+@pytest.mark.parametrize(
     ("inputs", "outputs", "message"),
     [
         (["kafka://127.0.0.1:1/events?partitions=3"], ["-"], "partitions do not apply here"),
