@@ -17,7 +17,9 @@ Ours, each behind a ``PlannerConfig`` field whose reference value restores the r
 (``PlannerConfig.reference_variant``): bootstrap samples outside the engines' limits are dropped
 once the capabilities are known; a disagg role in flight holds only itself; SLA scale-ups are
 proportional (``max_load_step``); SLA load ticks also size each role for the recent request
-rate; SLA scale-downs need a stabilization window of agreement.
+rate; SLA scale-downs need a stabilization window of agreement; a throughput forecast of zero
+requests sizes every role at its minimum endpoint count even when the perf models cannot answer
+for the forecast's zero lengths (``zero_demand_to_min_endpoint``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from operators.throughput_scaling import (
     Capacity,
     agg_capacity,
     decode_capacity,
+    idle_capacity,
     prefill_capacity,
     sizing_lengths,
 )
@@ -641,6 +644,10 @@ class PlannerStateMachine:
             osl_quantile=self.config.capacity_osl_quantile,
         )
         sized = {role: self._capacity(role, demand_rps, isl, osl) for role in self.config.roles}
+        if self.config.zero_demand_to_min_endpoint and not demand_rps > 0:
+            # ours: no requests need the endpoint floor, whatever the models can answer (the
+            # zero lengths forecast before any traffic make every capacity query answer 0)
+            sized = {role: idle_capacity(c, self._min_endpoint(role)) for role, c in sized.items()}
         if sized.get("prefill") is not None:
             diag.engine_rps_prefill = sized["prefill"].engine_rps
         if sized.get("decode") is not None:

@@ -10,7 +10,12 @@ replicas. Prefix-cache hits discount prefill compute only (ISL × (1 − hit), h
 Optional distribution-aware sizing (ours, off by default): with ``capacity_isl_quantile`` /
 ``capacity_osl_quantile`` set, :func:`sizing_lengths` scales the forecast mean ISL/OSL by the
 quantile-to-mean ratio of the latest observed window, so capacity is sized for long requests
-rather than the average one.
+rather than the average one. A window without that quantile (traffic read from Prometheus
+carries none) sizes for the mean.
+
+Zero forecast demand (ours, ``zero_demand_to_min_endpoint``): :func:`idle_capacity` sizes a
+role at its minimum endpoint count even when the perf model cannot answer — as it cannot for
+the zero ISL/OSL forecast of a deployment idle since it started.
 """
 
 from __future__ import annotations
@@ -57,6 +62,19 @@ def replicas_for(demand_rps: float, engine_rps: float, min_endpoint: int) -> int
     3
     """
     return max(math.ceil(demand_rps / engine_rps), min_endpoint)
+
+
+def idle_capacity(capacity: Capacity, min_endpoint: int) -> Capacity:
+    """Zero demand needs ``min_endpoint`` replicas whatever the engine sustains: ``capacity``
+    (already ``min_endpoint`` when the model answered) or, when it could not answer, the
+    endpoint floor without an engine rate.
+
+    >>> idle_capacity(NOT_READY, 2)
+    Capacity(replicas=2, engine_rps=None, latency_ms=None)
+    >>> idle_capacity(Capacity(1, 0.5, 40.0), 1)
+    Capacity(replicas=1, engine_rps=0.5, latency_ms=40.0)
+    """
+    return capacity if capacity.replicas is not None else Capacity(min_endpoint)
 
 
 def prefill_capacity(
@@ -169,8 +187,8 @@ def sizing_lengths(
     osl_quantile: float | None,
 ) -> tuple[float, float]:
     """ISL/OSL to size capacity for: the forecast means, or with a quantile configured, the
-    means scaled by the latest window's quantile/mean ratio (unchanged when the window carries
-    no such quantile).
+    means scaled by the latest window's quantile/mean ratio (unchanged — the mean — when the
+    window carries no such quantile, as traffic read from Prometheus never does).
 
     >>> shape = TrafficObservation(duration_s=60, num_req=10, isl=1000, osl=100,
     ...                            isl_quantiles={"p90": 3000}, osl_quantiles={"p90": 150})

@@ -74,6 +74,25 @@ several). Above a day the planner would not decide within a day, and the history
 tick would grow without bound."""
 
 
+CAPACITY_QUANTILES = (0.5, 0.9, 0.99)
+"""The ISL/OSL quantiles traffic built from request records carries (keys ``p50``, ``p90``,
+``p99``): the only values ``capacity_isl_quantile`` / ``capacity_osl_quantile`` take."""
+
+
+def _capacity_quantile(value: float) -> float:
+    if value not in CAPACITY_QUANTILES:
+        allowed = ", ".join(f"{q:g}" for q in CAPACITY_QUANTILES)
+        raise ValueError(
+            f"must be one of {allowed} (the length quantiles request-derived traffic carries), "
+            f"got {value!r}"
+        )
+    return value
+
+
+CapacityQuantile = Annotated[float, AfterValidator(_capacity_quantile)]
+"""A length quantile to size capacity for: one of :data:`CAPACITY_QUANTILES`."""
+
+
 def _on_interval_grid(value: float) -> float:
     low, high, step = INTERVAL_LIMITS
     if not low <= value <= high:
@@ -111,6 +130,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "forecast_plausibility_factor": None,
     "arima_refits": False,
     "gpu_budget_rule": "pair_clamp",
+    "zero_demand_to_min_endpoint": False,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -216,10 +236,24 @@ class PlannerConfig(BaseModel):
     """*ours*: season length of the Holt-Winters predictor (replaces Prophet), at most 31 days:
     the predictor keeps four seasons of throughput ticks and needs two before it uses one, so a
     longer season would never be used and its history would grow without bound."""
-    capacity_isl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
-    """*ours*: size capacity for this ISL quantile instead of the mean (off by default)."""
-    capacity_osl_quantile: Annotated[float, Field(gt=0, lt=1)] | None = None
-    """*ours*: size capacity for this OSL quantile instead of the mean (off by default)."""
+    capacity_isl_quantile: CapacityQuantile | None = None
+    """*ours*: size capacity for this ISL quantile instead of the mean (off by default): the
+    forecast mean ISL times the quantile-to-mean ratio of the latest window that carried
+    requests. One of 0.5, 0.9, 0.99 (:data:`CAPACITY_QUANTILES`), the quantiles the planner
+    computes from request records; any other value is refused. Traffic read from Prometheus
+    (or a traffic event without ``isl_quantiles``) carries no quantiles, and capacity is then
+    sized for the mean, as with this option off."""
+    capacity_osl_quantile: CapacityQuantile | None = None
+    """*ours*: size capacity for this OSL quantile instead of the mean (off by default); as
+    ``capacity_isl_quantile`` (0.5, 0.9 or 0.99; the mean for traffic without quantiles)."""
+    zero_demand_to_min_endpoint: bool = True
+    """*ours*: a throughput tick whose forecast is zero requests sizes every role at its
+    minimum endpoint count whatever the perf models answer (reason ``scale``, or the lower
+    bounds with load scaling on). Reference: ``False`` — a deployment idle since it started
+    has no ISL/OSL to forecast (spec §7.1: leading idle windows seed nothing, so the forecast
+    lengths are 0), the capacity query answers 0 for a zero length (§3.3, §3.4), and the tick
+    holds the current counts as ``model_not_ready`` (§5.3, §5.4) even with trained models: a
+    fleet idle from the start never scales down (§17, pain point 3)."""
 
     # --- load scaling (§9.4) ---
     load_adjustment_interval_seconds: Interval = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from pydantic import ValidationError
@@ -140,10 +141,17 @@ class TestFieldRanges:
         with pytest.raises(ValidationError):
             sla(scale_down_rule="eager")
 
-    @pytest.mark.parametrize("quantile", [0.0, 1.0, 1.5])
-    def test_capacity_quantiles_are_open_unit_interval(self, quantile):
-        with pytest.raises(ValidationError):
-            sla(capacity_isl_quantile=quantile)
+    @pytest.mark.parametrize("field", ["capacity_isl_quantile", "capacity_osl_quantile"])
+    @pytest.mark.parametrize("quantile", [0.0, 0.95, 0.75, 0.999, 1.0, 1.5, math.nan])
+    def test_capacity_quantiles_are_the_ones_traffic_carries(self, field, quantile):
+        # only p50/p90/p99 are computed: p95 would silently size for the mean
+        with pytest.raises(ValidationError, match=r"must be one of 0\.5, 0\.9, 0\.99") as error:
+            sla(**{field: quantile})
+        assert field in str(error.value)
+
+    @pytest.mark.parametrize("quantile", [0.5, 0.9, 0.99, None])
+    def test_capacity_quantiles_accepted(self, quantile):
+        assert sla(capacity_osl_quantile=quantile).capacity_osl_quantile == quantile
 
     @pytest.mark.parametrize("sensitivity", [-1, 101])
     def test_sensitivity_is_a_percentage(self, sensitivity):

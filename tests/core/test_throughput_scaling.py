@@ -610,6 +610,77 @@ class TestReasons:
         assert effects.diagnostics.predicted_num_req is None
 
 
+class TestZeroDemand:
+    """Ours (``zero_demand_to_min_endpoint``): a forecast of zero requests needs the minimum
+    endpoint count whatever the capacity; the reference holds a fleet idle since its start."""
+
+    IDLE = window(0, 0, 0)
+    BUSY = window(100, 1000, 150)
+
+    @staticmethod
+    def trained(**overrides):
+        machine = core(enable_load_scaling=False, **overrides)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        return machine
+
+    @staticmethod
+    def tick(machine, now_s, traffic, prefill=4, decode=4):
+        counts = WorkerCounts(ready_num_prefill=prefill, ready_num_decode=decode)
+        return run_tick(machine, now_s=now_s, traffic=traffic, counts=counts)
+
+    def test_a_fleet_idle_from_the_start_scales_to_the_min_endpoints(self):
+        machine = self.trained(prefill_min_endpoint=2)
+        effects = self.tick(machine, 60.0, self.IDLE)
+        target, diag = effects.scale_to, effects.diagnostics
+        assert (target.num_prefill, target.num_decode) == (2, 1)
+        assert (target.reason, target.prefill_reason, target.decode_reason) == ("scale",) * 3
+        assert diag.predicted_num_req == 0.0 and diag.predicted_isl == 0.0
+        effects = self.tick(machine, 120.0, self.IDLE, prefill=2, decode=1)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "no_change"
+
+    def test_zero_demand_needs_no_ready_model(self):
+        machine = core(enable_load_scaling=False)  # no perf model can answer
+        effects = self.tick(machine, 60.0, self.IDLE)
+        assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (1, 1)
+        assert effects.scale_to.reason == "scale"
+        busy = self.tick(machine, 120.0, self.BUSY, prefill=1, decode=1)
+        assert busy.diagnostics.throughput_decision_reason == "model_not_ready"
+
+    def test_with_load_scaling_on_the_bounds_fall_to_the_min_endpoints(self):
+        machine = core(prefill_min_endpoint=2)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        effects = self.tick(machine, 60.0, self.IDLE)
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "set_lower_bound"
+        assert machine.throughput_lower_bounds == {"prefill": 2, "decode": 1}
+
+    def test_the_reference_holds_a_fleet_idle_from_the_start(self):
+        machine = self.trained(zero_demand_to_min_endpoint=False)
+        for now_s in (60.0, 120.0):
+            effects = self.tick(machine, now_s, self.IDLE)
+            assert effects.scale_to is None
+            diag = effects.diagnostics
+            assert diag.throughput_decision_reason == "model_not_ready"
+            assert diag.throughput_decision_reason_prefill == "model_not_ready"
+        assert machine.prefill_model.is_ready and machine.decode_model.is_ready
+        assert not machine.config.reference_variant().zero_demand_to_min_endpoint
+
+    @pytest.mark.parametrize("ours", [True, False])
+    def test_an_idle_window_after_traffic_scales_down_as_before(self, ours):
+        # the lengths carry forward (spec §7.1): the models answer, the demand is 0 → floor
+        machine = self.trained(zero_demand_to_min_endpoint=ours)
+        busy = self.tick(machine, 60.0, self.BUSY)
+        assert (busy.scale_to.num_prefill, busy.scale_to.num_decode) == (2, 3)
+        idle = self.tick(machine, 120.0, self.IDLE, prefill=2, decode=3)
+        target, diag = idle.scale_to, idle.diagnostics
+        assert (target.num_prefill, target.num_decode, target.reason) == (1, 1, "scale")
+        assert (diag.predicted_num_req, diag.predicted_isl, diag.predicted_osl) == (0, 1000, 150)
+        assert diag.engine_rps_prefill > 0 and diag.engine_rps_decode > 0
+
+
 PROFILE = Path(__file__).resolve().parents[1] / "data/profiles/h200_llama3.1-8b-fp8_tp1"
 
 
