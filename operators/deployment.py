@@ -57,9 +57,11 @@ from schemas import (
     WorkerCounts,
     fpm_from_row,
 )
+from schemas.config import CAPACITY_QUANTILES
 
-QUANTILES = (0.5, 0.9, 0.99)
-"""ISL/OSL quantiles reported with request-derived traffic, keyed ``p50``, ``p90``, ``p99``."""
+QUANTILES = CAPACITY_QUANTILES
+"""ISL/OSL quantiles reported with request-derived traffic, keyed ``p50``, ``p90``, ``p99``
+(the values ``capacity_isl_quantile`` / ``capacity_osl_quantile`` accept)."""
 
 
 @dataclass
@@ -214,7 +216,10 @@ class DeploymentPlanner:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
         per_engine = self.config.fpm_samples_per_engine_per_tick
-        for key, rows in window.rows.items():
+        # Engine order, not arrival order: the training samples' order decides which the perf
+        # models drop first when full, and engines reporting at the same event time through
+        # different input partitions arrive in either order.
+        for key, rows in sorted(window.rows.items()):
             role, worker_id, dp_rank = key
             caps: EngineCapabilities | None = getattr(self.machine.capabilities, role)
             if caps is not None and not within_scheduler_limits(rows, caps):

@@ -115,3 +115,47 @@ def test_reference_trains_once_per_load_tick_however_many_windows_it_spans():
         record = deployment.on_window(float(second), window)
     assert record.ran_load
     assert deployment.machine.decode_model.samples.samples() == [((1.0, 1000.0), 0.05)]
+
+
+def test_engines_reporting_at_the_same_time_train_the_same_model_in_any_arrival_order():
+    # Three decode engines report at the same event time every window; with 8 samples kept the
+    # perf model drops samples, and the order they were appended decides which: the window's
+    # engines must be taken in one order (their key), not in the order their events arrived.
+    config = PlannerConfig(
+        mode="decode",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=False,
+        max_gpu_budget=-1,
+        max_num_fpm_samples=8,
+        load_min_observations=2,
+    )
+    assert config.fpm_samples_per_engine_per_tick > 1
+    windows = []
+    for k in range(40):
+        rows = {}
+        for e, engine in enumerate(("w1", "w2", "w3")):
+            n = 1 + (7 * k + 13 * e) % 60
+            kv = 1000 + (5417 * k + 7919 * e) % 59000
+            wall = 0.001 + 0.0005 * n + 5e-8 * kv + ((31 * k + 17 * e) % 40) / 10000
+            rows[engine] = [pass_row(5.0 * k + 1.0, wall, decode_kv=kv, decode_n=n)]
+        windows.append(rows)
+
+    def run(order: tuple[str, ...]):
+        deployment = DeploymentPlanner("d", config, 5.0)
+        records = [
+            deployment.on_window(
+                5.0 * (k + 1),
+                TickWindow(
+                    rows={("decode", engine, 0): rows[engine] for engine in order},
+                    inventory=WorkerCounts(ready_num_decode=3),
+                ),
+            )
+            for k, rows in enumerate(windows)
+        ]
+        model = deployment.machine.decode_model
+        return model.coefficients, model.samples.samples(), records
+
+    first, reversed_ = run(("w1", "w2", "w3")), run(("w3", "w2", "w1"))
+    assert first[0] is not None and len(first[1]) == 8  # fitted, and samples were dropped
+    assert first == reversed_
