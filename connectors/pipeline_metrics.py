@@ -46,6 +46,12 @@ FPM_GAPS = Counter(
     "FPM messages missing according to publisher sequence numbers",
     ["endpoint"],
 )
+FPM_SEQUENCE_RESETS = Counter(
+    "flowplanner_fpm_sequence_resets",
+    "Jumps of an FPM publisher's sequence that are not lost messages, by reason: restart "
+    "(backwards) or implausible_jump (forward by more than a publisher could have sent)",
+    ["endpoint", "reason"],
+)
 DECISIONS_OUT = Counter("flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"])
 DECISION_DELIVERY_WAITS = Counter(
     "flowplanner_decision_delivery_waits",

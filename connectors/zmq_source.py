@@ -15,8 +15,17 @@ each configured with the deployment and role of the engines behind it, and yield
 
 Sequence numbers are tracked per endpoint (one PUB socket, one counter, as engines do): a jump
 forward counts the missing messages in ``flowplanner_fpm_sequence_gaps_total{endpoint}``; a jump
-backwards means the publisher restarted, which is not a gap. Engines are discovered from the FPMs
-themselves; one not heard from for ``engine_silence_seconds`` is logged as gone and leaves the
+backwards means the publisher restarted, which is not a gap. A jump forward by more than
+:data:`MAX_SEQUENCE_JUMP` (2**32) is not a gap either: no publisher sends that many messages
+between two a subscriber receives (2**32 forward passes at 10 000 a second are five days), so it
+is a corrupt sequence frame or a broken publisher. It is logged, counted in
+``flowplanner_fpm_sequence_resets_total{endpoint,reason="implausible_jump"}`` (restarts under
+``reason="restart"``), and the sequence carries on from the last plausible number — unless the
+next message continues from the implausible one, which then is the publisher's new sequence.
+The message's payload is decoded and judged on its own, as any other.
+
+Engines are discovered from the FPMs themselves; one not heard from for
+``engine_silence_seconds`` is logged as gone and leaves the
 ``flowplanner_fpm_engines{deployment,role}`` gauge. The planner applies the same rule in event
 time (``PlannerConfig.engine_silence_seconds``): an engine whose latest FPM is older than that no
 longer counts, so no extra event is needed to drop it.
@@ -48,7 +57,13 @@ import zmq
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from pydantic import ValidationError
 
-from connectors.pipeline_metrics import EVENTS_IN, FPM_ENGINES, FPM_ENGINES_EXPIRED, FPM_GAPS
+from connectors.pipeline_metrics import (
+    EVENTS_IN,
+    FPM_ENGINES,
+    FPM_ENGINES_EXPIRED,
+    FPM_GAPS,
+    FPM_SEQUENCE_RESETS,
+)
 from schemas import (
     MAX_RAW_CHARS,
     DeadLetter,
@@ -76,6 +91,10 @@ log = logging.getLogger(__name__)
 
 ZmqItem = FpmBatchEvent | FpmEvent | DeadLetter
 """What :class:`ZmqFpmSource` yields."""
+
+MAX_SEQUENCE_JUMP = 2**32
+"""Largest forward jump of a publisher's sequence read as lost messages; a larger one is a
+corrupt sequence frame or a broken publisher (see the module docstring)."""
 
 _ROLES = ("prefill", "decode")
 RCVMORE = zmq.RCVMORE
@@ -273,6 +292,9 @@ class _Subscription:
     last_seq: int | None = None
     received: int = 0
     gaps: int = 0
+    implausible_seq: int | None = None
+    """The last sequence number that jumped implausibly far ahead (not taken as last_seq)."""
+    implausible_jumps: int = 0
 
 
 @dataclass(frozen=True)
@@ -362,9 +384,11 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                     payload = recv()
                     if not more(RCVMORE) and len(seq_frame) == 8:
                         seq = int.from_bytes(seq_frame, "big")
-                        if last_seq is not None and seq != last_seq + 1:
-                            gaps += self._sequence_jump(sub, last_seq, seq)
-                        last_seq = seq
+                        if last_seq is None or seq == last_seq + 1:
+                            last_seq = seq
+                        else:
+                            lost, last_seq = self._sequence_jump(sub, last_seq, seq)
+                            gaps += lost
                         try:
                             worker_id, dp_rank, row = decode(payload, now)
                         except FpmDecodeError as exc:
@@ -396,12 +420,40 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
             self._unsubscribe(sub)
 
     @staticmethod
-    def _sequence_jump(sub: _Subscription, last_seq: int, seq: int) -> int:
-        """Messages lost between two sequence numbers (0 when the publisher restarted)."""
-        if seq > last_seq:
-            return seq - last_seq - 1
-        log.info("FPM publisher %s restarted (seq %d after %d)", sub.spec.url, seq, last_seq)
-        return 0
+    def _sequence_jump(sub: _Subscription, last_seq: int, seq: int) -> tuple[int, int]:
+        """Messages lost between two sequence numbers (0 when the publisher restarted or the
+        jump is implausible), and the sequence number to carry on from."""
+        url = sub.spec.url
+        jump = seq - last_seq
+        suspect = sub.implausible_seq
+        if 0 < jump <= MAX_SEQUENCE_JUMP:
+            return jump - 1, seq
+        if suspect is not None and 0 < seq - suspect <= MAX_SEQUENCE_JUMP:
+            # the message after an implausible jump continues from it: the publisher's sequence
+            # really moved there (the jump itself was counted when it came)
+            sub.implausible_seq = None
+            log.info("FPM publisher %s: sequence carries on from %d", url, suspect)
+            return seq - suspect - 1, seq
+        if jump > MAX_SEQUENCE_JUMP:
+            sub.implausible_seq = seq
+            sub.implausible_jumps += 1
+            FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="implausible_jump").inc()
+            if math.log10(sub.implausible_jumps).is_integer():  # the 1st, 10th, 100th, ...
+                log.warning(
+                    "FPM publisher %s: sequence jumped from %d to %d, more than %d ahead: a "
+                    "corrupt sequence frame or a broken publisher, not lost messages "
+                    "(%d such jumps so far)",
+                    url,
+                    last_seq,
+                    seq,
+                    MAX_SEQUENCE_JUMP,
+                    sub.implausible_jumps,
+                )
+            return 0, last_seq
+        sub.implausible_seq = None
+        FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="restart").inc()
+        log.info("FPM publisher %s restarted (seq %d after %d)", url, seq, last_seq)
+        return 0, seq
 
     def _malformed(self, sub: _Subscription, frames: list[bytes]) -> DeadLetter:
         """Dead letter for a message with the wrong framing (reads its remaining frames)."""

@@ -200,6 +200,56 @@ def test_sequence_gaps_are_counted_and_a_restart_is_not_a_gap(
     assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 4
 
 
+def test_an_implausible_sequence_jump_is_not_counted_as_lost_messages(
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture, workers: int
+) -> None:
+    """A corrupt sequence frame (2**64-1) used to add 1.8e19 to the gap counter, log that many
+    messages lost, then a false restart at the next message. Now: one warning, one
+    ``implausible_jump``, and the sequence carries on from the last plausible number; a
+    publisher whose sequence really moved far ahead is followed from the next message on."""
+
+    def frames(seq: int, step: int) -> tuple:
+        fpm = ForwardPassMetrics.model_validate({**fpm_fields("w1", step=step), "counter_id": seq})
+        return ("frames", 0, [b"", seq.to_bytes(8, "big"), encode_fpm(fpm)])
+
+    corrupt, moved = 2**64 - 1, 2**40
+    steps = [
+        ("clock", 7.0),
+        ("fpm", 0, fpm_fields("w1", step=0)),  # seq 0
+        ("fpm", 0, fpm_fields("w1", step=1)),  # seq 1
+        frames(corrupt, step=2),  # a corrupt sequence frame
+        ("fpm", 0, fpm_fields("w1", step=3)),  # seq 2: in order, no restart
+        ("skip", 0, 2),
+        ("fpm", 0, fpm_fields("w1", step=4)),  # seq 5: 2 lost, still counted
+        frames(moved, step=5),  # far ahead ...
+        frames(moved + 2, step=6),  # ... and carried on from there: 1 lost
+        ("reset_seq", 0),
+        ("fpm", 0, fpm_fields("w1", step=7)),  # seq 0: a real restart
+    ]
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=8, clock=publisher.now)
+
+    with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
+        items = run_source(source, publisher, workers=workers)
+
+    counters = [fpm.counter_id for fpm in fpms_by_engine(items)[("w1", 0)]]
+    assert counters == [0, 1, corrupt, 2, 5, moved, moved + 2, 0]  # every payload admitted
+    assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 3
+    resets = "flowplanner_fpm_sequence_resets_total"
+    assert metric(resets, endpoint=url, reason="implausible_jump") == 2
+    assert metric(resets, endpoint=url, reason="restart") == 1
+    messages = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    jumps = [m for m in messages if "sequence jumped" in m]
+    assert len(jumps) == 1  # logged at the 1st, 10th, 100th ... such jump
+    assert f"from 1 to {corrupt}" in jumps[0] and "not lost messages" in jumps[0]
+    assert [m for m in messages if "restarted" in m] == [
+        f"FPM publisher {url} restarted (seq 0 after {moved + 2})"
+    ]
+    lost = [m for m in messages if "messages lost" in m]
+    assert all(str(corrupt - 2) not in m for m in lost)
+
+
 def test_engines_are_discovered_and_expire_after_silence(
     new_url: Callable[[], str], caplog: pytest.LogCaptureFixture, workers: int
 ) -> None:
