@@ -62,7 +62,7 @@ def open_recording(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def line_time(line: bytes, previous: float) -> float:
+def line_time(line: str | bytes, previous: float) -> float:
     """The event time of a valid event line, else ``previous`` (keeps the line in place).
 
     >>> line_time(b'{"type": "clock", "deployment": "d", "time": 12.5}', 0.0)

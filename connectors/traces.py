@@ -245,7 +245,11 @@ def _parse_json(path: Path, lineno: int, text: str) -> dict[str, Any]:
 def _number(path: Path, lineno: int, name: str, value: Any, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TraceFormatError(path, lineno, f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < minimum:
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (JSON allows 4300 digits)
+        finite = False
+    if not finite or value < minimum:
         raise TraceFormatError(path, lineno, f"{name} must be finite and >= {minimum:g}")
     return value
 

@@ -68,7 +68,7 @@ def parse_ack(raw: bytes | None, source: str, position: int) -> DecisionAck | De
 class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):
     """Acknowledgements from a Kafka topic: DecisionAck items, or DeadLetter for bad messages.
 
-    Same partitioning, resume state (next offset) and modes as
+    Same partitioning, resume state and modes as
     :class:`connectors.kafka.KafkaEventSource`. Reading from the beginning is the usual choice:
     the gate keeps the highest id per deployment, so old acknowledgements are harmless.
 

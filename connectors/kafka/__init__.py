@@ -1,11 +1,12 @@
 """Kafka I/O: the event source, the decision sink and the decision reader (confluent-kafka).
 
-* :class:`KafkaEventSource` — a bytewax source over every partition of a topic, yielding each
-  message undecoded as ``RawEvent(source="kafka:<topic>/<partition>", position=offset,
-  data=value)``; the flow decodes and dead-letters. A partition's resume state is the next
-  offset to read, so a recovered run continues exactly where its snapshot was taken. Bounded
-  mode (``until_end=True``) stops at the end offsets seen when the partition starts; follow
-  mode reads forever.
+* :class:`KafkaEventSource` — a bytewax source over every partition of a topic (one bytewax
+  partition per topic, its partitions merged by event time), yielding each message undecoded
+  as ``RawEvent(source="kafka:<topic>/<partition>", position=offset, data=value)``; the flow
+  decodes and dead-letters. The resume state is, per partition, the offset after the last
+  message handed on, so a recovered run continues exactly where its snapshot was taken.
+  Bounded mode (``until_end=True``) stops at the end offsets seen when the reader starts;
+  follow mode reads forever.
 * :class:`KafkaTraceSource` — the same over a frontend's ``dynamo.request.trace.v1`` topic:
   each ``request_end`` becomes a typed request event of one deployment, a malformed message a
   dead letter.

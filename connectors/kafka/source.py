@@ -1,11 +1,12 @@
-"""Bytewax sources over Kafka topics: one bytewax partition per topic partition."""
+"""Bytewax sources over Kafka topics: one bytewax partition per topic, its partitions merged."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
@@ -24,6 +25,7 @@ from connectors.kafka.client import (
     partition_bounds,
 )
 from connectors.pipeline_metrics import EVENTS_IN
+from connectors.recorded import line_time
 from connectors.traces import DYNAMO_SCHEMA, TraceFormatError, dynamo_request_event
 from schemas import DeadLetter, RawEvent, RequestEvent, describe_validation_error
 
@@ -40,37 +42,115 @@ TOPIC_POLL_S = 0.5
 TOPIC_WAIT_WARNING_S = 30.0
 """How often a following source repeats that it is still waiting for its topic."""
 
+MERGE_QUEUE = 10_000
+"""Messages of one partition a topic reader queues for the merge before pausing its fetches."""
+
 RECENT_REQUEST_IDS = 100_000
 """How many request ids per partition a trace source remembers to spot a redelivered one."""
 
 
-class _PartitionReader(StatefulSourcePartition[X, int]):
-    """One assigned partition; its state is the next offset to read."""
+TopicState = dict[int, tuple[int, float]]
+"""A topic reader's resume state: per partition, the offset after the last message it handed
+on and that message's merge time."""
+
+
+@dataclass
+class _Lane:
+    """One partition inside a topic reader: what was read of it and not yet handed on."""
+
+    partition: int
+    next_offset: int
+    """Offset after the last message handed on (the resume position)."""
+    handed_time: float
+    """Merge time of the last message handed on."""
+    backlog_end: int
+    """End offset when the reader started: until it is read, the partition holds the merge."""
+    end: int | None
+    """Bounded reads stop here."""
+    read_time: float = 0.0
+    caught_up: bool = False
+    paused: bool = False
+    queue: deque[tuple[float, int, Any]] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.read_time = self.handed_time
+        self.caught_up = self.next_offset >= self.backlog_end
+
+    @property
+    def holds_merge(self) -> bool:
+        """Nothing of this partition is queued, but its backlog is not read yet."""
+        return not self.queue and not self.caught_up
+
+
+class _TopicReader(StatefulSourcePartition[X, TopicState]):
+    """Every partition of one topic, read by one consumer and handed on merged by event time.
+
+    A message is queued with its merge time (:meth:`KafkaTopicSource.merge_time`); the reader
+    hands on the queued message with the least ``(time, partition)`` (a partition's own order
+    is kept) as long as every partition whose backlog — what it held when the reader started —
+    is not read yet has one queued. Merged so, one partition's events cannot run ahead of
+    another's and make them late in the flow, and a replay's order does not depend on which
+    partition the broker serves first. Once the backlog is read, messages go on as they arrive.
+    A partition with :data:`MERGE_QUEUE` messages queued stops fetching until it drains.
+    Until the topic exists (following only), the reader asks for it every
+    :data:`TOPIC_POLL_S`, without holding up the flow's other inputs.
+    """
 
     def __init__(
-        self,
-        config: dict[str, Any],
-        topic: str,
-        partition: int,
-        start: int,
-        end: int | None,
-        batch_size: int,
-        convert: Callable[[Message], X | None],
-        where: str,
+        self, source: KafkaTopicSource[X], state: TopicState | None, partitions: list[int] | None
     ) -> None:
+        self._source = source
+        self._state = state or {}
+        self._where = f"{source.topic} at {source.bootstrap}"
         self._errors: list[KafkaError] = []
-        self._consumer = Consumer({**config, "error_cb": self._errors.append})
-        self._topic = topic
-        self._partition = partition
-        self._next = start
-        self._end = end
-        self._batch_size = batch_size
-        self._convert = convert
-        self._where = where
         self._warned: set[int] = set()
+        self._lanes: dict[int, _Lane] = {}
         self._awake: datetime | None = None
-        self._done = end is not None and end <= start
-        self._consumer.assign([TopicPartition(topic, partition, start)])
+        self._waiting_since: float | None = None
+        self._consumer: Consumer | None = None
+        if partitions is not None:
+            self._start(partitions)
+
+    def _start(self, partitions: list[int]) -> None:
+        source = self._source
+        bounds = partition_bounds(source.bootstrap, source.topic, partitions, **source.requests())
+        for partition in partitions:
+            first, end = bounds[partition]
+            offset, time_ = self._state.get(
+                partition, (end if source.start == "end" else first, 0.0)
+            )
+            self._lanes[partition] = _Lane(
+                partition, offset, time_, end, end if source.until_end else None
+            )
+        # end-of-partition events in both modes: a backlog that ends in a transaction marker
+        # is read when the partition says so, not when a message beyond it arrives
+        config = {"enable.partition.eof": True, **source.config}
+        self._consumer = Consumer(
+            {
+                **consumer_config(source.bootstrap, config, partition_eof=source.until_end),
+                "error_cb": self._errors.append,
+            }
+        )
+        self._consumer.assign(
+            [
+                TopicPartition(source.topic, lane.partition, lane.next_offset)
+                for lane in self._lanes.values()
+            ]
+        )
+
+    def _find_topic(self) -> bool:
+        source = self._source
+        try:
+            partitions = list_partitions(source.bootstrap, source.topic, **source.requests())
+        except TopicNotFoundError as error:
+            now = time.monotonic()
+            if self._waiting_since is None or now - self._waiting_since >= TOPIC_WAIT_WARNING_S:
+                log.warning("%s; waiting for it to be created", error)
+                self._waiting_since = now
+            self._awake = datetime.now(UTC) + timedelta(seconds=TOPIC_POLL_S)
+            return False
+        self._start(partitions)
+        return True
 
     def _check_errors(self) -> None:
         errors = list(self._errors)
@@ -83,54 +163,93 @@ class _PartitionReader(StatefulSourcePartition[X, int]):
                 log.warning("Kafka trouble on %s (retrying): %s", self._where, error)
 
     def next_batch(self) -> list[X]:
-        if self._done:
+        if self._consumer is None and not self._find_topic():
+            return []
+        assert self._consumer is not None
+        if self._source.until_end and all(
+            lane.caught_up and not lane.queue for lane in self._lanes.values()
+        ):
             raise StopIteration
-        messages = self._consumer.consume(self._batch_size, 0)
+        messages = self._consumer.consume(self._source.batch_size, 0)
         self._check_errors()
-        batch: list[X] = []
         for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaConnectorError(f"Kafka error reading {self._where}: {error}")
-                if self._end is not None and message_position(message)[1] >= self._end:
-                    self._done = True
-                continue
-            _partition, offset = message_position(message)
-            if self._end is not None and offset >= self._end:
-                self._done = True
-                break
-            item = self._convert(message)
-            if item is not None:
-                batch.append(item)
-            self._next = offset + 1
-        if self._end is not None and self._next >= self._end:
-            self._done = True
+            self._queue(message)
+        batch = self._hand_on()
+        self._pace()
         if batch:
             EVENTS_IN.labels(source="kafka").inc(len(batch))
         self._awake = None if messages else datetime.now(UTC) + IDLE_POLL
         return batch
 
+    def _queue(self, message: Message) -> None:
+        partition, offset = message_position(message)
+        lane = self._lanes[partition]
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaConnectorError(f"Kafka error reading {self._where}/{partition}: {error}")
+            lane.caught_up = True  # all there is has been read
+            return
+        if lane.end is not None and offset >= lane.end:
+            lane.caught_up = True
+            return
+        item = self._source.convert(message)
+        if len(self._lanes) > 1:  # one partition is in order as it is
+            lane.read_time = self._source.merge_time(item, lane.read_time)
+        lane.queue.append((lane.read_time, offset, item))
+        if offset + 1 >= lane.backlog_end:
+            lane.caught_up = True
+
+    def _hand_on(self) -> list[X]:
+        batch: list[X] = []
+        lanes = list(self._lanes.values())
+        while not any(lane.holds_merge for lane in lanes):
+            queued = [lane for lane in lanes if lane.queue]
+            if not queued:
+                break
+            lane = min(queued, key=lambda lane: (lane.queue[0][0], lane.partition))
+            lane.handed_time, offset, item = lane.queue.popleft()
+            lane.next_offset = offset + 1
+            if item is not None:
+                batch.append(item)
+        return batch
+
+    def _pace(self) -> None:
+        """Pause the fetches of a partition with :data:`MERGE_QUEUE` messages queued; resume
+        them once it has fewer."""
+        assert self._consumer is not None
+        for lane in self._lanes.values():
+            full = len(lane.queue) >= MERGE_QUEUE
+            if full != lane.paused:
+                where = [TopicPartition(self._source.topic, lane.partition)]
+                (self._consumer.pause if full else self._consumer.resume)(where)
+                lane.paused = full
+
     def next_awake(self) -> datetime | None:
         return self._awake
 
-    def snapshot(self) -> int:
-        return self._next
+    def snapshot(self) -> TopicState:
+        if not self._lanes:
+            return dict(self._state)
+        return {p: (lane.next_offset, lane.handed_time) for p, lane in self._lanes.items()}
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
 
 
-class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
-    """Base of our Kafka sources: one bytewax partition per topic partition.
+class KafkaTopicSource(FixedPartitionedSource[X, TopicState], Generic[X]):
+    """Base of our Kafka sources: one bytewax partition per topic, merging its partitions.
 
     Subclasses say how a message becomes an item (:meth:`convert`; ``None`` skips a message that
-    is no input, its offset still counts as read). ``until_end=True`` stops
-    each partition at its end offset when the partition is built (bounded replay); otherwise
-    the source follows the topic forever. ``start`` applies only without resume state.
-    Constructing one does no I/O; the broker is first asked in ``list_parts``. A following
-    source whose topic does not exist yet waits for it (a warning says so, and lists the
-    topics there are), as a Kafka consumer does; a bounded one stops with the error.
+    is no input, its offset still counts as read) and, for a topic of several partitions, what
+    event time it has (:meth:`merge_time`): the partitions are merged on it (see
+    :class:`_TopicReader`). ``until_end=True`` stops each partition at its end offset when the
+    reader starts (bounded replay); otherwise the source follows the topic forever. ``start``
+    applies only to partitions without resume state. Constructing one does no I/O; the broker
+    is first asked in ``list_parts``. A following source whose topic does not exist yet waits
+    for it (a warning says so, and lists the topics there are), as a Kafka consumer does,
+    while the flow's other inputs go on; a bounded one stops with the error.
 
     >>> class Values(KafkaTopicSource[bytes]):
     ...     def convert(self, message):
@@ -161,54 +280,38 @@ class KafkaTopicSource(FixedPartitionedSource[X, int], Generic[X]):
         self.batch_size = batch_size
         self.config = dict(config or {})
         self.timeout_s = timeout_s
+        self._partitions: list[int] | None = None
 
     def convert(self, message: Message) -> X | None:
         """Turn one Kafka message into a dataflow item (``None``: not an input)."""
         raise NotImplementedError
 
-    def list_parts(self) -> list[str]:
-        warned_at: float | None = None
-        while True:
-            try:
-                partitions = list_partitions(self.bootstrap, self.topic, **self._requests())
-            except TopicNotFoundError as error:
-                if self.until_end:  # a replay of a topic that is not there: a wrong name
-                    raise
-                now = time.monotonic()
-                if warned_at is None or now - warned_at >= TOPIC_WAIT_WARNING_S:
-                    log.warning("%s; waiting for it to be created", error)
-                    warned_at = now
-                time.sleep(TOPIC_POLL_S)
-                continue
-            return [str(p) for p in partitions]
+    def merge_time(self, item: X | None, previous: float) -> float:
+        """The event time to merge ``item`` on; ``previous`` (its partition's last) when it has
+        none — the default, which keeps the partitions' messages in the order they were read."""
+        return previous
 
-    def _requests(self) -> dict[str, Any]:
+    def list_parts(self) -> list[str]:
+        try:
+            self._partitions = list_partitions(self.bootstrap, self.topic, **self.requests())
+        except TopicNotFoundError as error:
+            if self.until_end:  # a replay of a topic that is not there: a wrong name
+                raise
+            log.warning("%s; waiting for it to be created", error)
+            self._partitions = None
+        return [self.topic]
+
+    def requests(self) -> dict[str, Any]:
+        """Keyword arguments of this source's admin requests (config and timeout)."""
         return {"config": self.config, "timeout_s": self.timeout_s}
 
     def build_part(
-        self, step_id: str, for_part: str, resume_state: int | None
-    ) -> _PartitionReader[X]:
-        partition = int(for_part)
-        bounds = None
-        if self.until_end or resume_state is None:
-            bounds = partition_bounds(self.bootstrap, self.topic, [partition], **self._requests())[
-                partition
-            ]
-        if resume_state is not None:
-            start = resume_state
-        else:
-            assert bounds is not None
-            start = bounds.end if self.start == "end" else bounds.first
-        return _PartitionReader(
-            consumer_config(self.bootstrap, self.config, partition_eof=self.until_end),
-            self.topic,
-            partition,
-            start,
-            bounds.end if self.until_end and bounds is not None else None,
-            self.batch_size,
-            self.convert,
-            f"{self.topic}/{partition} at {self.bootstrap}",
-        )
+        self, step_id: str, for_part: str, resume_state: TopicState | None
+    ) -> _TopicReader[X]:
+        partitions = self._partitions
+        if partitions is None and self.until_end:
+            partitions = list_partitions(self.bootstrap, self.topic, **self.requests())
+        return _TopicReader(self, resume_state, partitions)
 
 
 class KafkaEventSource(KafkaTopicSource[RawEvent]):
@@ -227,6 +330,11 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
         return RawEvent(
             f"kafka:{message.topic()}/{partition}", offset, b"" if value is None else value
         )
+
+    def merge_time(self, item: RawEvent | None, previous: float) -> float:
+        """The event's ``time`` when it is a valid event, as a recording's lines are merged
+        (:func:`connectors.recorded.line_time`)."""
+        return previous if item is None else line_time(item.data, previous)
 
 
 class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
@@ -262,6 +370,8 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
             reason = f"invalid {DYNAMO_SCHEMA} event: {error.reason}"
         except ValidationError as error:
             reason = f"invalid {DYNAMO_SCHEMA} event: {describe_validation_error(error)}"
+        except Exception as error:  # whatever a hostile message provokes: never the flow's end
+            reason = f"unreadable {DYNAMO_SCHEMA} event: {type(error).__name__}: {error}"
         else:
             first = self._first_offset(partition, event, offset)
             if first is None:
@@ -278,6 +388,10 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
             raw=value.decode(errors="replace").strip(),
             deployment=self.deployment,
         )
+
+    def merge_time(self, item: RequestEvent | DeadLetter | None, previous: float) -> float:
+        """A request's end time; a dead letter or a skipped message keeps its partition's."""
+        return item.time if isinstance(item, RequestEvent) else previous
 
     def _first_offset(self, partition: int, event: RequestEvent | None, offset: int) -> int | None:
         """The offset of an earlier message of this event's request, remembering this one."""

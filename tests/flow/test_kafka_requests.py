@@ -62,6 +62,7 @@ def test_finished_requests_of_a_trace_topic_are_the_observed_traffic(
             }
         ).encode(),
         lines[0].replace(b'"kv_hit_rate":0.0', b'"kv_hit_rate":1.5'),
+        lines[0].replace(b'"kv_hit_rate":0.0', b'"kv_hit_rate":1' + b"0" * 400),  # no float
     ]
     publish(
         kafka_bootstrap,
@@ -84,13 +85,14 @@ def test_finished_requests_of_a_trace_topic_are_the_observed_traffic(
     assert done.returncode == 0, done.stderr
 
     dead = read_jsonl(tmp_path / "dead.jsonl")
-    assert [d["position"] for d in dead] == [5, 6, 7, 8]
+    assert [d["position"] for d in dead] == [5, 6, 7, 8, 9]
     assert len({d["source"] for d in dead}) == 1
     assert dead[0]["source"].startswith(f"kafka:{kafka_topic}/")
     assert "invalid JSON" in dead[0]["reason"]
     assert "not a dynamo.request.trace.v1 event" in dead[1]["reason"]
     assert "missing request.output_tokens" in dead[2]["reason"]
     assert "kv_hit_rate: Input should be less than or equal to 1" in dead[3]["reason"]
+    assert "request.kv_hit_rate must be finite" in dead[4]["reason"]
 
     # each throughput tick observes the requests that finished in the interval before it
     ticks = [t for t in read_jsonl(tmp_path / "ticks.jsonl") if t["ran_throughput"]]

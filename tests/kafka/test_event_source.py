@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from bytewax.recovery import init_db_dir
 from bytewax.testing import TestingSink, poll_next_batch
 
 from connectors.kafka import KafkaEventSource, ensure_topic
+from connectors.kafka import source as source_module
 from schemas import RawEvent
 from tests.flow.cluster import run_flow
 from tests.kafka.samples import event_line, write_raw
@@ -56,6 +56,50 @@ def test_bounded_source_reads_every_message_once(
         assert positions == sorted(positions)
 
 
+def test_partitions_are_merged_by_event_time(
+    kafka_bootstrap: str, kafka_topic: str, workers: int
+) -> None:
+    two_partition_topic(kafka_bootstrap, kafka_topic)
+    out = read_all(KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True), workers)
+    # least (time, partition) first; the broken line keeps the time of the line before it
+    assert [(e.source[-1], e.position) for e in out] == [
+        ("0", 0),
+        ("1", 0),
+        ("0", 1),
+        ("1", 1),
+        ("0", 2),
+        ("1", 2),
+        ("0", 3),
+        ("0", 4),
+        ("0", 5),
+    ]
+
+
+def test_a_partition_read_far_ahead_pauses_and_the_merge_holds(
+    kafka_bootstrap: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(source_module, "MERGE_QUEUE", 3)
+    ensure_topic(kafka_bootstrap, kafka_topic, partitions=2)
+    for partition in (0, 1):
+        times = [t + partition / 2 for t in range(40)]
+        write_raw(kafka_bootstrap, kafka_topic, [event_line("d", t) for t in times], partition)
+    source = KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True, batch_size=7)
+    (name,) = source.list_parts()
+    part = source.build_part("k", name, None)
+    read: list[RawEvent] = []
+    try:
+        with pytest.raises(StopIteration):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                read.extend(part.next_batch())
+    finally:
+        part.close()
+    assert [(e.source[-1], e.position) for e in read] == [
+        (p, offset) for offset in range(40) for p in "01"
+    ]
+    assert part.snapshot() == {0: (40, 39.0), 1: (40, 39.5)}
+
+
 def test_bounded_source_resumes_from_its_snapshot(
     kafka_bootstrap: str, kafka_topic: str, tmp_path: Path, workers: int
 ) -> None:
@@ -80,7 +124,8 @@ def test_bounded_partition_stops_at_the_end_seen_when_it_starts(
 ) -> None:
     ensure_topic(kafka_bootstrap, kafka_topic)
     write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", t) for t in (1.0, 2.0)])
-    part = KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True).build_part("k", "0", None)
+    source = KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True)
+    part = source.build_part("k", *source.list_parts(), None)
     write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 3.0)])  # after the start
     read: list[RawEvent] = []
     deadline = time.monotonic() + 10
@@ -93,7 +138,7 @@ def test_bounded_partition_stops_at_the_end_seen_when_it_starts(
     finally:
         part.close()
     assert [e.position for e in read] == [0, 1]
-    assert part.snapshot() == 2
+    assert part.snapshot() == {0: (2, 0.0)}  # one partition: no merge, no merge time
 
 
 def test_start_at_end_skips_what_is_already_there(
@@ -110,18 +155,18 @@ def test_following_partition_sees_new_messages_and_snapshots_the_next_offset(
     ensure_topic(kafka_bootstrap, kafka_topic)
     write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 1.0)])
     source = KafkaEventSource(kafka_bootstrap, kafka_topic)  # follow mode
-    assert source.list_parts() == ["0"]
-    part = source.build_part("kafka", "0", None)
+    assert source.list_parts() == [kafka_topic]  # one bytewax partition per topic
+    part = source.build_part("kafka", kafka_topic, None)
     try:
         assert [e.position for e in poll_until(part, 1)] == [0]
         write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", t) for t in (2.0, 3.0)])
         assert [e.position for e in poll_until(part, 2)] == [1, 2]
-        assert part.snapshot() == 3
+        assert part.snapshot() == {0: (3, 0.0)}
         assert part.next_batch() == []  # nothing new: empty batch, no end of input
         assert part.next_awake() is not None  # and it asks to be woken later, not spun
     finally:
         part.close()
-    resumed = source.build_part("kafka", "0", 2)
+    resumed = source.build_part("kafka", kafka_topic, {0: (2, 0.0)})
     try:
         assert [e.position for e in poll_until(resumed, 1)] == [2]
     finally:
@@ -141,33 +186,20 @@ def test_following_source_waits_for_a_topic_that_does_not_exist_yet(
     kafka_bootstrap: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A live planner may start before the producers created its topic (the compose stack's
-    # planner starts beside the fleet that creates it); it waits, saying so, as consumers do.
-    source = KafkaEventSource(kafka_bootstrap, kafka_topic)  # follow mode
-    outcome: list = []
-
-    def list_parts() -> None:
-        try:
-            outcome.append(source.list_parts())
-        except Exception as error:  # reported by the assertions below
-            outcome.append(error)
-
+    # planner starts beside the fleet that creates it); it waits, saying so, as consumers do,
+    # and the reader returns at once each time it is asked: the flow's other inputs go on.
     caplog.set_level(logging.WARNING, logger="connectors.kafka.source")
-    waiting = threading.Thread(target=list_parts, daemon=True)
-    waiting.start()
-    deadline = time.monotonic() + 10
-    while "waiting for it to be created" not in caplog.text:
-        assert not outcome, f"list_parts did not wait for the topic: {outcome}"
-        assert time.monotonic() < deadline, "no warning about the missing topic"
-        time.sleep(0.05)
+    source = KafkaEventSource(kafka_bootstrap, kafka_topic)  # follow mode
+    assert source.list_parts() == [kafka_topic]
     assert f"Kafka topic '{kafka_topic}' does not exist on {kafka_bootstrap}" in caplog.text
-
-    ensure_topic(kafka_bootstrap, kafka_topic, partitions=2)
-    write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 1.0)], partition=1)
-    waiting.join(30)
-    assert outcome == [["0", "1"]]
-    part = source.build_part("kafka", "1", None)
+    part = source.build_part("kafka", kafka_topic, None)
     try:
-        assert [e.position for e in poll_until(part, 1)] == [0]
+        assert part.next_batch() == []
+        assert part.next_awake() is not None  # asks again later, not in a tight loop
+        assert part.snapshot() == {}
+        ensure_topic(kafka_bootstrap, kafka_topic, partitions=2)
+        write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 1.0)], partition=1)
+        assert [(e.source[-1], e.position) for e in poll_until(part, 1)] == [("1", 0)]
     finally:
         part.close()
 
