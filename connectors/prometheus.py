@@ -12,8 +12,10 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
   stopped answering, so Prometheus marked it stale) makes the count unknown as well: a dead
   frontend would otherwise read as a quiet one and fabricate a "confirmed idle" window.
 * A failed query (connection refused, timeout, HTTP or PromQL error, a truncated or malformed
-  response: wrong shape, a non-string label value, a value that is not a number) → unknown.
-  No retries.
+  response: wrong shape, a non-string label value, a value that is not a number or too large for
+  a float) → unknown. No retries. The request timeout bounds the whole request — connect, TLS
+  handshake, headers and body — not each socket read: an endpoint that trickles its answer is
+  cut off when it runs out (see :meth:`PrometheusClient.query`).
 * A request count that is NaN, infinite or negative → unknown (``bad_count``); a negative mean
   ISL/OSL → unknown (``bad_length``); values no real fleet reports (above the ceilings of
   ``schemas.events.traffic_implausibility``: e.g. 1e300 requests, a mean ISL of 1e299) → unknown
@@ -46,27 +48,31 @@ or are given explicitly.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import http.client
 import json
 import logging
 import math
 import os
+import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
-from connectors.polling import MAX_SLEEP, PENDING_CHECK
+from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
 from schemas.events import traffic_implausibility
 
@@ -162,7 +168,14 @@ class PrometheusClient:
         return self.settings.token
 
     def query(self, promql: str, at: float | None = None) -> list[Sample]:
-        """Evaluate ``promql`` at time ``at`` (Unix seconds; None = Prometheus' now)."""
+        """Evaluate ``promql`` at time ``at`` (Unix seconds; None = Prometheus' now).
+
+        ``settings.timeout_s`` bounds the whole request: connecting (each address tried gets
+        only the time left), the TLS handshake and a proxy tunnel, the headers and the body.
+        When it runs out the request's sockets are shut down, which ends a read in progress at
+        once, and the query fails with "took longer than X s". The bound is ``timeout_s`` plus
+        the host name lookup (``getaddrinfo`` cannot be interrupted) and thread scheduling.
+        """
         params = [("query", promql), *self.settings.extra_query_params]
         if at is not None:
             params.append(("time", f"{at:.3f}"))
@@ -171,16 +184,26 @@ class PrometheusClient:
         token = self._token()
         if token:
             request.add_header("Authorization", f"Bearer {token}")
+        timeout = self.settings.timeout_s
+        deadline = _Deadline(timeout)
+        opener = urllib.request.build_opener(
+            _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline, self._ssl)
+        )
         try:
-            with urllib.request.urlopen(
-                request, timeout=self.settings.timeout_s, context=self._ssl
-            ) as response:
-                body = json.load(response)
+            with opener.open(request, timeout=timeout) as response:
+                try:
+                    body = json.load(response)
+                finally:
+                    deadline.cancel()  # before the socket closes
         except urllib.error.HTTPError as exc:
             try:
                 detail = exc.read(500).decode(errors="replace")
             except (OSError, http.client.HTTPException) as read_error:
                 detail = f"(body unreadable: {read_error!r})"
+            finally:
+                deadline.cancel()
+            if deadline.expired:
+                raise PrometheusQueryError(_too_long(promql, timeout)) from None
             raise PrometheusQueryError(f"HTTP {exc.code} for {promql!r}: {detail}") from None
         except (
             urllib.error.URLError,
@@ -189,8 +212,13 @@ class PrometheusClient:
             ValueError,  # not JSON (UnicodeDecodeError included)
             RecursionError,  # JSON nested too deep to decode
         ) as exc:
+            deadline.cancel()
+            if deadline.expired:  # cut off: whatever the read then saw is not the reason
+                raise PrometheusQueryError(_too_long(promql, timeout)) from None
             reason = f"{type(exc).__name__}: {exc}".strip()
             raise PrometheusQueryError(f"cannot query Prometheus: {reason}") from None
+        finally:
+            deadline.cancel()
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else body
             raise PrometheusQueryError(f"query {promql!r} failed: {error}")
@@ -198,6 +226,119 @@ class PrometheusClient:
             return instant_samples(body.get("data"))
         except _MalformedResponse as exc:
             raise PrometheusQueryError(f"query {promql!r}: malformed response: {exc}") from None
+
+
+def _too_long(promql: str, timeout: float) -> str:
+    return (
+        f"query {promql!r} took longer than {timeout:g} s "
+        "(DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS)"
+    )
+
+
+class _Deadline:
+    """Shuts down the sockets of one request once ``seconds`` have passed (a timer thread).
+
+    Shutting a socket down ends a read blocked on it at once, whatever its per-read timeout.
+    :meth:`cancel` (the request is over) guarantees no socket is touched afterwards.
+
+    >>> deadline = _Deadline(60.0)
+    >>> deadline.remaining() > 59, deadline.expired
+    (True, False)
+    >>> deadline.cancel()
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._at = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._over = False
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        """Seconds left (a millisecond at least: a socket timeout of 0 means non-blocking)."""
+        return max(self._at - time.monotonic(), 0.001)
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` down at the deadline (now, if it has passed)."""
+        with self._lock:
+            if self._over:
+                return
+            if not self.expired:
+                self._sockets.append(sock)
+                return
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._over = True
+            self._sockets.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    # the plain socket's shutdown: an SSLSocket's own would drop its TLS state meanwhile;
+    # OSError: already closed (or never connected)
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _WatchedConnection(http.client.HTTPConnection):
+    """An HTTP connection whose sockets a :class:`_Deadline` watches, connecting within the
+    time left (a proxy tunnel and the TLS handshake are bounded by that socket timeout too)."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+        self._create_connection = self._connect_watched
+
+    def _connect_watched(
+        self,
+        address: tuple[str, int],
+        timeout: float | None = None,
+        source_address: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        sock = socket.create_connection(address, self._deadline.remaining(), source_address)
+        self._deadline.watch(sock)
+        return sock
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)  # over TLS: the wrapped socket
+
+
+class _WatchedTLSConnection(_WatchedConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_WatchedConnection, deadline=self._deadline), req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline, context: ssl.SSLContext) -> None:
+        super().__init__(context=context)
+        self._deadline = deadline
+        self._tls = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        connection = functools.partial(_WatchedTLSConnection, deadline=self._deadline)
+        return self.do_open(connection, req, context=self._tls)
 
 
 class _MalformedResponse(ValueError):
@@ -255,7 +396,12 @@ def _sample_value(value: object) -> float:
         except ValueError:
             raise _MalformedResponse(f"sample value {_short(number)} is not a number") from None
     if isinstance(number, int | float) and not isinstance(number, bool):
-        return float(number)
+        try:
+            return float(number)
+        except OverflowError:  # a JSON integer beyond a float
+            raise _MalformedResponse(
+                f"sample value {_short(number)} is not a number (too large for a float)"
+            ) from None
     raise _MalformedResponse(f"sample value {_short(number)} is not a number")
 
 
@@ -583,10 +729,12 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
     max_polls: int | None
     next_poll: datetime
     polls: int = 0
-    _executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="traffic")
-    )
+    _executor: DaemonExecutor = field(init=False)
+    """Reads on a daemon thread: a read hung on Prometheus never holds up the process's exit."""
     _pending: Future[TrafficEvent | None] | None = None
+
+    def __post_init__(self) -> None:
+        self._executor = DaemonExecutor(f"traffic-{self.source.deployment}")
 
     def next_batch(self) -> list[TrafficEvent]:
         if self._pending is not None:
@@ -628,7 +776,9 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
         return None
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._pending is not None:
+            self._pending.cancel()  # a read not yet started never starts
+        self._executor.shutdown(wait=False)
 
 
 class PrometheusTrafficInput(FixedPartitionedSource[TrafficEvent, None]):

@@ -10,11 +10,17 @@ each bad answer a good one must give an observation again.
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import bytewax.operators as op
 import pytest
@@ -34,6 +40,9 @@ from tests.flow.cluster import run_flow
 LABELS = {"model": "llama", "dynamo_namespace": "ns"}
 TRUNCATED = "truncated"  # headers promise 1000 bytes, the body stops after 15
 BAD_STATUS_LINE = "bad status line"  # not HTTP at all
+TRICKLED_BODY = "trickled body"  # a good answer, one byte of its body every TRICKLE_S
+TRICKLED_HEADERS = "trickled headers"  # the same, one byte of its headers every TRICKLE_S
+TRICKLE_S = 0.3
 
 Answer = tuple[int, object] | str
 Responder = Callable[[str], Answer]
@@ -97,6 +106,9 @@ class CraftedPrometheus:
                 if answer == BAD_STATUS_LINE:
                     self.wfile.write(b"garbage, not HTTP\r\n\r\n")
                     return
+                if answer in (TRICKLED_BODY, TRICKLED_HEADERS):
+                    self.trickle(answer == TRICKLED_HEADERS)
+                    return
                 if answer == TRUNCATED:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
@@ -111,6 +123,23 @@ class CraftedPrometheus:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def trickle(self, headers_too: bool) -> None:
+                data = json.dumps(vector((LABELS, "10"))).encode()
+                head = (
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(data)
+                )
+                if not headers_too:
+                    self.wfile.write(head)
+                    head = b""
+                try:
+                    for i in range(len(head + data)):
+                        self.wfile.write((head + data)[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(TRICKLE_S)
+                except OSError:  # the client gave up
+                    pass
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
@@ -182,6 +211,11 @@ BAD_ANSWERS = {
     "negative OSL": (frontend(osl_sum="-5"), "bad_length", "OSL is -0.5, not a length"),
     "huge ISL": (frontend(isl_sum="1e300"), "implausible", "isl = 1e+299 is implausible"),
     "huge count": (frontend(num_req="1e300"), "implausible", "num_req = 1e+300 over duration_s"),
+    "integer beyond a float": (
+        first_query((200, vector((LABELS, 10**400)))),  # a JSON number, not a string
+        "query_failed",
+        "is not a number (too large for a float)",
+    ),
 }
 
 
@@ -240,3 +274,79 @@ def test_the_bytewax_input_counts_a_truncated_answer_as_unknown(
     assert out == []
     assert unknown_count(source.deployment, "query_failed") == 1
     assert "IncompleteRead" in (source.last_unknown_reason or "")
+
+
+@pytest.mark.parametrize("trickled", [TRICKLED_BODY, TRICKLED_HEADERS])
+def test_an_answer_trickling_in_is_cut_off_at_the_request_timeout(
+    prometheus: CraftedPrometheus, trickled: str
+) -> None:
+    """The timeout bounds the whole request, not each socket read: an endpoint (or proxy)
+    sending a byte every 0.3 s used to hold a query with a 1 s timeout for as long as it
+    trickled, the traffic poller with it."""
+    source = new_source(prometheus)
+    source.client = PrometheusClient(PrometheusSettings(endpoint=prometheus.url, timeout_s=1))
+    prometheus.responder = first_query(trickled)
+    full_trickle_s = len(json.dumps(vector((LABELS, "10")))) * TRICKLE_S  # 30 s and more
+
+    started = time.monotonic()
+    assert source.observe(60.0, at=1000.0) is None
+    took = time.monotonic() - started
+
+    assert unknown_count(source.deployment, "query_failed") == 1
+    assert "took longer than 1 s" in (source.last_unknown_reason or "")
+    assert took < full_trickle_s / 2  # a generous ceiling: cut off, not read to the end
+
+    prometheus.responder = frontend()  # the next query gets a fresh deadline
+    assert source.observe(60.0, at=1000.0) == GOOD
+
+
+def test_the_startup_probe_reports_an_integer_beyond_a_float(
+    prometheus: CraftedPrometheus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The probe of build_part catches PrometheusQueryError only: the value too large for a
+    float (an OverflowError before) must be one, or starting the flow would crash."""
+    source = new_source(prometheus)
+    prometheus.responder = lambda promql: (200, vector(({}, 10**400)))
+    traffic = PrometheusTrafficInput([source], interval_seconds=60.0)
+    with caplog.at_level(logging.WARNING, logger="connectors.prometheus"):
+        partition = traffic.build_part("traffic", source.deployment, None)
+    partition.close()
+    [warning] = [r.getMessage() for r in caplog.records if source.deployment in r.getMessage()]
+    assert "does not answer" in warning and "too large for a float" in warning
+
+
+HUNG_READ = """
+    import socket, time
+    from datetime import UTC, datetime
+    from connectors.prometheus import (
+        PrometheusClient, PrometheusSettings, PrometheusTrafficSource, _TrafficPartition)
+
+    listener = socket.socket()  # accepts connections (backlog) and never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    client = PrometheusClient(PrometheusSettings(endpoint=url, timeout_s=600))
+    source = PrometheusTrafficSource(client, deployment="hung")
+    # the partition itself (build_part's probe would hang first), due to read now
+    partition = _TrafficPartition(source, 60.0, time.time, None, datetime.now(UTC))
+    partition.next_batch()  # the read starts, and hangs on the silent endpoint
+    time.sleep(0.5)
+    assert partition.next_batch() == []  # still reading
+    print("read in flight", flush=True)
+    partition.close()
+"""
+
+
+def test_a_read_hung_on_prometheus_does_not_hold_up_the_exit() -> None:
+    """The reads run on a daemon thread (connectors.polling.DaemonExecutor): a plain
+    ThreadPoolExecutor's thread is joined at interpreter exit, so a stop waited for the hung
+    read (here up to its 600 s timeout)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HUNG_READ)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        timeout=120,  # far below the 600 s the hung read would hold the exit
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "read in flight\n"
