@@ -36,11 +36,12 @@ import math
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import cast, get_args
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
+from connectors.address import address_options
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
@@ -108,16 +109,12 @@ def _parts(address: str) -> tuple[str, str, str, dict[str, str]]:
     """
     url = urlsplit(address)
     try:
-        parsed = parse_qs(url.query, keep_blank_values=True, strict_parsing=bool(url.query))
+        query = address_options(repr(address), url.query)
     except ValueError as exc:
-        raise EndpointError(f"{address!r}: bad options ({exc})") from None
-    query = {}
-    for name, values in parsed.items():
-        if len(values) != 1:
-            raise EndpointError(f"{address!r}: option {name!r} given {len(values)} times")
-        if not values[0]:
+        raise EndpointError(str(exc)) from None
+    for name, value in query.items():
+        if not value:
             raise EndpointError(f"{address!r}: option {name!r} is empty")
-        query[name] = values[0]
     return url.scheme, url.netloc, url.path, query
 
 

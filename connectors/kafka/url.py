@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
+from connectors.address import address_options
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
 
@@ -52,15 +53,8 @@ partitions=1, format='dynamo-trace', deployment='qwen')
         topic = parts.path.lstrip("/")
         if parts.scheme != "kafka" or not parts.netloc or not topic or "/" in topic:
             raise ValueError(f"{url}: expected kafka://HOST:PORT/TOPIC")
-        try:
-            query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-        except ValueError as error:
-            raise ValueError(f"{url}: bad options ({error})") from None
         options = {}
-        for name, values in query.items():
-            if len(values) != 1:
-                raise ValueError(f"{url}: option {name!r} given {len(values)} times")
-            value = values[0]
+        for name, value in address_options(url, parts.query).items():
             if name == "partitions":
                 if not value.isdigit() or int(value) < 1:
                     raise ValueError(f"{url}: partitions must be a positive integer")
