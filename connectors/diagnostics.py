@@ -5,20 +5,60 @@ Per deployment, tick records accumulate (at most 50 000; the oldest are dropped)
 time, so it works on replays), a self-contained HTML page is written to ``report_output_dir``
 as ``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` and the
 records are cleared. Closing the sink writes what is left.
+
+Each report directory is checked when the sink is made (created, and a file written in it): one
+that cannot be written is an :class:`OSError` before the run starts. A page that cannot be
+written later (full disk, the directory replaced or made read-only) is logged (once per kind
+of failure and deployment), counted in ``flowplanner_report_write_failures_total`` and
+skipped: reports are diagnostics, the planner goes on.
 """
 
 from __future__ import annotations
 
+import logging
+import tempfile
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
+from connectors.pipeline_metrics import REPORT_WRITE_FAILURES
 from connectors.report import is_tick, panels_from_ticks, render_report, write_report
 from schemas import PlannerConfig, TickRecord
 
 MAX_SNAPSHOTS = 50_000
+
+log = logging.getLogger(__name__)
+
+
+def check_report_dir(directory: str | Path, deployments: str) -> None:
+    """Create ``directory`` if missing and write (then remove) a file in it; an
+    :class:`OSError` naming ``deployments`` (whose reports go there), the directory and why.
+
+    >>> import tempfile, os
+    >>> check_report_dir(os.path.join(tempfile.mkdtemp(), "reports"), "llama")
+    >>> check_report_dir(os.path.join(__file__, "reports"), "llama")
+    Traceback (most recent call last):
+    ...
+    OSError: cannot write the diagnostics reports of llama to .../reports: [Errno 20] Not a ...
+    """
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".flowplanner_write_check_"):
+            pass
+    except OSError as error:
+        raise OSError(
+            f"cannot write the diagnostics reports of {deployments} to {path}: {_why(path, error)}"
+        ) from error
+
+
+def _why(directory: Path, error: OSError) -> str:
+    """Why a page could not be written into ``directory``, in a few words."""
+    if directory.exists() and not directory.is_dir():
+        return f"{directory} is not a directory"
+    return " ".join(str(error).split())
 
 
 class DiagnosticsRecorder:
@@ -40,13 +80,16 @@ class DiagnosticsRecorder:
         self.deployment = deployment
         self.config = config
         self.ticks: deque[TickRecord] = deque(maxlen=MAX_SNAPSHOTS)
-        self.pages = 0
+        self.pages = 0  # pages due so far, written or not (a skipped one leaves a gap)
+        self.failures = 0  # pages that could not be written
+        self._logged: set[str] = set()  # kinds of write failure already logged
         self._since: float | None = None
 
     def record(self, tick: TickRecord) -> str | None:
-        """Add one tick; returns the name of the page it completed, if any.
+        """Add one tick; returns the name of the page it completed and wrote, if any.
 
-        A record of a window in which no loop ran is not a tick and is ignored.
+        A record of a window in which no loop ran is not a tick and is ignored. A page that
+        cannot be written is logged, counted and dropped (see the module doc).
         """
         if not is_tick(tick):
             return None
@@ -62,7 +105,7 @@ class DiagnosticsRecorder:
         """Write the remaining ticks, if any."""
         return self._write() if self.ticks else None
 
-    def _write(self) -> str:
+    def _write(self) -> str | None:
         self.pages += 1
         last = datetime.fromtimestamp(self.ticks[-1].time, tz=UTC)
         name = f"planner_report_{self.deployment}_{last:%Y%m%d_%H%M%S}_{self.pages:03d}.html"
@@ -80,10 +123,32 @@ class DiagnosticsRecorder:
         page = render_report(
             list(panels.values()), title="Planner Diagnostics Report", summary=summary
         )
-        write_report(Path(cfg.report_output_dir) / name, page)
         self.ticks.clear()
         self._since = None
+        path = Path(cfg.report_output_dir) / name
+        try:
+            write_report(path, page)
+        except OSError as error:
+            self._failed(path, _why(path.parent, error), type(error).__name__)
+            return None
         return name
+
+    def _failed(self, path: Path, why: str, kind: str) -> None:
+        self.failures += 1
+        REPORT_WRITE_FAILURES.labels(deployment=self.deployment).inc()
+        if kind in self._logged:
+            return
+        self._logged.add(kind)
+        log.error(
+            "diagnostics report %s of %s not written (%s), skipped; the run goes on "
+            "(flowplanner_report_write_failures_total counts them; more %s failures of %s "
+            "are not logged)",
+            path,
+            self.deployment,
+            why,
+            kind,
+            self.deployment,
+        )
 
 
 class _ReportPartition(StatelessSinkPartition[TickRecord]):
@@ -100,12 +165,19 @@ class _ReportPartition(StatelessSinkPartition[TickRecord]):
             recorder.record(tick)
 
     def close(self) -> None:
+        """Write what is left; never raises (bytewax also closes sinks as it unwinds an error,
+        and an error raised then aborts the process)."""
         for recorder in self._recorders.values():
-            recorder.finalize()
+            try:
+                recorder.finalize()
+            except Exception:
+                log.exception("the last diagnostics report of %s failed", recorder.deployment)
 
 
 class DiagnosticsReportSink(DynamicSink[TickRecord]):
     """Writes each deployment's diagnostics reports (per worker: a deployment lives on one).
+
+    Making it checks every deployment's ``report_output_dir`` (:func:`check_report_dir`).
 
     >>> DiagnosticsReportSink({}).configs
     {}
@@ -113,6 +185,11 @@ class DiagnosticsReportSink(DynamicSink[TickRecord]):
 
     def __init__(self, configs: dict[str, PlannerConfig]) -> None:
         self.configs = configs
+        directories: dict[str, list[str]] = {}
+        for name, config in configs.items():
+            directories.setdefault(config.report_output_dir, []).append(name)
+        for directory, names in directories.items():
+            check_report_dir(directory, ", ".join(names))
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _ReportPartition:
         return _ReportPartition(self.configs)

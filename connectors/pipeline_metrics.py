@@ -58,6 +58,11 @@ DECISION_DELIVERY_WAITS = Counter(
     "Waits of a decision sink's flush for an unreachable broker (each as long as its timeout)",
     ["sink"],
 )
+REPORT_WRITE_FAILURES = Counter(
+    "flowplanner_report_write_failures",
+    "Diagnostics report pages that could not be written (skipped; the run goes on)",
+    ["deployment"],
+)
 FPM_ENGINES = Gauge(
     "flowplanner_fpm_engines",
     "Engines heard from over ZMQ within engine_silence_seconds",

@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
+    # an unwritable report directory: an OSError, one line (flows.cli), before anything starts
+    reports = DiagnosticsReportSink(configs) if args.reports else None
     try:
         delivered, in_flight = wiring.delivered()
     except USER_FACING_ERRORS as exc:
@@ -166,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
             else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
         ],
     )
-    if args.reports:
-        sinks.ticks.append(DiagnosticsReportSink(configs))
+    if reports is not None:
+        sinks.ticks.append(reports)
     port = args.metrics_port
     if port is None:
         port = max(c.metric_reporting_prometheus_port for c in configs.values()) or None

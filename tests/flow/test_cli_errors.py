@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.flow.runner import flowplanner
 
@@ -53,6 +54,22 @@ def test_run_file_outputs_that_cannot_be_written_stop_it_before_it_starts(tmp_pa
     assert done.returncode == 1
     assert "events in" not in done.stderr and "panicked" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_run_reports_directory_that_cannot_be_written_stops_it_before_it_starts(tmp_path, where):
+    # it was only found when the first page was due, report_interval_hours into the run: the
+    # planner stopped there, and bytewax aborted the process (exit 134, a Rust panic)
+    directory = RECORDING if where == "a file" else f"{RECORDING}/reports"
+    config = yaml.safe_load(Path(CONFIG).read_text())
+    config["deployments"]["llama"]["report_output_dir"] = directory
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    args = ("run", "--config", str(tmp_path / "c.yaml"), "--input", RECORDING)
+    done = flowplanner(*args, "--reports")
+    assert_clean_error(done, f"cannot write the diagnostics reports of llama to {directory}")
+    assert done.returncode == 1
+    assert "events in" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert flowplanner(*args).returncode == 0  # without --reports the directory is not used
 
 
 def test_run_metrics_port_in_use_is_one_line():
