@@ -38,7 +38,7 @@ from operators.ack_gate import AckGate
 from operators.engine_limits import engine_limit_breach, within_scheduler_limits
 from operators.state_machine import PlannerStateMachine
 from operators.throughput_scaling import quantile_key
-from operators.tick import MERGE_TOLERANCE_S, FpmObservations, ScheduledTick, TickInput
+from operators.tick import FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
     FPM_COLUMN,
@@ -108,6 +108,11 @@ class RequestStats:
         self.hits += other.hits
         self.sum_accept += other.sum_accept
         self.accepts += other.accepts
+
+
+GRID_SLACK_S = 1e-6
+"""Float error allowed between a tick's time and the window end on which it falls (windows
+are the gcd of the intervals on a 10 ms grid, so a tick time is always some window's end)."""
 
 
 class DeploymentPlanner:
@@ -183,11 +188,12 @@ class DeploymentPlanner:
             self.next_tick = self.machine.initial_tick(end_s - self.window_s)
         self._absorb(end_s, window)
         record = TickRecord(deployment=self.deployment, time=end_s)
-        if self.next_tick.at_s <= end_s + MERGE_TOLERANCE_S:
-            # One tick per window. After a gap in the input several loops can be overdue:
-            # they run together, as loops due at the same time do (ticks run one after the
-            # other would each take a decision id and only the last record would be sent; an
-            # interval under the merge tolerance would never leave the window).
+        if self.next_tick.at_s <= end_s + GRID_SLACK_S:
+            # One tick per window, at the window end that reaches it: every interval is a whole
+            # number of windows, so that end is the tick's time (within float error), never a
+            # window before it. After a gap in the input several loops can be overdue: they run
+            # together, as loops due at the same time do (ticks run one after the other would
+            # each take a decision id and only the last record would be sent).
             record = self._tick(self.machine.cadence.next_tick(self.config, end_s), end_s)
         if self.gate is not None:
             released = self._released or self.gate.advance(end_s)
@@ -282,12 +288,16 @@ class DeploymentPlanner:
 
     # --- ticks ---------------------------------------------------------------------------
     def _tick(self, tick: ScheduledTick, now_s: float) -> TickRecord:
-        traffic = None
+        traffic = rate_traffic = None
         if tick.need_traffic_metrics:
             traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
+        window = self.config.load_rate_window_seconds
+        if tick.run_load_scaling and 0 < window != tick.traffic_metrics_duration_s:
+            rate_traffic = self.traffic_over(window, now_s)  # the tick reads a longer span
         tick_input = TickInput(
             now_s=now_s,
             traffic=traffic,
+            rate_traffic=rate_traffic,
             worker_counts=self.inventory,
             fpm_observations=self._observations() if tick.need_worker_fpm else None,
             # None: the core trains on the latest FPM of each engine, heartbeats too (the

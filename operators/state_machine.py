@@ -233,7 +233,8 @@ class PlannerStateMachine:
         if tick.run_load_scaling:
             self._train(tick_input)
             self._now_s = tick_input.now_s
-            self.rate_guard.begin_tick(self._now_s, self._size_for_recent_rate(traffic))
+            rate_traffic = tick_input.rate_traffic or traffic
+            self.rate_guard.begin_tick(self._now_s, self._size_for_recent_rate(rate_traffic))
             load_target = self._load_tick(tick_input.fpm_observations, diag)
             targets = {role: self.inventory.current_target(role) for role in self.config.roles}
             self.rate_guard.end_tick(load_target, targets)

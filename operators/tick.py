@@ -64,6 +64,9 @@ class TickInput:
 
     ``training_fpms`` (ours) are the forward passes that train the perf models this tick; when
     ``None`` the tick trains on ``fpm_observations`` (the reference behaviour: latest FPM only).
+    ``rate_traffic`` (ours) is the traffic of the last ``load_rate_window_seconds`` when the
+    tick's ``traffic`` covers another span (a load tick merged with a throughput tick reads the
+    throughput interval); ``None``: ``traffic`` is that window.
 
     >>> TickInput(now_s=5.0).traffic is None
     True
@@ -74,6 +77,7 @@ class TickInput:
     worker_counts: WorkerCounts | None = None
     fpm_observations: FpmObservations | None = None
     training_fpms: dict[Role, list[ForwardPassMetrics]] | None = None
+    rate_traffic: TrafficObservation | None = None
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
         The batch is capped by ``max_kv_tokens // context_length`` (else by the largest KV seen,
         else 256) and ``max_num_seqs``. Rate = ``bs / (osl * ITL)`` (Little's law). If even
         ``bs = 1`` misses the SLA, the ``bs = 1`` rate and ITL are returned (caller compares).
-        ``(0.0, 0.0)`` when not ready or any of ``itl_ms``, ``context_length``, ``osl`` <= 0.
+        ``(0.0, 0.0)`` when not ready or any of ``itl_ms``, ``context_length``, ``osl`` <= 0;
+        a context or OSL of under one token (a degenerate mean) counts as one token.
         """
         sla = require_finite("itl_ms", itl_ms)
         ctx = require_finite("context_length", context_length)
@@ -111,10 +112,11 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
         if fit is None or ctx <= 0 or out_len <= 0 or sla <= 0:
             return 0.0, 0.0
         accept = effective_accept_length(accept_length)
+        held = max(1.0, ctx)  # KV tokens a request holds: at least one, whatever the mean says
         if max_kv_tokens is not None and max_kv_tokens > 0:
-            kv_cap = max(1, int(max_kv_tokens / ctx))
+            kv_cap = max(1, int(max_kv_tokens / held))
         elif self.max_observed_kv > 0:
-            kv_cap = max(1, int(self.max_observed_kv / ctx))
+            kv_cap = max(1, int(self.max_observed_kv / held))
         else:
             kv_cap = DEFAULT_KV_BATCH_CAP
         seq_cap = max_num_seqs if max_num_seqs is not None and max_num_seqs > 0 else kv_cap
@@ -134,4 +136,4 @@ class DecodePerfModel(DecodeShape, FpmRegressor):
                     high = mid - 1
             best = low
         itl = itl_of(best)
-        return best / (out_len * itl / 1000.0), itl
+        return best / (max(out_len, 1.0) * itl / 1000.0), itl  # a request takes a step at least

@@ -131,7 +131,8 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
             return 1.0 / wall, 1000.0 * wall
         batch = 1
         if max_batch_requests is not None and mbt is not None and mbt > 0:
-            limit = max(1, min(int(max_batch_requests), int(mbt // tokens)))
+            # a prompt of under one token (a degenerate mean) still takes a slot of its own
+            limit = max(1, min(int(max_batch_requests), int(mbt // max(tokens, 1.0))))
             low, high = 1, limit  # largest batch meeting the SLA; 1 when none does
             while low < high:
                 mid = (low + high + 1) // 2

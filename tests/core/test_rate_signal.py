@@ -10,6 +10,8 @@ scales up at once, and a scale-down must leave the survivors within ``load_rate_
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from operators.cadence import Cadence
@@ -218,3 +220,57 @@ def test_the_rate_window_keeps_every_request_window_it_reads(throughput_interval
         planner.on_window(5.0 * i, window)
     traffic = planner.traffic_over(30.0, 60.0)
     assert traffic is not None and traffic.num_req / traffic.duration_s == pytest.approx(2.0)
+
+
+def test_a_load_tick_merged_with_a_throughput_tick_reads_the_rate_window() -> None:
+    # the merged tick reads the throughput interval's traffic (60 s) for the forecaster; the
+    # rate must still be the last 30 s, not the 60 s average that a quiet first half halves
+    from operators.deployment import DeploymentPlanner
+    from operators.window import TickWindow, fold_event
+    from schemas import parse_event
+
+    config = PlannerConfig(
+        mode="prefill",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=True,
+        throughput_adjustment_interval_seconds=60,
+        load_rate_window_seconds=30,
+        prefill_capacity_batching=True,
+        max_load_step=3,
+        max_gpu_budget=-1,
+        capabilities=CAPS,
+    )
+    planner = DeploymentPlanner("d", config, window_s=5.0)
+    planner.machine.load_benchmark_fpms("prefill", TRAINING)
+    records = []
+    for i in range(1, 13):
+        end = 5.0 * i
+        events = [{"type": "inventory", "payload": {"ready_num_prefill": 2}}]
+        events += [
+            {
+                "type": "fpm",
+                "payload": {
+                    "role": "prefill",
+                    "fpm": {
+                        "worker_id": worker,
+                        "wall_time": 0.04,
+                        "scheduled_requests": {
+                            "num_prefill_requests": 1,
+                            "sum_prefill_tokens": 1000,
+                        },
+                    },
+                },
+            }
+            for worker in ("w0", "w1")
+        ]
+        if end > 30.0:  # quiet for 30 s, then 200 req/s: 5 engines' worth, 3 on average
+            events += [{"type": "request", "payload": {"isl": 1000, "osl": 100}}] * 1000
+        window = TickWindow()
+        for event in events:
+            line = {"deployment": "d", "time": end - 0.5, **event}
+            window = fold_event(window, parse_event(json.dumps(line)))
+        records.append(planner.on_window(end, window))
+    merged = records[-1]
+    assert merged.ran_load and merged.ran_throughput
+    assert merged.decision is not None and merged.decision.num_prefill == 5  # 2 + max_load_step

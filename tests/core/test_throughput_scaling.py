@@ -18,6 +18,7 @@ from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.predictors import ConstantPredictor
 from operators.throughput_scaling import (
     NOT_READY,
+    Capacity,
     agg_capacity,
     decode_capacity,
     prefill_capacity,
@@ -130,6 +131,34 @@ class TestCapacity:
         # ctx 1075, batch 4 at 44 ms → 0.606 rps → 3 replicas
         assert (cap.replicas, cap.latency_ms) == (3, pytest.approx(44.0))
         assert cap.engine_rps == pytest.approx(4 / (150 * 0.044))
+
+    @pytest.mark.parametrize("tiny", [5e-324, 1e-300, 0.4])
+    def test_lengths_under_one_token_count_as_one(self, tiny):
+        # traffic admits any finite non-negative mean; a subnormal one made the batch searches
+        # divide by it and int() an infinity, which crashed the tick
+        prefill = PrefillPerfModel(50, 5, 16)
+        prefill.load_benchmark_fpms(PREFILL_TRAINING)
+        decode = DecodePerfModel(50, 5, 16)
+        decode.load_benchmark_fpms(DECODE_TRAINING)
+
+        def prefill_at(isl: float) -> Capacity:
+            return prefill_capacity(
+                prefill, 1.0, isl, kv_hit_rate=None, ttft_sla_ms=500.0,
+                max_num_batched_tokens=2048, min_endpoint=1, max_batch_requests=256,
+            )  # fmt: skip
+
+        def decode_at(isl: float, osl: float) -> Capacity:
+            return decode_capacity(
+                decode, 1.0, isl, osl, itl_sla_ms=50.0, max_kv_tokens=100_000,
+                max_num_seqs=None, accept_length=1.0, min_endpoint=1,
+            )  # fmt: skip
+
+        for sized, one in (
+            (prefill_at(tiny), prefill_at(1.0)),
+            (decode_at(tiny, tiny), decode_at(1.0, 1.0)),
+        ):
+            assert sized.engine_rps is not None and math.isfinite(sized.engine_rps)
+            assert sized.replicas == one.replicas
 
     def test_accept_length_raises_decode_capacity(self):
         replicas = {}
@@ -851,3 +880,23 @@ def test_the_outer_tick_is_the_gcd_of_the_enabled_intervals(intervals, expected)
     assert window == expected
     for config in configs.values():  # every enabled interval is a whole number of windows
         assert (config.load_adjustment_interval_seconds / window).is_integer()
+
+
+def test_ticks_run_at_their_time_when_windows_are_shorter_than_the_merge_tolerance():
+    # a throughput interval of 60.1 s makes the outer window 0.1 s: a tick due at 5.0 s must
+    # not run at the window ending 4.5 s because 5.0 is within the 0.5 s merge tolerance
+    from operators.deployment import DeploymentPlanner
+    from operators.window import TickWindow
+
+    config = PlannerConfig(
+        mode="decode",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=True,
+        load_adjustment_interval_seconds=5,
+        throughput_adjustment_interval_seconds=60.1,
+    )
+    planner = DeploymentPlanner("d", config, window_s=0.1)
+    ends = [round(0.1 * k, 1) for k in range(1, 301)]
+    ticked = [end for end in ends if planner.on_window(end, TickWindow()).ran_load]
+    assert ticked == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0]
