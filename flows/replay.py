@@ -8,6 +8,13 @@ back through the sink, which applies the decision to the fleet at that same inst
 sleeps and nothing reads the host clock, so the same trace, config and seed give the same
 result, bit for bit, at any host speed — with exactly the flow and operators used in
 production.
+
+The loop runs the planner with no allowed lateness, whatever the config says
+(:func:`closed_loop_flow`): the simulator hands over each window's events in event-time order
+and nothing arrives after its time, so lateness would admit nothing more — it would only hold
+the window ``[until - step, until)`` open until event time reached ``until + lateness``, and
+that event time comes from the source, which waits for the window's tick record first: with
+any lateness above 0 the loop would deadlock.
 """
 
 from __future__ import annotations
@@ -147,10 +154,15 @@ def closed_loop_flow(
     config: PlannerConfig,
     bootstrap: dict[Role, list[ForwardPassMetrics]] | None = None,
 ) -> Dataflow:
-    """The production planner flow with the fleet as its only input and actuator."""
+    """The production planner flow with the fleet as its only input and actuator.
+
+    ``config``'s ``allowed_lateness_seconds`` is set to 0 (see the module docs: the simulator's
+    events are in order, and the lock step would deadlock on any lateness).
+    """
     deployment = loop.fleet.deployment
+    in_order = config.model_copy(update={"allowed_lateness_seconds": 0.0})
     return build_flow(
-        {deployment: config},
+        {deployment: in_order},
         [FleetSource(loop)],
         PlannerSinks(ticks=[FleetActuator(loop)]),
         live=False,
