@@ -53,9 +53,29 @@ Applying a decision (:meth:`DgdActuator.apply`)
     ``Ready`` condition is not ``"True"`` (``skipped_not_ready``) or when any managed service is
     still rolling out a previous change (``skipped_in_flight``: never stack a second change on
     one in flight, spec §17 item 10).
-    One exception (spec §17 item 7): a target that only *retracts* an unfinished scale-up (the
-    spec asks for more than are ready and the target lies between ready and spec) is applied
-    even then, so pods stuck Pending for lack of GPUs can be given back. 409 and 429/5xx,
+    A status that is malformed (``status`` or ``status.conditions`` of the wrong type) counts
+    as not Ready, with a warning naming what is wrong.
+
+    One exception (spec §17 item 7): a target that only *retracts our own* unfinished scale-up
+    is applied even then, so pods stuck Pending for lack of GPUs can be given back. A target is
+    such a retraction when, for every service the patch changes, all of these hold:
+
+    * it lies between ready and spec (``ready <= target < spec``: the spec asks for more than
+      are ready and the target gives part of that back, never more than ready);
+    * the spec in flight is ours: the ``flowplanner/last-decision`` annotation is of the same
+      deployment and its ``num_prefill`` / ``num_decode`` equals the service's current spec
+      (a scale-up by a person or another controller is never retracted);
+    * the decision was made after seeing that scale-up: its ``decision_id`` is higher than the
+      annotation's, and its ``time`` is at least ``retraction_min_age_s`` (default 60 s of
+      event time) after the annotation's. An id alone is not enough: the decision right after
+      ours was typically made from an inventory read before our patch landed (it asked for
+      2 believing 1 was the count, not knowing 4 were on the way), and applying it would
+      stack a change on the one in flight (spec §17 item 10). The age must cover the apply
+      latency, one inventory poll and one tick; the planner's own retractions come from
+      throughput ticks (load scaling holds a role in flight), 60 s or more apart.
+
+    Anything else inside that range is gated like any change (not Ready, in flight), and the
+    skip reason says why it was not a retraction. 409 and 429/5xx,
     timeouts, connection errors and malformed answers are retried with bounded exponential
     backoff (``Retry-After`` honoured, capped); other errors (403, 404, 422) are not. A PATCH
     that got no answer (timeout, dropped connection, unreadable response) may have committed:
@@ -113,6 +133,7 @@ from connectors.dgd_graph import (
     roles_for_mode,
     service_state,
     spec_problems,
+    status_problems,
     worker_counts,
 )
 from schemas import (
@@ -327,7 +348,9 @@ class DgdActuator:
     ``sleep`` is called for every backoff (inject a recorder in tests); backoff doubles from
     ``backoff_s`` up to ``max_backoff_s``, for at most ``max_attempts`` tries per call.
     ``services`` names a role's service explicitly (overrides resolution by
-    ``subComponentType`` and default names). Thread-safe: calls are serialized. Build
+    ``subComponentType`` and default names). ``allow_retraction=False`` gates every change;
+    ``retraction_min_age_s`` is how much later (event time) than our in-flight decision a
+    retraction must be decided (module docs). Thread-safe: calls are serialized. Build
     ``api_client`` with :func:`kube_api_client` (a default client lets urllib3 retry a 503 with
     ``Retry-After`` by itself, sleeping outside the actuator's control).
 
@@ -353,11 +376,14 @@ class DgdActuator:
         request_timeout_s: float = 10.0,
         resource_version_precondition: bool = True,
         allow_retraction: bool = True,
+        retraction_min_age_s: float = 60.0,
     ) -> None:
         if not name:
             raise DgdValidationError(f"no DGD name: pass one or set {DGD_NAME_ENV}")
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        if not retraction_min_age_s >= 0:
+            raise ValueError("retraction_min_age_s must be a non-negative number of seconds")
         self.namespace = namespace
         self.name = name
         self.mode = mode
@@ -373,11 +399,13 @@ class DgdActuator:
         self.request_timeout_s = request_timeout_s
         self.resource_version_precondition = resource_version_precondition
         self.allow_retraction = allow_retraction
+        self.retraction_min_age_s = retraction_min_age_s
         self._api = k8s.CustomObjectsApi(api_client)
         self._lock = threading.Lock()
         self._services: dict[Role, str] | None = None
         self._newest_decision: dict[str, int] = {}
         self._spec_problems = ""
+        self._status_problems = ""
 
     @classmethod
     def from_environment(
@@ -452,21 +480,12 @@ class DgdActuator:
 
         An annotation that does not parse is passed over with a warning.
         """
-        metadata = self.read().get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-        raw = annotations.get(LAST_DECISION_ANNOTATION) if isinstance(annotations, dict) else None
-        if raw is None:
-            return None
-        try:
-            return DeliveredDecision.model_validate_json(str(raw))
-        except ValidationError as err:
+        mark, problem = _last_decision(self.read())
+        if problem is not None:
             log.warning(
-                "DGD %s: ignored annotation %s (%s)",
-                self.dgd,
-                LAST_DECISION_ANNOTATION,
-                describe_validation_error(err),
+                "DGD %s: ignored annotation %s (%s)", self.dgd, LAST_DECISION_ANNOTATION, problem
             )
-            return None
+        return mark
 
     def validate(self) -> dict[Role, str]:
         """Check the DGD exists and has one service per role; returns role → service name.
@@ -602,7 +621,11 @@ class DgdActuator:
                 if attempt < self.max_attempts:
                     self.sleep(self._backoff(attempt, err))
                 continue
-            patch, skip = self._plan(dgd, services, targets)
+            try:
+                patch, skip = self._plan(dgd, services, targets, decision)
+            except Exception as err:  # a DGD body no check above foresaw: never crash the flow
+                log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
+                return result("failed", f"malformed DGD: {type(err).__name__}: {err}")
             if not patch and lost is not None:
                 sent, steps, why = lost
                 note = f"the PATCH response was lost: {why}; the re-read shows it committed"
@@ -611,7 +634,10 @@ class DgdActuator:
                 return result("no_change", "the DGD already asks for these replicas")
             if skip is not None:
                 return result(skip[0], skip[1], patch)
-            mark = DeliveredDecision.of(decision).model_dump_json()
+            try:
+                mark = DeliveredDecision.of(decision).model_dump_json()
+            except ValidationError as err:  # e.g. an empty deployment name
+                return result("failed", f"decision: {describe_validation_error(err)}", patch)
             metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
             if self.resource_version_precondition:
                 metadata["resourceVersion"] = dgd["metadata"]["resourceVersion"]
@@ -656,7 +682,11 @@ class DgdActuator:
         return service_state(dgd, service).spec_replicas
 
     def _plan(
-        self, dgd: dict[str, Any], services: dict[Role, str], targets: dict[Role, int]
+        self,
+        dgd: dict[str, Any],
+        services: dict[Role, str],
+        targets: dict[Role, int],
+        decision: ScalingDecision,
     ) -> tuple[dict[str, int], tuple[Outcome, str] | None]:
         """The services to patch and, if the patch must not be sent (yet), why."""
         states: dict[Role, ServiceState] = {
@@ -668,20 +698,79 @@ class DgdActuator:
         problems = spec_problems(dgd, services.values())
         if problems:
             return patch, ("failed", "; ".join(problems))
-        if self.allow_retraction and all(
-            _retracts(states[r], n) for r, n in targets.items() if services[r] in patch
-        ):
-            return patch, None
+        malformed = "; ".join(status_problems(dgd))
+        if malformed and malformed != self._status_problems:
+            log.warning("DGD %s: malformed status, taken as not ready: %s", self.dgd, malformed)
+        self._status_problems = malformed
+        moved = {r: n for r, n in targets.items() if services[r] in patch}
+        note = ""
+        if self.allow_retraction and all(_retracts(states[r], n) for r, n in moved.items()):
+            why_not = self._not_a_retraction(dgd, states, moved, decision)
+            if why_not is None:
+                return patch, None
+            note = f"; not a retraction: {why_not}"
         status, why = ready_condition(dgd)
         if status != "True":
-            return patch, ("skipped_not_ready", f"DGD Ready condition is {status} ({why})")
+            return patch, ("skipped_not_ready", f"DGD Ready condition is {status} ({why}){note}")
         unstable = [s.describe() for s in states.values() if not s.stable]
         if unstable:
             return patch, (
                 "skipped_in_flight",
-                "previous change still rolling out: " + "; ".join(unstable),
+                "previous change still rolling out: " + "; ".join(unstable) + note,
             )
         return patch, None
+
+    def _not_a_retraction(
+        self,
+        dgd: dict[str, Any],
+        states: dict[Role, ServiceState],
+        moved: dict[Role, int],
+        decision: ScalingDecision,
+    ) -> str | None:
+        """Why targets that lie between ready and spec (``moved``) may not retract the scale-up
+        in flight; ``None`` when they may (the rule is in the module docs)."""
+        mark, problem = _last_decision(dgd)
+        if mark is None:
+            return problem or f"the DGD has no {LAST_DECISION_ANNOTATION} annotation of ours"
+        if mark.deployment != decision.deployment:
+            return f"the last patch of ours was for deployment {mark.deployment!r}"
+        for role in moved:
+            ours = mark.num_prefill if role == "prefill" else mark.num_decode
+            spec = states[role].spec_replicas
+            if ours != spec:
+                return (
+                    f"{states[role].name} spec {spec} is not what our last patch (decision "
+                    f"{mark.decision_id}) set ({ours}): someone else changed it"
+                )
+        if decision.decision_id <= mark.decision_id:
+            return (
+                f"decision {decision.decision_id} is not newer than decision "
+                f"{mark.decision_id}, which set the spec in flight"
+            )
+        age = decision.time - mark.time
+        if age < self.retraction_min_age_s:
+            return (
+                f"decided {age:g} s after decision {mark.decision_id}, which set the spec in "
+                f"flight; a retraction must come at least {self.retraction_min_age_s:g} s "
+                "later (an earlier decision may not have seen the scale-up)"
+            )
+        return None
+
+
+def _last_decision(dgd: dict[str, Any]) -> tuple[DeliveredDecision | None, str | None]:
+    """The decision the ``flowplanner/last-decision`` annotation names, and why there is none
+    when the annotation is present but unreadable."""
+    metadata = dgd.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    raw = annotations.get(LAST_DECISION_ANNOTATION) if isinstance(annotations, dict) else None
+    if raw is None:
+        return None, None
+    if not isinstance(raw, str):
+        return None, f"not a string but {type(raw).__name__}"
+    try:
+        return DeliveredDecision.model_validate_json(raw), None
+    except ValidationError as err:
+        return None, describe_validation_error(err)
 
 
 def _retracts(state: ServiceState, target: int) -> bool:

@@ -230,7 +230,7 @@ def status_is_current(dgd: dict[str, Any]) -> bool:
     """
     status = _section(dgd, "status")
     observed = status.get("observedGeneration")
-    generation = (dgd.get("metadata") or {}).get("generation")
+    generation = _section(dgd, "metadata").get("generation")
     if not isinstance(observed, int) or not isinstance(generation, int):
         return True
     return observed >= generation
@@ -256,18 +256,66 @@ def service_state(dgd: dict[str, Any], name: str) -> ServiceState:
     return ServiceState(name, spec_replicas, ready, updated, status_is_current(dgd))
 
 
+def status_problems(dgd: dict[str, Any]) -> list[str]:
+    """What is malformed in the parts of ``status`` the actuator reads (empty when nothing):
+    ``status`` not a mapping, ``status.conditions`` not a list, a condition not a mapping or
+    its ``status`` not a string.
+
+    >>> status_problems({"status": {"conditions": 5}})
+    ['status.conditions is a int, not a list']
+    >>> status_problems({"status": {"conditions": [{"type": "Ready"}, "x"]}})
+    ['status.conditions[1] is a str, not a mapping']
+    >>> status_problems({"status": {}}), status_problems({})
+    ([], [])
+    """
+    status = dgd.get("status")
+    if status is None:
+        return []
+    if not isinstance(status, dict):
+        return [f"status is a {type(status).__name__}, not a mapping"]
+    conditions = status.get("conditions")
+    if conditions is None:
+        return []
+    if not isinstance(conditions, list):
+        return [f"status.conditions is a {type(conditions).__name__}, not a list"]
+    problems = []
+    for i, cond in enumerate(conditions):
+        if not isinstance(cond, dict):
+            problems.append(f"status.conditions[{i}] is a {type(cond).__name__}, not a mapping")
+        elif "status" in cond and not isinstance(cond["status"], str):
+            kind = type(cond["status"]).__name__
+            problems.append(f"status.conditions[{i}].status is a {kind}, not a string")
+    return problems
+
+
 def ready_condition(dgd: dict[str, Any]) -> tuple[str, str]:
-    """``(status, explanation)`` of the DGD's ``Ready`` condition; ``Unknown`` when absent.
+    """``(status, explanation)`` of the DGD's ``Ready`` condition; ``Unknown`` when absent or
+    when ``status.conditions`` is not a list (the explanation then says what it is instead).
 
     >>> ready_condition({"status": {"conditions": [{"type": "Ready", "status": "False",
     ...                  "reason": "Scaling", "message": "1/2 ready"}]}})
     ('False', 'Scaling: 1/2 ready')
+    >>> ready_condition({"status": {"conditions": True}})
+    ('Unknown', 'malformed status: status.conditions is a bool, not a list')
+    >>> ready_condition({"status": ["Ready"]})
+    ('Unknown', 'malformed status: status is a list, not a mapping')
     """
-    status = _section(dgd, "status")
-    for cond in status.get("conditions") or []:
+    problems = status_problems(dgd)
+    conditions = _section(dgd, "status").get("conditions")
+    if not isinstance(conditions, list) and problems:
+        return "Unknown", "malformed status: " + "; ".join(problems)
+    for cond in conditions or []:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
+            value = cond.get("status", "Unknown")
+            if not isinstance(value, str):  # e.g. a bare true: not the API's "True"
+                kind = type(value).__name__
+                return "Unknown", f"malformed status: the Ready condition's status is a {kind}"
             text = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
-            return str(cond.get("status", "Unknown")), text
+            return value, text
+    if problems:
+        return "Unknown", "no Ready condition in status (malformed status: " + "; ".join(
+            problems
+        ) + ")"
     return "Unknown", "no Ready condition in status"
 
 

@@ -11,12 +11,14 @@ def decision(
     prefill: int | None = None,
     decode: int | None = None,
     deployment: str = "llama",
+    time: float | None = None,
 ) -> ScalingDecision:
-    """A load decision numbered ``decision_id`` (its event time is the id, in seconds)."""
+    """A load decision numbered ``decision_id`` (its event time is ``time``, else the id, in
+    seconds)."""
     return ScalingDecision(
         deployment=deployment,
         decision_id=decision_id,
-        time=float(decision_id),
+        time=float(decision_id) if time is None else time,
         num_prefill=prefill,
         num_decode=decode,
         source="load",

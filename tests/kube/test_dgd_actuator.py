@@ -398,33 +398,119 @@ def test_apply_ignores_decisions_older_than_the_newest(dgd, make_actuator):
     assert other.outcome == "applied"
 
 
+def tight_dgd(dgd: DgdFixture, **operator_options: Any) -> DgdFixture:
+    """A DGD (``p``, ``d``: 1 each, Ready) with room for only one decode pod."""
+    services = {
+        "p": {"subComponentType": "prefill", "replicas": 1},
+        "d": {"subComponentType": "decode", "replicas": 1},
+    }
+    return create_dgd(
+        dgd.server,
+        dgd.client,
+        manifest_with(services, name="tight"),
+        capacity={"d": 1},
+        **operator_options,
+    )
+
+
 def test_apply_retracts_an_unschedulable_scale_up(dgd, make_actuator):
     """Spec §17 item 7: decode 1 → 2 can't be scheduled (no GPU); the DGD stays not Ready.
     Giving the pending replica back is allowed; a further scale-up is not."""
-    server, client = dgd.server, dgd.client
-    fixture = create_dgd(
-        server,
-        client,
-        manifest_with(
-            {
-                "p": {"subComponentType": "prefill", "replicas": 1},
-                "d": {"subComponentType": "decode", "replicas": 1},
-            },
-            name="tight",
-        ),
-        capacity={"d": 1},
-    )
+    fixture = tight_dgd(dgd)
     actuator = make_actuator(name="tight")
-    assert actuator.apply(decision(1, decode=2)).outcome == "applied"
+    assert actuator.apply(decision(1, decode=2, time=100.0)).outcome == "applied"
     fixture.operator.converge()
     stuck = actuator.read_inventory()
     assert (stuck.ready_num_decode, stuck.expected_num_decode) == (1, 2)
-    assert actuator.apply(decision(2, decode=3)).outcome == "skipped_not_ready"
+    assert actuator.apply(decision(2, decode=3, time=200.0)).outcome == "skipped_not_ready"
     strict = make_actuator(name="tight", allow_retraction=False)
-    assert strict.apply(decision(3, decode=1)).outcome == "skipped_not_ready"
-    assert actuator.apply(decision(3, decode=1)).outcome == "applied"
+    assert strict.apply(decision(3, decode=1, time=200.0)).outcome == "skipped_not_ready"
+    assert actuator.apply(decision(3, decode=1, time=200.0)).outcome == "applied"
     fixture.operator.converge()
     assert actuator.read_inventory().decode_scaling_in_progress is False
+
+
+@pytest.mark.parametrize("ours_before", [False, True], ids=["no-annotation", "ours-was-2"])
+@pytest.mark.parametrize("ready_during_rollout", [False, True], ids=["not-ready", "ready"])
+def test_a_foreign_scale_up_in_flight_is_not_retracted(
+    dgd, make_actuator, ours_before, ready_during_rollout
+):
+    """Someone else (kubectl, another controller) scales decode to 4 while only 1 can run; a
+    decision made from the older inventory asks for 2. That is a scale-up on top of a change in
+    flight that is not ours, not a retraction: it is held, as without retraction."""
+    fixture = tight_dgd(dgd, ready_during_rollout=ready_during_rollout)
+    actuator = make_actuator(name="tight")
+    if ours_before:  # our last patch set decode to 1 (from 2): the annotation says 1
+        fixture.operator.capacity["d"] = 2
+        assert actuator.apply(decision(1, decode=2, time=100.0)).outcome == "applied"
+        fixture.operator.converge()
+        assert actuator.apply(decision(2, decode=1, time=200.0)).outcome == "applied"
+        fixture.operator.converge()
+        fixture.operator.capacity["d"] = 1
+    k8s.CustomObjectsApi(dgd.client).patch_namespaced_custom_object(
+        "nvidia.com",
+        "v1alpha1",
+        fixture.namespace,
+        "dynamographdeployments",
+        fixture.name,
+        {"spec": {"services": {"d": {"replicas": 4}}}},
+    )  # the operator starts the rollout: 1 ready of 4
+    inventory = actuator.read_inventory()
+    assert (inventory.ready_num_decode, inventory.expected_num_decode) == (1, 4)
+    late = decision(10, decode=2, time=10_000.0)  # far newer than any decision of ours
+    strict = make_actuator(name="tight", allow_retraction=False).apply(late)
+    result = actuator.apply(late)
+    assert result.outcome == strict.outcome
+    assert result.outcome == ("skipped_in_flight" if ready_during_rollout else "skipped_not_ready")
+    assert "not a retraction" in result.reason
+    assert ("set (1)" if ours_before else "no flowplanner/last-decision") in result.reason
+    assert spec_replicas(fixture)["d"] == 4
+
+
+def test_our_in_flight_scale_up_is_retracted_only_by_a_decision_made_after_seeing_it(
+    dgd, make_actuator
+):
+    """Our decision 1 scales decode 1 → 4 (3 pods stay Pending). Decision 2, one load tick
+    later, was made from an inventory read before the patch landed (1/1): its "2" is a
+    scale-up stacked on ours, not a retraction (spec §17 item 10). Decision 3, made a
+    throughput interval later from an inventory showing the stuck scale-up, gives 2 back."""
+    fixture = tight_dgd(dgd)
+    actuator = make_actuator(name="tight")
+    assert actuator.apply(decision(1, decode=4, time=100.0)).outcome == "applied"
+    fixture.operator.converge()
+    stacked = actuator.apply(decision(2, decode=2, time=105.0))
+    assert stacked.outcome == "skipped_not_ready"
+    assert "decided 5 s after decision 1" in stacked.reason
+    assert spec_replicas(fixture)["d"] == 4
+    restarted = make_actuator(name="tight")  # the rule reads the DGD, not the actuator's memory
+    retraction = restarted.apply(decision(3, decode=2, time=160.0))
+    assert retraction.outcome == "applied", retraction.reason
+    assert spec_replicas(fixture)["d"] == 2
+
+
+def test_a_decision_older_than_our_in_flight_patch_does_not_retract_it(dgd, make_actuator):
+    """Decision 5 scaled decode 1 → 4 (stuck). Decision 3 — older, e.g. replayed by another
+    planner replica or delivered late — must not undo it, however it compares with ready."""
+    fixture = tight_dgd(dgd)
+    assert make_actuator(name="tight").apply(decision(5, decode=4, time=500.0)).ok
+    fixture.operator.converge()
+    other = make_actuator(name="tight")  # no memory of decision 5: only the DGD knows it
+    result = other.apply(decision(3, decode=2, time=300.0))
+    assert result.outcome == "skipped_not_ready"
+    assert "decision 3 is not newer than decision 5" in result.reason
+    assert spec_replicas(fixture)["d"] == 4
+
+
+def test_a_retraction_must_target_the_deployment_that_scaled_up(dgd, make_actuator):
+    fixture = tight_dgd(dgd)
+    assert make_actuator(name="tight").apply(decision(1, decode=4, time=100.0)).ok
+    fixture.operator.converge()
+    result = make_actuator(name="tight").apply(
+        decision(2, decode=2, time=1000.0, deployment="other")
+    )
+    assert result.outcome == "skipped_not_ready"
+    assert "for deployment 'llama'" in result.reason
+    assert spec_replicas(fixture)["d"] == 4
 
 
 def test_apply_in_agg_mode_scales_the_agg_worker(dgd, make_actuator):

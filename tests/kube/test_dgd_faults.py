@@ -165,3 +165,48 @@ def test_null_spec_leaves_expected_replicas_unknown(dgd: DgdFixture):
         assert result.reason == (
             "service(s) VllmPrefillWorker, VllmDecodeWorker no longer in the DGD"
         )
+
+
+def malformed_statuses(good: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """DGDs whose status a schema-less CRD (or a broken controller) would let through."""
+    conditions = good["status"]["conditions"]
+    ready_true = [dict(c, status=True) if c["type"] == "Ready" else c for c in conditions]
+    return {
+        "conditions int": with_changes(good, status__conditions=5),
+        "conditions true": with_changes(good, status__conditions=True),
+        "conditions mapping": with_changes(good, status__conditions={"type": "Ready"}),
+        "conditions of strings": with_changes(good, status__conditions=["Ready", 1]),
+        "status list": with_changes(good, status=[1, 2]),
+        "Ready status bare true": with_changes(good, status__conditions=ready_true),
+    }
+
+
+MALFORMED_STATUSES = list(malformed_statuses({"status": {"conditions": []}}))
+
+
+@pytest.mark.parametrize("kind", MALFORMED_STATUSES)
+def test_a_malformed_status_is_not_ready_and_never_raises(dgd: DgdFixture, kind: str, caplog):
+    bad = malformed_statuses(dgd.get())[kind]
+    with ScriptedServer(default=Reply.json(bad)) as server:
+        planner = actuator(server)
+        with caplog.at_level(logging.WARNING, logger="connectors.dgd"):
+            result = planner.apply(decision(decode=2))
+        assert result.outcome == "skipped_not_ready", result.reason
+        assert "Ready condition is Unknown" in result.reason
+        assert "malformed status" in result.reason
+        assert "PATCH" not in [m for m, _ in server.requests]
+    assert "malformed status, taken as not ready" in caplog.text
+
+
+def test_sink_survives_a_malformed_status(dgd: DgdFixture, workers: int):
+    """The apply runs on the sink's applier thread; an exception there would stop the flow."""
+    bad = malformed_statuses(dgd.get())["conditions int"]
+    results: list[ApplyResult] = []
+    with ScriptedServer(default=Reply.json(bad)) as server:
+        flow = Dataflow("dgd_sink_malformed_status")
+        decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+        op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
+        run_flow(flow, workers)
+        assert "PATCH" not in [m for m, _ in server.requests]
+    [result] = results
+    assert result.outcome == "skipped_not_ready" and "malformed status" in result.reason
