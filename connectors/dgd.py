@@ -65,14 +65,13 @@ Applying a decision (:meth:`DgdActuator.apply`)
     * the spec in flight is ours: the ``flowplanner/last-decision`` annotation is of the same
       deployment and its ``num_prefill`` / ``num_decode`` equals the service's current spec
       (a scale-up by a person or another controller is never retracted);
-    * the decision was made after seeing that scale-up: its ``decision_id`` is higher than the
-      annotation's, and its ``time`` is at least ``retraction_min_age_s`` (default 60 s of
-      event time) after the annotation's. An id alone is not enough: the decision right after
-      ours was typically made from an inventory read before our patch landed (it asked for
-      2 believing 1 was the count, not knowing 4 were on the way), and applying it would
-      stack a change on the one in flight (spec §17 item 10). The age must cover the apply
-      latency, one inventory poll and one tick; the planner's own retractions come from
-      throughput ticks (load scaling holds a role in flight), 60 s or more apart.
+    * the decision is newer than that patch's (a higher ``decision_id``) and was made after
+      seeing its scale-up: the decision's ``expected_prefill`` / ``expected_decode`` (the
+      counts asked for, as the planner's inventory showed them when it decided) equal the spec
+      in flight. Newer is not enough: the decision right after ours is typically made from an
+      inventory read before our patch landed (it asks for 2 believing 1 is asked for, not
+      knowing 4 are on the way), and applying it would stack a change on the one in flight
+      (spec §17 item 10).
 
     Anything else inside that range is gated like any change (not Ready, in flight), and the
     skip reason says why it was not a retraction. 409 and 429/5xx,
@@ -348,9 +347,8 @@ class DgdActuator:
     ``sleep`` is called for every backoff (inject a recorder in tests); backoff doubles from
     ``backoff_s`` up to ``max_backoff_s``, for at most ``max_attempts`` tries per call.
     ``services`` names a role's service explicitly (overrides resolution by
-    ``subComponentType`` and default names). ``allow_retraction=False`` gates every change;
-    ``retraction_min_age_s`` is how much later (event time) than our in-flight decision a
-    retraction must be decided (module docs). Thread-safe: calls are serialized. Build
+    ``subComponentType`` and default names). ``allow_retraction=False`` gates every change,
+    retractions too (module docs). Thread-safe: calls are serialized. Build
     ``api_client`` with :func:`kube_api_client` (a default client lets urllib3 retry a 503 with
     ``Retry-After`` by itself, sleeping outside the actuator's control).
 
@@ -376,14 +374,11 @@ class DgdActuator:
         request_timeout_s: float = 10.0,
         resource_version_precondition: bool = True,
         allow_retraction: bool = True,
-        retraction_min_age_s: float = 60.0,
     ) -> None:
         if not name:
             raise DgdValidationError(f"no DGD name: pass one or set {DGD_NAME_ENV}")
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if not retraction_min_age_s >= 0:
-            raise ValueError("retraction_min_age_s must be a non-negative number of seconds")
         self.namespace = namespace
         self.name = name
         self.mode = mode
@@ -399,7 +394,6 @@ class DgdActuator:
         self.request_timeout_s = request_timeout_s
         self.resource_version_precondition = resource_version_precondition
         self.allow_retraction = allow_retraction
-        self.retraction_min_age_s = retraction_min_age_s
         self._api = k8s.CustomObjectsApi(api_client)
         self._lock = threading.Lock()
         self._services: dict[Role, str] | None = None
@@ -747,13 +741,14 @@ class DgdActuator:
                 f"decision {decision.decision_id} is not newer than decision "
                 f"{mark.decision_id}, which set the spec in flight"
             )
-        age = decision.time - mark.time
-        if age < self.retraction_min_age_s:
-            return (
-                f"decided {age:g} s after decision {mark.decision_id}, which set the spec in "
-                f"flight; a retraction must come at least {self.retraction_min_age_s:g} s "
-                "later (an earlier decision may not have seen the scale-up)"
-            )
+        for role in moved:
+            seen = decision.expected_prefill if role == "prefill" else decision.expected_decode
+            spec = states[role].spec_replicas
+            if seen != spec:
+                return (
+                    f"decision {decision.decision_id} was made seeing {seen} {role} replicas "
+                    f"asked for, not the {spec} in flight: it did not see the scale-up"
+                )
         return None
 
 

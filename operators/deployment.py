@@ -329,6 +329,8 @@ class DeploymentPlanner:
                 num_decode=target.num_decode,
                 current_prefill=self.inventory.ready_num_prefill if self.inventory else None,
                 current_decode=self.inventory.ready_num_decode if self.inventory else None,
+                expected_prefill=self.inventory.expected_num_prefill if self.inventory else None,
+                expected_decode=self.inventory.expected_num_decode if self.inventory else None,
                 source=target.source,
                 reason=target.reason,
                 prefill_reason=target.prefill_reason,

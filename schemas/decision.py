@@ -119,8 +119,20 @@ class ScalingDecision(BaseModel):
         ge=0,
         description="Decode replicas wanted (of an agg deployment: its engines); null: no change",
     )
-    current_prefill: int | None = None
-    current_decode: int | None = None
+    current_prefill: int | None = Field(
+        default=None, description="Prefill replicas ready when the planner decided"
+    )
+    current_decode: int | None = Field(
+        default=None, description="Decode replicas ready when the planner decided"
+    )
+    expected_prefill: int | None = Field(
+        default=None,
+        description="Prefill replicas asked for (ready or starting) as the planner saw it when "
+        "it decided; an actuator tells from it whether the decision saw a change in flight",
+    )
+    expected_decode: int | None = Field(
+        default=None, description="Decode replicas asked for as the planner saw it (see above)"
+    )
     source: Literal["load", "throughput"]
     reason: str
     prefill_reason: str | None = None

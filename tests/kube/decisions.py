@@ -12,15 +12,18 @@ def decision(
     decode: int | None = None,
     deployment: str = "llama",
     time: float | None = None,
+    expected: tuple[int | None, int | None] = (None, None),
 ) -> ScalingDecision:
     """A load decision numbered ``decision_id`` (its event time is ``time``, else the id, in
-    seconds)."""
+    seconds), made seeing ``expected`` (prefill, decode) replicas asked for."""
     return ScalingDecision(
         deployment=deployment,
         decision_id=decision_id,
         time=float(decision_id) if time is None else time,
         num_prefill=prefill,
         num_decode=decode,
+        expected_prefill=expected[0],
+        expected_decode=expected[1],
         source="load",
         reason="scale_up",
     )

@@ -424,8 +424,9 @@ def test_apply_retracts_an_unschedulable_scale_up(dgd, make_actuator):
     assert (stuck.ready_num_decode, stuck.expected_num_decode) == (1, 2)
     assert actuator.apply(decision(2, decode=3, time=200.0)).outcome == "skipped_not_ready"
     strict = make_actuator(name="tight", allow_retraction=False)
-    assert strict.apply(decision(3, decode=1, time=200.0)).outcome == "skipped_not_ready"
-    assert actuator.apply(decision(3, decode=1, time=200.0)).outcome == "applied"
+    retraction = decision(3, decode=1, time=200.0, expected=(None, 2))
+    assert strict.apply(retraction).outcome == "skipped_not_ready"
+    assert actuator.apply(retraction).outcome == "applied"
     fixture.operator.converge()
     assert actuator.read_inventory().decode_scaling_in_progress is False
 
@@ -444,7 +445,7 @@ def test_a_foreign_scale_up_in_flight_is_not_retracted(
         fixture.operator.capacity["d"] = 2
         assert actuator.apply(decision(1, decode=2, time=100.0)).outcome == "applied"
         fixture.operator.converge()
-        assert actuator.apply(decision(2, decode=1, time=200.0)).outcome == "applied"
+        assert actuator.apply(decision(2, decode=1, expected=(None, 2))).outcome == "applied"
         fixture.operator.converge()
         fixture.operator.capacity["d"] = 1
     k8s.CustomObjectsApi(dgd.client).patch_namespaced_custom_object(
@@ -457,7 +458,7 @@ def test_a_foreign_scale_up_in_flight_is_not_retracted(
     )  # the operator starts the rollout: 1 ready of 4
     inventory = actuator.read_inventory()
     assert (inventory.ready_num_decode, inventory.expected_num_decode) == (1, 4)
-    late = decision(10, decode=2, time=10_000.0)  # far newer than any decision of ours
+    late = decision(10, decode=2, expected=(None, 4))  # newer than ours, and saw the 4
     strict = make_actuator(name="tight", allow_retraction=False).apply(late)
     result = actuator.apply(late)
     assert result.outcome == strict.outcome
@@ -471,19 +472,19 @@ def test_our_in_flight_scale_up_is_retracted_only_by_a_decision_made_after_seein
     dgd, make_actuator
 ):
     """Our decision 1 scales decode 1 → 4 (3 pods stay Pending). Decision 2, one load tick
-    later, was made from an inventory read before the patch landed (1/1): its "2" is a
-    scale-up stacked on ours, not a retraction (spec §17 item 10). Decision 3, made a
-    throughput interval later from an inventory showing the stuck scale-up, gives 2 back."""
+    later, was made from an inventory read before the patch landed (1 asked for): its "2" is
+    a scale-up stacked on ours, not a retraction (spec §17 item 10). Decision 3, made from an
+    inventory showing the stuck scale-up (4 asked for), gives 2 back."""
     fixture = tight_dgd(dgd)
     actuator = make_actuator(name="tight")
     assert actuator.apply(decision(1, decode=4, time=100.0)).outcome == "applied"
     fixture.operator.converge()
-    stacked = actuator.apply(decision(2, decode=2, time=105.0))
+    stacked = actuator.apply(decision(2, decode=2, expected=(None, 1)))
     assert stacked.outcome == "skipped_not_ready"
-    assert "decided 5 s after decision 1" in stacked.reason
+    assert "seeing 1 decode replicas asked for, not the 4 in flight" in stacked.reason
     assert spec_replicas(fixture)["d"] == 4
     restarted = make_actuator(name="tight")  # the rule reads the DGD, not the actuator's memory
-    retraction = restarted.apply(decision(3, decode=2, time=160.0))
+    retraction = restarted.apply(decision(3, decode=2, expected=(None, 4)))
     assert retraction.outcome == "applied", retraction.reason
     assert spec_replicas(fixture)["d"] == 2
 
@@ -495,7 +496,7 @@ def test_a_decision_older_than_our_in_flight_patch_does_not_retract_it(dgd, make
     assert make_actuator(name="tight").apply(decision(5, decode=4, time=500.0)).ok
     fixture.operator.converge()
     other = make_actuator(name="tight")  # no memory of decision 5: only the DGD knows it
-    result = other.apply(decision(3, decode=2, time=300.0))
+    result = other.apply(decision(3, decode=2, expected=(None, 4)))
     assert result.outcome == "skipped_not_ready"
     assert "decision 3 is not newer than decision 5" in result.reason
     assert spec_replicas(fixture)["d"] == 4
@@ -506,7 +507,7 @@ def test_a_retraction_must_target_the_deployment_that_scaled_up(dgd, make_actuat
     assert make_actuator(name="tight").apply(decision(1, decode=4, time=100.0)).ok
     fixture.operator.converge()
     result = make_actuator(name="tight").apply(
-        decision(2, decode=2, time=1000.0, deployment="other")
+        decision(2, decode=2, deployment="other", expected=(None, 4))
     )
     assert result.outcome == "skipped_not_ready"
     assert "for deployment 'llama'" in result.reason
