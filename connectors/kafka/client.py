@@ -16,7 +16,7 @@ from time import monotonic
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
@@ -230,15 +230,19 @@ def ensure_topic(
     partitions: int = 1,
     replication_factor: int = 1,
     config: Mapping[str, Any] | None = None,
+    topic_config: Mapping[str, str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> bool:
-    """Create ``topic`` unless it exists; returns whether this call created it."""
+    """Create ``topic`` unless it exists; returns whether this call created it.
+
+    ``topic_config`` are the settings of a topic this call creates (``cleanup.policy``,
+    ``retention.ms``, ...); an existing topic is left as it is.
+    """
     admin = _admin(bootstrap, config)
     if topic in _topics(admin, bootstrap, timeout_s):
         return False
-    futures = admin.create_topics(
-        [NewTopic(topic, partitions, replication_factor)], request_timeout=timeout_s
-    )
+    new = NewTopic(topic, partitions, replication_factor, config=dict(topic_config or {}))
+    futures = admin.create_topics([new], request_timeout=timeout_s)
     try:
         futures[topic].result(timeout=timeout_s)
     except KafkaException as error:
@@ -251,8 +255,33 @@ def ensure_topic(
         raise KafkaConnectorError(
             f"cannot create Kafka topic {topic!r} on {bootstrap} within {timeout_s:g} s"
         ) from error
-    log.info("created Kafka topic %s on %s (%d partitions)", topic, bootstrap, partitions)
+    settings = "".join(f", {name}={value}" for name, value in (topic_config or {}).items())
+    log.info(
+        "created Kafka topic %s on %s (%d partitions%s)", topic, bootstrap, partitions, settings
+    )
     return True
+
+
+def topic_settings(
+    bootstrap: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, str]:
+    """The settings of an existing topic as the broker describes them (``cleanup.policy``,
+    ``retention.ms``, ...: those it reports); a :class:`KafkaConnectorError` if it cannot."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = _admin(bootstrap, config)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
+            timeout=timeout_s
+        )
+    except (KafkaException, TimeoutError) as error:
+        raise KafkaConnectorError(
+            f"cannot read the settings of Kafka topic {topic!r} on {bootstrap}: {error}"
+        ) from error
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def message_position(message: Message) -> tuple[int, int]:

@@ -10,20 +10,57 @@ from typing import Any
 
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from confluent_kafka import KafkaError, Message, Producer
+from pydantic import ValidationError
 
 from connectors.kafka.client import (
+    KafkaConnectorError,
     TopicNotFoundError,
     ensure_topic,
     flush,
     produce,
     producer_config,
+    topic_settings,
 )
 from connectors.kafka.decisions import read_decision_messages
 from connectors.pipeline_metrics import DECISION_DELIVERY_WAITS
-from schemas import DeliveredDecision, ScalingDecision
+from schemas import DeliveredDecision, ScalingDecision, describe_validation_error
 
 NO_DELIVERY_LIMIT = {"message.timeout.ms": 0}
 """librdkafka retries a message for ``message.timeout.ms`` (0 = for ever) before failing it."""
+
+
+DECISIONS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+"""Settings of a decisions topic the sink creates: compacted by key (the deployment), so the
+newest decision of every deployment is kept however long ago it was made — a restarted planner
+numbers its decisions on from it (time-based retention, the broker default, empties the topic
+of a deployment quiet for longer than the retention, and ids would start again at 1)."""
+
+
+def retention_warning(topic: str, settings: Mapping[str, str]) -> str | None:
+    """Why a decisions topic with these settings may lose a deployment's newest decision, if
+    it may (settings the broker did not report are taken at Kafka's defaults: ``delete`` after
+    7 days).
+
+    >>> retention_warning("decisions", {"cleanup.policy": "compact"}) is None
+    True
+    >>> retention_warning("decisions", {"cleanup.policy": "delete", "retention.ms": "-1"}) is None
+    True
+    >>> retention_warning("decisions", {}).split(":")[0]
+    'Kafka topic decisions deletes decisions after 604800000 ms (cleanup.policy=delete)'
+    """
+    policy = settings.get("cleanup.policy", "delete")
+    if "delete" not in policy.replace(" ", "").split(","):
+        return None
+    retention_ms = settings.get("retention.ms", "604800000")
+    retention_bytes = settings.get("retention.bytes", "-1")
+    if retention_ms == "-1" and retention_bytes == "-1":
+        return None
+    limit = f"{retention_ms} ms" if retention_ms != "-1" else f"{retention_bytes} bytes"
+    return (
+        f"Kafka topic {topic} deletes decisions after {limit} (cleanup.policy={policy}): a "
+        "deployment without a decision for that long loses its newest one, and a restarted "
+        "planner numbers its decisions from 1 again; make the topic cleanup.policy=compact"
+    )
 
 
 WAIT_SLICE_S = 0.25
@@ -166,7 +203,10 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
     waits at most ``timeout_s`` (not at all after a stop), then logs an error naming how many
     decisions were not delivered and drops them; it never raises. :meth:`delivered` reads
     back, per deployment, the newest decision the topic holds, so a restarted planner resumes
-    after it.
+    after it. A topic the sink creates gets ``topic_config`` (by default
+    :data:`DECISIONS_TOPIC_CONFIG`: compacted, so that newest decision is never deleted); one
+    that exists already is left as it is, with a warning from :meth:`delivered` if its
+    retention may delete it.
 
     >>> sink = KafkaDecisionSink("127.0.0.1:9092", "decisions", partitions=3)
     >>> sink.topic, sink.partitions
@@ -181,6 +221,7 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, Any] | None = None,
+        topic_config: Mapping[str, str] = DECISIONS_TOPIC_CONFIG,
         timeout_s: float = 30.0,
         warn_every_s: float | None = None,
     ) -> None:
@@ -193,13 +234,17 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.config = dict(config or {})
+        self.topic_config = dict(topic_config)
         self.timeout_s = timeout_s
         self.warn_every_s = timeout_s if warn_every_s is None else warn_every_s
 
     def delivered(self) -> list[DeliveredDecision]:
         """The newest decision of each deployment in the topic (none if it does not exist).
 
-        Messages that are not decisions are passed over (counted in a warning).
+        Messages that are not decisions of ours — not a ScalingDecision, or one no planner
+        could have sent (no deployment, a negative or infinite time) — are passed over
+        (counted in a warning naming the first). A topic whose retention may delete a
+        deployment's newest decision is named in a warning (see :func:`retention_warning`).
         """
         try:
             messages = read_decision_messages(
@@ -208,15 +253,38 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
         except TopicNotFoundError:
             return []
         held = []
-        foreign = 0
+        foreign: list[str] = []
         for message in messages:
             if message.decision is None:
-                foreign += 1
-            else:
+                foreign.append(f"{message.partition}/{message.offset}: {message.error}")
+                continue
+            try:
                 held.append(DeliveredDecision.of(message.decision))
+            except ValidationError as error:
+                reason = describe_validation_error(error)
+                foreign.append(f"{message.partition}/{message.offset}: {reason}")
         if foreign:
-            log.warning("%d messages of Kafka topic %s are not decisions", foreign, self.topic)
+            log.warning(
+                "%d messages of Kafka topic %s are not decisions of a planner, passed over "
+                "(the first at partition/offset %s)",
+                len(foreign),
+                self.topic,
+                foreign[0],
+            )
+        self._check_retention()
         return list(DeliveredDecision.newest(held).values())
+
+    def _check_retention(self) -> None:
+        try:
+            settings = topic_settings(
+                self.bootstrap, self.topic, config=self.config, timeout_s=self.timeout_s
+            )
+        except KafkaConnectorError as error:  # a broker that does not say: nothing to warn of
+            log.info("%s", error)
+            return
+        warning = retention_warning(self.topic, settings)
+        if warning is not None:
+            log.warning("%s", warning)
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _DecisionSinkPartition:
         ensure_topic(
@@ -225,6 +293,7 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
             partitions=self.partitions,
             replication_factor=self.replication_factor,
             config=self.config,
+            topic_config=self.topic_config,
             timeout_s=self.timeout_s,
         )
         producer = Producer(producer_config(self.bootstrap, {**NO_DELIVERY_LIMIT, **self.config}))

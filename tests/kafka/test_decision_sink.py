@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
+from pathlib import Path
 
 import bytewax.operators as op
 import pytest
@@ -17,10 +19,16 @@ from connectors.kafka import (
     read_decision_messages,
     read_decisions,
 )
+from connectors.kafka.client import ensure_topic, topic_settings
 from tests.flow.cluster import run_flow
+from tests.flow.runner import flowplanner
 from tests.kafka.samples import make_decision, topic_partitions, write_in_background, write_raw
 from tests.services.kafka import tansu_broker, tansu_process
 from tests.services.process import free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = str(REPO / "examples/decode.yaml")
+RECORDING = str(REPO / "examples/decode_burst.jsonl")
 
 
 def test_flow_writes_decisions_that_read_back_in_order(
@@ -203,3 +211,70 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
     with pytest.raises(KafkaConnectorError, match=rf"cannot reach Kafka at {bootstrap}"):
         list(read_decisions(bootstrap, "decisions", timeout_s=1.0))
+
+
+FOREIGN_DECISIONS = [  # ScalingDecisions by their schema, but no planner's: no deployment, ...
+    b'{"deployment":"","decision_id":1,"time":0,"source":"load","reason":"manual"}',
+    b'{"deployment":"llama","decision_id":9,"time":-1,"source":"load","reason":"x"}',
+    b'{"deployment":"llama","decision_id":9,"time":1e309,"source":"load","reason":"x"}',
+    b"{not json",
+]
+
+
+def test_delivered_passes_over_messages_that_are_no_planners_decisions(
+    kafka_bootstrap: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # they parsed as a ScalingDecision, then failed as a DeliveredDecision: delivered() raised,
+    # and `flowplanner run` exited 1 at every restart while the topic held one
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic, timeout_s=5)
+    sink.build("out", 0, 1).write_batch([make_decision("llama", 3, time=30.0, num_decode=2)])
+    write_raw(kafka_bootstrap, kafka_topic, FOREIGN_DECISIONS)
+    with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink"):
+        held = sink.delivered()
+    assert [(m.deployment, m.decision_id, m.time) for m in held] == [("llama", 3, 30.0)]
+    (warning,) = [r.getMessage() for r in caplog.records if "not decisions" in r.getMessage()]
+    assert warning.startswith(f"4 messages of Kafka topic {kafka_topic} are not decisions")
+    assert "partition/offset 0/1: deployment: String should have at least 1 character" in warning
+
+
+def test_a_restart_behind_a_foreign_decision_resumes(kafka_bootstrap: str, kafka_topic: str):
+    KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1).write_batch(
+        [make_decision("llama", 3, time=30.0, num_decode=2)]
+    )
+    write_raw(kafka_bootstrap, kafka_topic, FOREIGN_DECISIONS[:1])
+    output = f"kafka://{kafka_bootstrap}/{kafka_topic}"
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--output", output)
+    assert done.returncode == 0, done.stderr
+    assert "llama's outputs already hold its decisions up to #3" in done.stderr
+    assert f"1 messages of Kafka topic {kafka_topic} are not decisions" in done.stderr
+
+
+def test_the_sink_creates_its_topic_compacted(kafka_bootstrap: str, kafka_topic: str) -> None:
+    # with the broker's default retention (7 days, delete) a deployment without a decision for
+    # longer lost its newest one, and a restarted planner numbered its decisions from 1 again;
+    # compacted by key (= deployment), its newest decision is kept. (Tansu keeps the setting
+    # and reports it; it does not compact or expire anything, so that part is not tested.)
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic)
+    sink.build("out", 0, 1)
+    assert topic_settings(kafka_bootstrap, kafka_topic)["cleanup.policy"] == "compact"
+
+
+def test_a_decisions_topic_that_may_expire_decisions_is_named_in_a_warning(
+    kafka_bootstrap: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    week = {"cleanup.policy": "delete", "retention.ms": "604800000"}
+    ensure_topic(kafka_bootstrap, kafka_topic, topic_config=week)  # made by someone else
+    sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic)
+    sink.build("out", 0, 1).write_batch([make_decision("llama", 1)])  # left as it is
+    assert topic_settings(kafka_bootstrap, kafka_topic)["cleanup.policy"] == "delete"
+    with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink"):
+        assert [m.decision_id for m in sink.delivered()] == [1]
+    (warning,) = [r.getMessage() for r in caplog.records if "cleanup.policy" in r.getMessage()]
+    assert warning.startswith(f"Kafka topic {kafka_topic} deletes decisions after 604800000 ms")
+
+    compacted = f"{kafka_topic}-compacted"
+    KafkaDecisionSink(kafka_bootstrap, compacted).build("out", 0, 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink"):
+        assert KafkaDecisionSink(kafka_bootstrap, compacted).delivered() == []
+    assert not [r for r in caplog.records if "cleanup.policy" in r.getMessage()]
