@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from confluent_kafka import Producer
 
 from connectors.kafka import ensure_topic, read_decisions
+from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.zmq_publisher import FpmPublisher
 from flows.cli import positive_float
 from flows.commands.replay import add_scenario_args, scenario_from_args
@@ -57,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         "decode": FpmPublisher(args.decode_publish),
     }
     bootstrap, events_topic = args.kafka, args.events_topic
-    for topic in (events_topic, args.decisions_topic):
-        ensure_topic(bootstrap, topic)
+    ensure_topic(bootstrap, events_topic)
+    ensure_topic(bootstrap, args.decisions_topic, topic_config=DECISIONS_TOPIC_CONFIG)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     inbox: queue.Queue[ScalingDecision] = queue.Queue()
     # The reading position is fixed here, before the start line a planner may be waiting for:
