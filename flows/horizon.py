@@ -19,11 +19,25 @@ deployment for as long as the run lasts, and in front of the windows:
   traffic observation may be minutes from its second);
 * a state snapshot (inventory, capabilities, acknowledgement) describes the present: it is
   placed at the watermark if it is older. Live, its own time is another host's clock: it never
-  moves event time (one ahead is placed at the newest event), and one that comes before the
-  deployment's first measurement waits for it and is placed at its time (an untimed snapshot —
-  time 0 — would otherwise open a window at the Unix epoch).
+  moves event time (one ahead is placed at the newest event), and the ones that come before
+  the deployment's first measurement wait for it and are placed at its time (an untimed
+  snapshot — time 0 — would otherwise open a window at the Unix epoch); while they wait they
+  collapse to one of each kind (the newest inventory and acknowledgement, the capabilities
+  merged), so a deployment polled for hours before its first measurement holds three at most.
+  In a replay a snapshot's time is data, so one stray timestamp there must not move event time
+  either: a snapshot more than :data:`MAX_JUMP_S` past the newest measurement is held like a
+  measurement, used if the next measurement confirms it and a dead letter (``stray``) if not;
+  and a snapshot never overtakes a held measurement (nor the first one): it waits behind it,
+  then is used, or is a ``stray`` dead letter if it lies more than :data:`MAX_JUMP_S` past the
+  measurements that came after all;
+* a forward-pass batch (``fpm_batch``) whose rows span several tick windows is split into one
+  batch per window, each at the time of its last row (the piece in the batch's own window keeps
+  the batch's time; if none of its rows are in that window, a clock event carries the batch's
+  time on): each piece is then used, held or late on its own, like single forward passes, and
+  its rows are folded into their own window — not into the window of the batch's time.
 
-At the end of a bounded input a held measurement is used (nothing follows to contradict it).
+At the end of a bounded input a held measurement is used (nothing follows to contradict it),
+and so are the snapshots waiting behind it.
 
 >>> from bytewax.testing import TestingSink, TestingSource, run_main
 >>> import bytewax.operators as op
@@ -57,7 +71,17 @@ import bytewax.operators as op
 from bytewax.operators import StatefulLogic
 
 from flows.clock import EPOCH, ClockState, PlannerClock
-from schemas import AckEvent, CapabilitiesEvent, DeadLetter, Event, InventoryEvent
+from operators.window import merge_capabilities
+from schemas import (
+    AckEvent,
+    CapabilitiesEvent,
+    ClockEvent,
+    DeadLetter,
+    Event,
+    FpmBatchEvent,
+    FpmRow,
+    InventoryEvent,
+)
 
 MAX_AHEAD_OF_HOST_S = 300.0
 """*ours*: live, an event stamped more than 5 minutes past the host clock is refused (clocks of
@@ -76,7 +100,7 @@ def untimed() -> float:
 
 def event_time(event: Event) -> datetime:
     """Event time as an aware UTC datetime (what bytewax's clocks need)."""
-    return EPOCH + timedelta(seconds=event.time)
+    return event_time_of(event.time)
 
 
 def is_state_snapshot(event: Event) -> bool:
@@ -105,13 +129,15 @@ def _refused(event: Event, kind: str, how_far: str) -> DeadLetter:
 
 @dataclass
 class HorizonState:
-    """One deployment's clock state, its newest used measurement, the measurement held for
-    confirmation, and the snapshots waiting for the first measurement (live)."""
+    """One deployment's clock state, its newest used measurement, the event held for
+    confirmation, and the snapshots waiting: live, for the first measurement; in a replay,
+    behind the held event (the first ``ahead_of_held`` of them came before it)."""
 
     clock: ClockState | None = None
     newest: float | None = None
     held: Event | None = None
     waiting: list[Event] = field(default_factory=list)
+    ahead_of_held: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,6 +149,9 @@ class EventHorizon:
 
     clock: PlannerClock
     live: bool
+    window_s: float | None = None
+    """The tick window's length: forward-pass batches that span several are split (``None``:
+    batches pass whole)."""
 
     def apply(
         self, step_id: str, keyed: op.KeyedStream[Event]
@@ -134,6 +163,7 @@ class EventHorizon:
 class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
     def __init__(self, horizon: EventHorizon, state: HorizonState) -> None:
         self.live = horizon.live
+        self.window = None if horizon.window_s is None else timedelta(seconds=horizon.window_s)
         self.clock = horizon.clock.build(state.clock)
         self.state = state
 
@@ -141,34 +171,87 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         if self.live and event.time > host.time() + MAX_AHEAD_OF_HOST_S:
             past = f"{MAX_AHEAD_OF_HOST_S:g} s past the host clock"
             return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
+        if isinstance(event, FpmBatchEvent) and self.window is not None:
+            pieces = split_by_window(event, self.window)
+            if len(pieces) > 1:
+                return [out for piece in pieces for out in self._one(piece)], StatefulLogic.RETAIN
+        return self._one(event), StatefulLogic.RETAIN
+
+    def _one(self, event: Event) -> list[Event | DeadLetter]:
+        if not self.live:
+            return self._replayed(event)
         if is_state_snapshot(event):
-            return self._snapshot(event), StatefulLogic.RETAIN
+            return self._snapshot(event)
         out: list[Event | DeadLetter] = []
         state = self.state
         if state.held is not None:
             held, state.held = state.held, None
-            if abs(event.time - held.time) <= MAX_JUMP_S:
-                out += self._use(held)  # confirmed: a real gap in the data
-            else:
-                out.append(_refused(held, "stray", f"{MAX_JUMP_S:g} s from the events around it"))
-        first = state.newest is None and not self.live  # live, the host clock bounds the first
-        if first or (state.newest is not None and event.time > state.newest + MAX_JUMP_S):
+            out += self._use(held) if _confirms(event, held) else [_stray(held)]
+        if state.newest is not None and event.time > state.newest + MAX_JUMP_S:
             state.held = event  # (far behind is merely late)
-            return out, StatefulLogic.RETAIN
-        return out + self._use(event), StatefulLogic.RETAIN
+            return out
+        return out + self._use(event)  # live, the host clock bounds the first one
 
     def on_eof(self) -> tuple[Iterable[Event | DeadLetter], bool]:
-        held, self.state.held = self.state.held, None
-        return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
+        state = self.state
+        held, state.held = state.held, None
+        waiting, state.waiting = state.waiting, []
+        if self.live:
+            return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
+        before = state.ahead_of_held if held is not None else len(waiting)
+        used = self._use(held) if held is not None else []
+        out = self._settle(waiting[:before], hold=False)
+        return out + used + self._settle(waiting[before:], hold=False), StatefulLogic.RETAIN
 
     def snapshot(self) -> HorizonState:
         self.state.clock = self.clock.snapshot()
         return self.state
 
+    def _replayed(self, event: Event) -> list[Event | DeadLetter]:
+        """A replay: every time is data, snapshots' included (the window step places late ones)."""
+        state = self.state
+        if is_state_snapshot(event):
+            if state.held is not None or state.newest is None:
+                state.waiting.append(event)  # behind the held event, or the first measurement
+                return []
+            if event.time > state.newest + MAX_JUMP_S:
+                state.held, state.ahead_of_held = event, 0  # nothing waits when nothing is held
+                return []
+            return [event]
+        waiting, state.waiting = state.waiting, []
+        before = state.ahead_of_held if state.held is not None else len(waiting)
+        used: list[Event | DeadLetter] = []
+        if state.held is not None:
+            held, state.held = state.held, None
+            used = self._use(held) if _confirms(event, held) else [_stray(held)]
+        hold = state.newest is None or event.time > state.newest + MAX_JUMP_S
+        now = [] if hold else self._use(event)  # far behind is merely late (the window step's)
+        out = self._settle(waiting[:before], hold) + used + self._settle(waiting[before:], hold)
+        if hold:
+            state.held, state.ahead_of_held = event, len(state.waiting)
+        return out + now
+
+    def _settle(self, snapshots: list[Event], hold: bool) -> list[Event | DeadLetter]:
+        """Replay: snapshots that waited for a held event, now that it is decided — used, still
+        waiting (behind the next held measurement) or stray."""
+        newest = self.state.newest
+        out: list[Event | DeadLetter] = []
+        for snapshot in snapshots:
+            if newest is not None and snapshot.time <= newest + MAX_JUMP_S:
+                out.append(snapshot)
+            elif hold:
+                self.state.waiting.append(snapshot)
+            elif newest is None:  # the input ended before any measurement: nothing to judge by
+                out.append(snapshot)
+            else:
+                out.append(_stray(snapshot))
+        return out
+
     def _use(self, event: Event) -> list[Event | DeadLetter]:
         state = self.state
         if not self.live:  # replays never drop a key's windows: the window step's clock will do
-            state.newest = event.time if state.newest is None else max(state.newest, event.time)
+            if not is_state_snapshot(event):
+                state.newest = event.time if state.newest is None else max(state.newest, event.time)
             return [event]
         self.clock.before_batch()
         timestamp, watermark = self.clock.on_item(event)
@@ -180,16 +263,89 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         return [*waiting, event]
 
     def _snapshot(self, event: Event) -> list[Event | DeadLetter]:
+        """Live: a snapshot never moves event time."""
         state = self.state
-        if not self.live:  # its time is data; the window step places it if late
-            return [event]
-        if state.newest is None:  # wait for the first measurement
-            if not isinstance(event, CapabilitiesEvent):  # capabilities merge: keep them all
-                state.waiting = [e for e in state.waiting if type(e) is not type(event)]
-            state.waiting.append(event)
+        if state.newest is None:  # wait for the first measurement, one of each kind
+            state.waiting = _collapsed(state.waiting, event)
             return []
         watermark = _seconds(self.clock.on_notify())
         return [_at(event, max(watermark, min(event.time, state.newest)))]
+
+
+def _confirms(event: Event, held: Event) -> bool:
+    return abs(event.time - held.time) <= MAX_JUMP_S
+
+
+def _stray(event: Event) -> DeadLetter:
+    return _refused(event, "stray", f"{MAX_JUMP_S:g} s from the events around it")
+
+
+def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
+    """``waiting`` with ``snapshot`` added last, in place of the one of its kind: the newest
+    inventory and acknowledgement count, capabilities merge field by field.
+
+    >>> from schemas import EngineCapabilities as Engine, WorkerCapabilities as Workers
+    >>> def caps(t, **fields):
+    ...     return CapabilitiesEvent(deployment="d", time=t,
+    ...                              payload=Workers(decode=Engine(**fields)))
+    >>> waiting = _collapsed(_collapsed([], caps(1, num_gpu=2)), caps(2, gpu_power_limit_w=700))
+    >>> [(e.time, e.payload.decode.num_gpu, e.payload.decode.gpu_power_limit_w) for e in waiting]
+    [(2.0, 2, 700)]
+    """
+    kept: list[Event] = []
+    for earlier in waiting:
+        if type(earlier) is not type(snapshot):
+            kept.append(earlier)
+        elif isinstance(earlier, CapabilitiesEvent) and isinstance(snapshot, CapabilitiesEvent):
+            merged = merge_capabilities(earlier.payload, snapshot.payload)
+            snapshot = snapshot.model_copy(update={"payload": merged})
+    return [*kept, snapshot]
+
+
+def split_by_window(batch: FpmBatchEvent, window: timedelta) -> list[Event]:
+    """``batch`` as one batch per tick window its rows lie in, each at the time of its last row
+    (the one in the batch's own window at the batch's time; a clock event carries the batch's
+    time on if none is). A batch within one window comes back as it is.
+
+    >>> row = (0.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> def at(*times):
+    ...     return [(t,) + row[1:] for t in times]
+    >>> from schemas import FpmBatch
+    >>> batch = FpmBatchEvent(deployment="d", time=11.0,
+    ...                       payload=FpmBatch(role="decode", rows=at(1.0, 4.0, 6.0, 9.0)))
+    >>> [(e.type, e.time, [r[0] for r in e.payload.rows] if e.type == "fpm_batch" else None)
+    ...  for e in split_by_window(batch, timedelta(seconds=5))]
+    [('fpm_batch', 4.0, [1.0, 4.0]), ('fpm_batch', 9.0, [6.0, 9.0]), ('clock', 11.0, None)]
+    """
+    rows = batch.payload.rows
+    own = _window_of(batch.time, window)
+    if not rows or _window_of(rows[0][0], window) == own:
+        return [batch]
+    groups: dict[int, list[FpmRow]] = {}
+    for row in rows:
+        groups.setdefault(_window_of(row[0], window), []).append(row)
+    pieces: list[Event] = [
+        batch.model_copy(
+            update={
+                "time": batch.time if index == own else group[-1][0],
+                "payload": batch.payload.model_copy(update={"rows": group}),
+            }
+        )
+        for index, group in groups.items()
+    ]
+    if own not in groups:
+        pieces.append(ClockEvent(deployment=batch.deployment, time=batch.time))
+    return pieces
+
+
+def _window_of(seconds: float, window: timedelta) -> int:
+    """The index of the tick window holding ``seconds`` (as bytewax's tumbling windower)."""
+    return (event_time_of(seconds) - EPOCH) // window
+
+
+def event_time_of(seconds: float) -> datetime:
+    """``seconds`` of event time as the aware UTC datetime bytewax's clocks use."""
+    return EPOCH + timedelta(seconds=seconds)
 
 
 def _at(event: Event, seconds: float) -> Event:

@@ -238,7 +238,7 @@ def build_flow(
         is_state=is_state_snapshot,
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
     )
-    horizon = EventHorizon(clock, live).apply("event_horizon", keyed)
+    horizon = EventHorizon(clock, live, window_s).apply("event_horizon", keyed)
     on_time = op.branch("on_time", horizon, _is_keyed_event)
     windows = fold_window(
         "tick_window",

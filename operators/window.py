@@ -89,7 +89,11 @@ class TickWindow:
 
 
 def fold_event(window: TickWindow, event: Event) -> TickWindow:
-    """Add one event to the window (events arrive in event-time order)."""
+    """Add one event to the window (events arrive in event-time order).
+
+    A forward-pass batch's rows all go into this window: the flow splits a batch whose rows
+    span several windows into one per window before (``flows.horizon.split_by_window``).
+    """
     window.events += 1
     if isinstance(event, FpmEvent):
         engine = event.payload

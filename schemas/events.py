@@ -360,7 +360,10 @@ class FpmBatch(BaseModel):
 
     High-rate producers (the simulator, batched receivers) send these instead of one event per
     iteration; every row is a complete ForwardPassMetrics (see :meth:`fpm`). Rows are in event
-    time order and lie within one planner tick window.
+    time order, and there is at least one (an empty batch is refused: it is no forward pass,
+    and its time would move event time on nothing's evidence). Rows may span several planner
+    tick windows: the planner splits such a batch into one per window (``flows.horizon``), and
+    rows behind its watermark are late, as single forward passes would be.
 
     >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
     >>> batch = FpmBatch(role="decode", worker_id="w1", rows=[row])
@@ -377,6 +380,8 @@ class FpmBatch(BaseModel):
 
     @model_validator(mode="after")
     def _rows_are_valid(self) -> FpmBatch:
+        if not self.rows:
+            raise ValueError("no rows: a batch of forward passes needs at least one")
         last = -math.inf
         for i, row in enumerate(self.rows):
             problem = row_problem(row)

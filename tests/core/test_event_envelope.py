@@ -13,7 +13,7 @@ from schemas import DeadLetter, PlannerConfig, RawEvent, parse_event
 
 PAYLOADS = {
     "fpm": {"role": "decode", "fpm": {"worker_id": "w0", "wall_time": 0.02}},
-    "fpm_batch": {"role": "decode", "rows": []},
+    "fpm_batch": {"role": "decode", "rows": [[0.0, 1, 0.02] + [0] * 13]},  # at least one row
     "inventory": {"ready_num_decode": 2},
     "capabilities": {"decode": {"max_kv_tokens": 1000}},
     "traffic": {"duration_s": 30, "num_req": 60, "isl": 3000, "osl": 150},
