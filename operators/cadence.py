@@ -3,7 +3,9 @@
 Two cadences: load ticks every ``load_adjustment_interval_seconds`` (they always run, even when
 only throughput scaling is on, so FPMs keep training the perf models) and throughput ticks every
 ``throughput_adjustment_interval_seconds`` (only when throughput scaling is on). Cadences due
-within :data:`operators.tick.MERGE_TOLERANCE_S` of the earliest merge into one tick. Ours
+within :data:`operators.tick.MERGE_TOLERANCE_S` of the earliest merge into one tick, and the
+merged one is rescheduled from that tick — as in the reference, so intervals less than 0.5 s
+apart keep merging (load 1 s and throughput 1.5 s both run every second). Ours
 (``load_rate_window_seconds``): SLA load ticks also ask for the traffic of that recent window.
 """
 
