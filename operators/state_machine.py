@@ -363,13 +363,13 @@ class PlannerStateMachine:
         if self.inventory.scaling_in_progress(role):
             self._set_load_reason(diag, "scaling_in_progress")
             return None
-        if not fpms:
+        if not fpms and not self._floors_empty_role(role):
             self._set_load_reason(diag, "no_fpm_data")
             return None
-        if n is None or not fpm_covers_workers(fpms, n):
+        if n is None or not fpm_covers_workers(fpms or {}, n):
             self._set_load_reason(diag, "worker_count_mismatch")
             return None
-        proposal = self._propose(role, fpms, n, diag)
+        proposal = self._propose(role, fpms, n, diag) if fpms else LoadProposal(None, "no_fpm_data")
         if (
             proposal.desired is None
             and self.config.mode != "agg"  # agg holds at N and floors it (§4.7), as we do
@@ -407,7 +407,7 @@ class PlannerStateMachine:
         if held:
             return self._load_disagg_one_role(obs, held.pop(), diag)
         p_fpms, d_fpms = obs.prefill, obs.decode
-        if not p_fpms and not d_fpms:
+        if not (p_fpms or d_fpms or any(self._floors_empty_role(r) for r in both)):
             self._set_load_reason(diag, "no_fpm_data")
             return None
         n_p, n_d = inv.ready("prefill"), inv.ready("decode")
@@ -457,12 +457,13 @@ class PlannerStateMachine:
         n = self.inventory.ready(moving)
         held_target = self.inventory.current_target(held)
         reason: LoadReason
-        if not fpms:
+        if not fpms and not self._floors_empty_role(moving):
             reason = "no_fpm_data"
-        elif n is None or held_target is None or not fpm_covers_workers(fpms, n):
+        elif n is None or held_target is None or not fpm_covers_workers(fpms or {}, n):
             reason = "worker_count_mismatch"
         else:
-            proposal = self._propose(moving, fpms, n, diag)
+            missing = LoadProposal(None, "no_fpm_data")
+            proposal = self._propose(moving, fpms, n, diag) if fpms else missing
             post_floor = self._apply_floor(
                 moving, n if proposal.desired is None else proposal.desired
             )
@@ -493,6 +494,17 @@ class PlannerStateMachine:
         self._set_role_load_reason(diag, moving, reason)
         diag.load_decision_reason = "scaling_in_progress"
         return None
+
+    def _floors_empty_role(self, role: Role) -> bool:
+        """Ours (``load_hold_applies_floors``): a role with no replicas ready or starting has
+        no forward passes to show, and that is no reason to leave it there: its load tick holds
+        it at zero and the floors (min endpoints, throughput lower bound) lift it. The reference
+        makes no decision without forward passes, so a role scaled to zero never comes back."""
+        return (
+            self.config.load_hold_applies_floors
+            and self.inventory.ready(role) == 0
+            and self.inventory.current_target(role) == 0
+        )
 
     def _apply_floor(self, role: Role, desired: int) -> int:
         if self.config.enable_throughput_scaling:

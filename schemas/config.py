@@ -340,8 +340,10 @@ class PlannerConfig(BaseModel):
     """*ours*: in prefill-only and decode-only modes, a load tick whose rule keeps the count
     (no change, insufficient data, a refused scale-down) still lifts the role to its
     throughput lower bound and minimum endpoint, as the reference does in disagg and agg mode.
-    Reference: ``False`` (spec §4.7: there such a tick makes no decision, so the throughput
-    floor acts only on ticks where the load rule proposes a count)."""
+    In every mode, a role with no replicas ready or starting (so no forward passes) is held
+    at zero and lifted to its floors too. Reference: ``False`` (spec §4.7: there such a tick
+    makes no decision, so the throughput floor acts only on ticks where the load rule proposes
+    a count, and a role at zero replicas — no forward passes — stays there)."""
 
     # --- budget / endpoints (§9.5) ---
     max_gpu_budget: int = 8
