@@ -102,8 +102,14 @@ def fleet_spec(
     decode_replicas: int = 1,
     **options: Any,
 ) -> FleetSpec:
-    """A fleet matching a planner config (mode, SLA targets, GPUs per replica); ``options``
-    are further :class:`sim.fleet.FleetSpec` fields (validated by it)."""
+    """A fleet matching a planner config (mode, SLA targets, GPUs per replica of each role:
+    ``prefill_engine_num_gpu`` / ``decode_engine_num_gpu``, 1 if unset); ``options`` are
+    further :class:`sim.fleet.FleetSpec` fields (validated by it).
+
+    >>> spec = fleet_spec(PlannerConfig(prefill_engine_num_gpu=4, decode_engine_num_gpu=1))
+    >>> spec.gpus("prefill"), spec.gpus("decode")
+    (4, 1)
+    """
     if config.mode not in ("disagg", "agg"):
         raise ValueError(f"the simulator runs disagg or agg fleets, not mode {config.mode!r}")
     return FleetSpec(
@@ -114,6 +120,9 @@ def fleet_spec(
         ttft_ms=config.ttft_ms,
         itl_ms=config.itl_ms,
         gpus_per_replica=config.decode_engine_num_gpu or 1,
+        prefill_gpus_per_replica=(
+            config.prefill_engine_num_gpu or 1 if config.mode == "disagg" else None
+        ),
         **options,
     )
 

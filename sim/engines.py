@@ -61,7 +61,8 @@ class SimRequest:
 
     ``need`` is the number of tokens whose KV must be computed before the request can decode
     (its prompt, plus generated tokens after a preemption); ``done`` how many of them are;
-    ``gen`` the tokens generated so far.
+    ``gen`` the tokens generated so far; ``rejected`` is set when the fleet refused it at
+    arrival (it never reaches an engine).
 
     >>> r = SimRequest(0, 1.5, 3000, 150)
     >>> (r.need, r.done, r.gen, r.first_token, r.finish)
@@ -83,6 +84,7 @@ class SimRequest:
         "isl",
         "need",
         "osl",
+        "rejected",
         "started",
     )
 
@@ -108,6 +110,7 @@ class SimRequest:
         self.base = 0
         self.epoch = 0
         self.started = False
+        self.rejected = False
         self.first_token: float | None = None
         self.finish: float | None = None
 

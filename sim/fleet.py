@@ -73,7 +73,9 @@ class FleetSpec(BaseModel):
     """What is simulated: engine profile and limits, fleet shape, dynamics and SLA targets.
 
     ``decode_replicas`` is the engine count of an aggregated fleet (``mode="agg"``);
-    ``max_kv_tokens`` defaults to the profile's.
+    ``max_kv_tokens`` defaults to the profile's. ``gpus_per_replica`` is a decode (or
+    aggregated) replica's GPU count, ``prefill_gpus_per_replica`` a prefill replica's (default:
+    the same); they weigh GPU-hours and are the ``num_gpu`` of the published capabilities.
 
     >>> from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
     >>> prof = PerformanceProfile(
@@ -85,6 +87,9 @@ class FleetSpec(BaseModel):
     >>> spec = FleetSpec(profile=prof, prefill_replicas=1, decode_replicas=2)
     >>> spec.kv_capacity, spec.startup_delay_s
     (1000000, 60.0)
+    >>> spec = FleetSpec(profile=prof, gpus_per_replica=1, prefill_gpus_per_replica=4)
+    >>> spec.gpus("prefill"), spec.gpus("decode")
+    (4, 1)
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -102,6 +107,7 @@ class FleetSpec(BaseModel):
     context_length: int = Field(131072, ge=1)
     kv_block_size: int = Field(16, ge=1)
     gpus_per_replica: int = Field(1, ge=1)
+    prefill_gpus_per_replica: int | None = Field(None, ge=1)
     ttft_ms: float = Field(500.0, gt=0, allow_inf_nan=False)
     itl_ms: float = Field(50.0, gt=0, allow_inf_nan=False)
     heartbeat_s: float = Field(1.0, gt=0, allow_inf_nan=False)
@@ -115,6 +121,12 @@ class FleetSpec(BaseModel):
         if self.profile.decode is None:
             raise ValueError("profile has no decode sweep: set max_kv_tokens")
         return self.profile.decode.max_kv_tokens
+
+    def gpus(self, role: str) -> int:
+        """GPUs of one replica of ``role`` (prefill, decode or agg)."""
+        if role == "prefill" and self.prefill_gpus_per_replica is not None:
+            return self.prefill_gpus_per_replica
+        return self.gpus_per_replica
 
     @property
     def roles(self) -> tuple[EngineRole, ...]:
@@ -216,17 +228,20 @@ class FleetSim:
     def capabilities(self) -> WorkerCapabilities:
         """Engine capabilities per role (aggregated fleets fill ``decode`` only)."""
         spec = self.spec
-        caps = EngineCapabilities(
-            num_gpu=spec.gpus_per_replica,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-            max_num_seqs=spec.max_num_seqs,
-            context_length=spec.context_length,
-            max_kv_tokens=spec.kv_capacity,
-            kv_cache_block_size=spec.kv_block_size,
-        )
+
+        def caps(role: str) -> EngineCapabilities:
+            return EngineCapabilities(
+                num_gpu=spec.gpus(role),
+                max_num_batched_tokens=spec.max_num_batched_tokens,
+                max_num_seqs=spec.max_num_seqs,
+                context_length=spec.context_length,
+                max_kv_tokens=spec.kv_capacity,
+                kv_cache_block_size=spec.kv_block_size,
+            )
+
         if spec.mode == "disagg":
-            return WorkerCapabilities(prefill=caps, decode=caps)
-        return WorkerCapabilities(decode=caps)
+            return WorkerCapabilities(prefill=caps("prefill"), decode=caps("decode"))
+        return WorkerCapabilities(decode=caps("agg"))
 
     @property
     def done(self) -> bool:
@@ -374,13 +389,32 @@ class FleetSim:
         self._active[rep.role].append(rep.engine)
 
     def _on_ready(self, rep: Replica, t: float) -> None:
-        if rep.state != "starting":
-            return  # cancelled while starting
-        self._make_ready(rep, t)
+        """Make ``rep`` and every other replica due at ``t`` ready, then route what waited.
+
+        Replicas asked for together are ready at the same instant; all of them count before
+        the backlog is routed, so least-load routing spreads it over them (routing on the
+        first ready event alone would give one engine the whole backlog). Ready events sort
+        first at equal time, so they are all at the top of the heap, in start order.
+        """
+        due = [rep]
+        heap = self._heap
+        while heap and heap[0][0] == t and heap[0][1] == _READY:
+            due.append(heapq.heappop(heap)[3])  # type: ignore[arg-type]
+        roles = []
+        for replica in due:
+            if replica.state != "starting":
+                continue  # cancelled while starting
+            self._make_ready(replica, t)
+            if replica.role not in roles:
+                roles.append(replica.role)
+        if not roles:
+            return
         self._emit_inventory(t)
-        pending = self._pending[rep.role]
-        while pending:
-            self._route(rep.role, pending.popleft(), t)
+        for role in self.spec.roles:
+            if role in roles:
+                pending = self._pending[role]
+                while pending:
+                    self._route(role, pending.popleft(), t)
 
     def _set_target(self, role: str, target: int, t: float) -> None:
         if target < 0:
@@ -439,7 +473,7 @@ class FleetSim:
             for rep in reps:
                 end = rep.stop_s if rep.stop_s is not None else self.now_s
                 total += max(0.0, end - rep.start_s)
-            out[role] = total * self.spec.gpus_per_replica
+            out[role] = total * self.spec.gpus(role)
         return out
 
     # --- requests ------------------------------------------------------------------------------
@@ -456,6 +490,7 @@ class FleetSim:
         self.requests.append(req)
         if req.isl + req.osl > self._max_tokens:
             self.rejected += 1
+            req.rejected = True
             hit_rate = None
         else:
             role = "prefill" if self.spec.mode == "disagg" else "agg"

@@ -7,8 +7,13 @@ not finish by the end of the run, and requests rejected at arrival, are not good
 output tokens of SLA-good requests per second of run, and per GPU (divided by the mean number of
 GPUs in use). TTFT percentiles count a request that never got its first token at the time it
 had waited when the run ended (a lower bound: leaving it out would flatter a policy that starves
-requests). A *reversal* is a scaling action of a role in the opposite direction of the role's
-previous action, within 5 minutes of it.
+requests); requests rejected at arrival (prompt plus output beyond the context or KV) are left
+out of them — no engine ever queued them, so their "wait" would be the rest of the run, not a
+latency — and are reported as ``num_rejected``. ITL percentiles (and E2E) count finished
+requests only: a request still decoding at the end is left out of them, unlike TTFT (its mean
+ITL so far is not tracked; it already misses the SLA as unfinished). A *reversal* is a
+scaling action of a role in the opposite direction of the role's previous action, within 5
+minutes of it.
 """
 
 from __future__ import annotations
@@ -241,7 +246,8 @@ def score(
         if a.direction:
             by_role[a.role] = by_role.get(a.role, 0) + 1
     waited_ms = np.maximum(0.0, duration_s - arrival) * 1000.0
-    t_mean, t50, t90, t99 = _pcts(np.where(np.isnan(ttft), waited_ms, ttft))
+    queued = np.array([not r.rejected for r in requests], dtype=bool)
+    t_mean, t50, t90, t99 = _pcts(np.where(np.isnan(ttft), waited_ms, ttft)[queued])
     i_mean, i50, i90, i99 = _pcts(itl[~np.isnan(itl)])
     _, e50, e90, e99 = _pcts(e2e[finished])
     return RunResult(

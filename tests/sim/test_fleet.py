@@ -365,3 +365,33 @@ def test_advance_validates_time(h200: PerformanceProfile) -> None:
             [r[0] for r in e.payload.rows] for e in events if isinstance(e, FpmBatchEvent)
         )
     ) == [5.0, 6.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_a_backlog_is_spread_over_every_replica_ready_at_that_instant(
+    h200: PerformanceProfile, mode: str
+) -> None:
+    # scale from zero: 40 requests wait (agg: for an engine; disagg: the decode hand-off queue)
+    # until one decision's 4 replicas are ready together. The first ready event used to route
+    # the whole backlog before the other three counted as ready: {40, 0, 0, 0}.
+    reqs = [TraceRequest(arrival_s=0.1 * i, isl=2000, osl=200) for i in range(40)]
+    spec = FleetSpec(
+        profile=h200, mode=mode, prefill_replicas=1 if mode == "disagg" else 0, decode_replicas=0
+    )
+    sim = FleetSim(spec, reqs)
+    run(sim, decide=lambda t, _: decision(t, num_decode=4) if t == 5.0 else None)
+    assert sim.done
+    role = "agg" if mode == "agg" else "decode"
+    finished = [rep.engine.finished for rep in sim._replicas[role] if rep.engine]
+    assert finished == [10, 10, 10, 10]
+
+
+def test_gpu_hours_and_capabilities_count_each_roles_gpus(h200: PerformanceProfile) -> None:
+    from flows.scenario import fleet_spec
+    from schemas import CapabilitiesEvent, PlannerConfig
+
+    config = PlannerConfig(mode="disagg", prefill_engine_num_gpu=4, decode_engine_num_gpu=1)
+    sim = FleetSim(fleet_spec(config, h200), [TraceRequest(arrival_s=1.0, isl=500, osl=5)])
+    [caps] = [e for e in sim.advance(3600.0) if isinstance(e, CapabilitiesEvent)]
+    assert (caps.payload.prefill.num_gpu, caps.payload.decode.num_gpu) == (4, 1)
+    assert sim.result().gpu_hours_by_role == pytest.approx({"prefill": 4.0, "decode": 1.0})

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.trace import TraceRequest
 from sim.engines import SimRequest
+from sim.fleet import FleetSim, FleetSpec
 from sim.scoring import score
 
 
@@ -33,3 +35,16 @@ def test_a_starved_request_counts_in_the_ttft_percentiles_at_its_wait() -> None:
     assert result.ttft_ms_p50 == pytest.approx(100.0)
     # left out, the p99 would be 100 ms: the starved request waited 100 000 ms at least
     assert result.ttft_ms_p99 > 90_000.0
+
+
+def test_a_request_rejected_at_arrival_is_left_out_of_the_ttft_percentiles(h200) -> None:
+    # one over-context request at 0 and nine normal ones, over an hour: it used to count in
+    # the TTFT percentiles with a "wait" of 3600 s (mean 360 024 ms, p99 3 276 002 ms)
+    reqs = [TraceRequest(arrival_s=0.0, isl=200_000, osl=10)]
+    reqs += [TraceRequest(arrival_s=1.0 + i, isl=500, osl=20) for i in range(9)]
+    sim = FleetSim(FleetSpec(profile=h200, mode="agg"), reqs)
+    sim.advance(3600.0)
+    result = sim.result()
+    assert (result.num_rejected, result.num_finished, result.num_sla_good) == (1, 9, 9)
+    assert result.sla_attainment == pytest.approx(0.9)  # still not SLA-good
+    assert result.ttft_ms_p99 < 500.0 and result.ttft_ms_mean < 500.0
