@@ -27,12 +27,15 @@ Decision outputs (``--output``, repeatable):
                                                 created if missing)
   ``dgd://NAMESPACE/NAME?deployment=D``         patch the DynamoGraphDeployment's replicas, and
                                                 read its worker inventory back as an input
-                                                (options: ``backend``, ``host``, ``interval``)
+                                                (options: ``backend``, ``host``, ``interval``;
+                                                in a pod NAMESPACE may be left out, and NAME
+                                                too if ``DYN_PARENT_DGD_K8S_NAME`` is set)
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import cast, get_args
@@ -43,7 +46,8 @@ from bytewax.outputs import Sink
 
 from connectors.address import address_options
 from connectors.console import JsonlFileSink, LineSink
-from connectors.dgd_dataflow import DgdInventorySource, DgdSink
+from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
+from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.url import KafkaUrl
 from connectors.prometheus import (
@@ -299,6 +303,26 @@ def _prometheus(
     )
 
 
+def _check_dgd_target(address: str, target: str) -> None:
+    """``dgd://NAMESPACE/NAME``; the parts may be left out only where they can be found: the
+    name in ``$DYN_PARENT_DGD_K8S_NAME``, the namespace in a pod's service account (outside a
+    pod, ``dgd://ns`` would otherwise be a DGD named ``ns`` in namespace ``default``, found
+    missing only by the Kubernetes client, with an unrelated-looking error)."""
+    try:
+        namespace, name = parse_dgd_target(target)
+    except ValueError:
+        raise EndpointError(f"{address!r}: expected dgd://NAMESPACE/NAME") from None
+    if name is None and not os.environ.get(DGD_NAME_ENV):
+        raise EndpointError(
+            f"{address!r}: name the DGD (dgd://NAMESPACE/NAME) or set {DGD_NAME_ENV}"
+        )
+    if namespace is None and not SERVICE_ACCOUNT_NAMESPACE.is_file():
+        raise EndpointError(
+            f"{address!r}: give the namespace too (dgd://NAMESPACE/NAME); it may be left out "
+            "only in a pod, whose service account names it"
+        )
+
+
 def _dgd(
     address: str,
     netloc: str,
@@ -309,6 +333,7 @@ def _dgd(
 ) -> None:
     _only(query, {"deployment", "backend", "host", "interval"}, address)
     target = f"dgd://{netloc}{path}"
+    _check_dgd_target(address, target)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")

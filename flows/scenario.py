@@ -32,6 +32,9 @@ DEFAULT_CONFIG = REPO / "examples/planner.yaml"
 
 SYNTHETIC = ("poisson", "sine", "burst")
 """Synthetic workloads: steady Poisson, a sinusoid (one period per hour), bursts of 3× load."""
+MAX_REQUESTS = 5_000_000
+"""The most requests a scenario may hold (checked before any is built: beyond it a typo would
+run out of memory or never finish)."""
 
 
 def load_requests(
@@ -45,8 +48,17 @@ def load_requests(
     seed: int = 0,
 ) -> list[TraceRequest]:
     """A trace file (Mooncake, Azure, dynamo.request.trace.v1) or a synthetic workload,
-    compressed by ``speedup`` and superimposed ``load_scale`` times with seeded offsets."""
+    compressed by ``speedup`` and superimposed ``load_scale`` times with seeded offsets;
+    raises ``ValueError`` when that would be more than :data:`MAX_REQUESTS` requests.
+
+    >>> load_requests(synthetic="poisson", rate_rps=1e9, duration_s=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: about 1,000,000,000 requests, more than 5,000,000: lower the rate, duration or scale
+    """
     if synthetic is not None:
+        mean_rps = rate_rps * (4.0 / 3.0 if synthetic == "burst" else 1.0)
+        _check_size(mean_rps * duration_s * load_scale)
         if synthetic == "poisson":
             requests = poisson_load(rate_rps, duration_s, seed=seed)
         elif synthetic == "sine":
@@ -58,11 +70,20 @@ def load_requests(
             raise ValueError(f"unknown synthetic workload {synthetic!r} (one of {SYNTHETIC})")
     else:
         requests = read_trace(trace or DEFAULT_TRACE)
+        _check_size(len(requests) * load_scale)
     if speedup != 1.0:
         requests = speed_up(requests, speedup)
     if load_scale > 1:
         requests = scale_load(requests, load_scale, seed=seed)
     return requests
+
+
+def _check_size(expected: float) -> None:
+    if not expected <= MAX_REQUESTS:
+        raise ValueError(
+            f"about {expected:,.0f} requests, more than {MAX_REQUESTS:,}: "
+            "lower the rate, duration or scale"
+        )
 
 
 @dataclass

@@ -20,6 +20,15 @@ from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
 _OPTIONS = {"until": ("end",), "start": ("beginning", "end"), "format": ("events", "dynamo-trace")}
 
 
+def _has_port(broker: str) -> bool:
+    """``HOST:PORT`` with a host and a port number (IPv6 hosts in brackets)."""
+    try:
+        parts = urlsplit(f"//{broker}")
+        return bool(parts.hostname) and bool(parts.port)
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+
+
 @dataclass(frozen=True)
 class KafkaUrl:
     """A parsed ``kafka://`` address; builds the source or sink it names.
@@ -36,6 +45,10 @@ partitions=1, format='dynamo-trace', deployment='qwen')
     Traceback (most recent call last):
     ...
     ValueError: kafka://127.0.0.1:9092/: expected kafka://HOST:PORT/TOPIC
+    >>> KafkaUrl.parse("kafka://h:notaport/t")
+    Traceback (most recent call last):
+    ...
+    ValueError: kafka://h:notaport/t: broker 'h:notaport' needs HOST:PORT, a port 1-65535
     """
 
     bootstrap: str
@@ -53,6 +66,9 @@ partitions=1, format='dynamo-trace', deployment='qwen')
         topic = parts.path.lstrip("/")
         if parts.scheme != "kafka" or not parts.netloc or not topic or "/" in topic:
             raise ValueError(f"{url}: expected kafka://HOST:PORT/TOPIC")
+        for broker in parts.netloc.split(","):
+            if not _has_port(broker):
+                raise ValueError(f"{url}: broker {broker!r} needs HOST:PORT, a port 1-65535")
         options = {}
         for name, value in address_options(url, parts.query).items():
             if name == "partitions":

@@ -4,9 +4,10 @@ It runs the simulator in real time and speaks the production protocols: every fo
 published over ZMQ as an engine would (one publisher per role, frames ``[topic, seq, msgpack
 FPM]``), capabilities, worker inventory and request arrivals go to a Kafka events topic as
 event envelopes, and scaling decisions are read from a Kafka decisions topic and applied to the
-fleet (start-up delay, drain). Capabilities and inventory are re-published every
-``--status-interval`` seconds, as an operator's status would be re-read, so a planner that
-starts late (or drops a late event) still learns them. Event times are Unix seconds.
+fleet (start-up delay, drain); decisions of other deployments on that topic are passed over.
+Capabilities and inventory are re-published every ``--status-interval`` seconds, as an
+operator's status would be re-read, so a planner that starts late (or drops a late event) still
+learns them. Event times are Unix seconds.
 """
 
 from __future__ import annotations
@@ -74,14 +75,13 @@ def run(args: argparse.Namespace) -> int:
     )
     origin = time.time()
     next_status = origin
+    skipped: set[str] = set()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop flushes and reports
     try:
         while fleet.now_s < scenario.end_s:
             time.sleep(args.step)
-            while not inbox.empty():
-                decision = inbox.get()
-                fleet.apply(decision)
-                print(f"fleet: applied {decision_line(decision)}", file=sys.stderr, flush=True)
+            for line in apply_decisions(fleet, scenario.deployment, inbox, skipped):
+                print(f"fleet: {line}", file=sys.stderr, flush=True)
             for event in fleet.advance(min(time.time() - origin, scenario.end_s)):
                 _send(event, origin, publishers, producer, events_topic)
             if time.time() >= next_status:  # status, as an operator re-reads it: state, not news
@@ -94,6 +94,44 @@ def run(args: argparse.Namespace) -> int:
     producer.flush(10)
     print(fleet.result().table())
     return 0
+
+
+def apply_decisions(
+    fleet: FleetSim,
+    deployment: str,
+    inbox: queue.Queue[ScalingDecision],
+    skipped: set[str],
+) -> list[str]:
+    """Apply the queued decisions for ``deployment``; a decisions topic may be shared, so
+    another deployment's are passed over (said once per deployment, remembered in
+    ``skipped``). Returns what was done, one line each.
+
+    >>> from flows.scenario import Scenario, fleet_spec
+    >>> from schemas import PlannerConfig
+    >>> fleet = Scenario([], fleet_spec(PlannerConfig(mode="agg")), deployment="a").fleet()
+    >>> inbox = queue.Queue()
+    >>> for name in ("b", "a"):
+    ...     inbox.put(ScalingDecision(deployment=name, decision_id=1, time=0.0, num_decode=3,
+    ...                               source="load", reason="scale"))
+    >>> [line.split()[0] for line in apply_decisions(fleet, "a", inbox, set())]
+    ['skipped', 'applied']
+    >>> fleet.inventory().expected_num_decode
+    3
+    """
+    lines = []
+    while not inbox.empty():
+        decision = inbox.get()
+        if decision.deployment != deployment:
+            if decision.deployment not in skipped:
+                skipped.add(decision.deployment)
+                lines.append(
+                    f"skipped decisions of deployment {decision.deployment!r} "
+                    f"(this fleet is {deployment!r}): {decision_line(decision)}"
+                )
+            continue
+        fleet.apply(decision)
+        lines.append(f"applied {decision_line(decision)}")
+    return lines
 
 
 def _status(fleet: FleetSim, deployment: str) -> list[Event]:

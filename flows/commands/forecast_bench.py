@@ -17,6 +17,24 @@ from flows.cli import positive_float
 from operators.predictors.loss import UNDER_WEIGHT, ForecastScore
 
 SERIES_KINDS = ("num_req", "isl", "osl")
+UNDER_WEIGHT_RANGE = (1e-6, 1e6)
+"""Bounds of ``--under-weight``: beyond them the loss quantile w / (1 + w) rounds to 0 or 1."""
+
+
+def under_weight(text: str) -> float:
+    """Argument type of ``--under-weight``: a number within :data:`UNDER_WEIGHT_RANGE`.
+
+    >>> under_weight("1e16")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be <= 1e+06, got 1e16
+    """
+    value = positive_float(text)
+    low, high = UNDER_WEIGHT_RANGE
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+    return value
 
 
 def _as_json(result: BenchResult) -> dict:
@@ -105,9 +123,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--under-weight",
-        type=positive_float,
+        type=under_weight,
         default=UNDER_WEIGHT,
-        help=f"cost of an under-forecast relative to an over-forecast (default {UNDER_WEIGHT:g})",
+        help="cost of an under-forecast relative to an over-forecast, "
+        f"{UNDER_WEIGHT_RANGE[0]:g} to {UNDER_WEIGHT_RANGE[1]:g} (default {UNDER_WEIGHT:g})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from connectors.profiles import load_profile
@@ -24,43 +25,80 @@ from flows.scenario import (
 )
 from schemas import ConfigError, PlannerConfig, load_config
 
+RATE_RPS, DURATION_S = 5.0, 3600.0
+"""Defaults of ``--rate`` and ``--duration`` (synthetic workloads only)."""
+MAX_RATE_RPS = 100_000.0
+MAX_DURATION_S = 30 * 86400.0
+SPEEDUP_RANGE = (1e-3, 1e6)
+MAX_LOAD_SCALE = 1000
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """Argument type: a finite number in ``[low, high]`` (argparse names the option).
+
+    >>> bounded_float(0.001, 1000)("1e-300")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be >= 0.001, got 1e-300
+    """
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _load_scale(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_LOAD_SCALE:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_LOAD_SCALE}, got {text}")
+    return value
+
 
 def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = True) -> None:
     """Options that define a replay scenario (shared by replay, bench, demo and fleet).
 
     ``initial_fleet=False`` leaves out ``--prefill``/``--decode`` for a command that picks
     every run's starting fleet itself (``bench``); they default to one replica each.
+    Numbers are bounded so that a typo cannot ask for a run that never ends; options that
+    would be ignored (``--rate``/``--duration`` with a trace, ``--prefill`` for an aggregated
+    deployment) are refused by :func:`scenario_from_args`.
     """
     workload = parser.add_mutually_exclusive_group()
     workload.add_argument("--trace", help=f"trace file (default: {DEFAULT_TRACE.name})")
     workload.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
     parser.add_argument(
         "--rate",
-        type=positive_float,
-        default=5.0,
-        help="synthetic mean rate, req/s (default: %(default)s)",
+        type=bounded_float(0.0, MAX_RATE_RPS),
+        help=f"synthetic mean rate, req/s, up to {MAX_RATE_RPS:,.0f} (default: {RATE_RPS:g}; "
+        "only with --synthetic)",
     )
     parser.add_argument(
         "--duration",
-        type=positive_float,
-        default=3600.0,
-        help="synthetic length, s (default: %(default)s)",
+        type=bounded_float(0.0, MAX_DURATION_S),
+        help=f"synthetic length, s, up to 30 days (default: {DURATION_S:g}; only with --synthetic)",
     )
     parser.add_argument("--config", help="planner config (default: examples/planner.yaml)")
     parser.add_argument("--deployment", help="which deployment of the config (default: the only)")
     parser.add_argument("--profile", help="engine profile directory (default: shipped H200)")
     parser.add_argument(
         "--load-scale",
-        type=positive_int,
+        type=_load_scale,
         default=1,
         metavar="K",
-        help="superimpose K time-shifted copies of the trace (default: %(default)s)",
+        help=f"superimpose K time-shifted copies of the trace, K <= {MAX_LOAD_SCALE} "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--speedup",
-        type=positive_float,
+        type=bounded_float(*SPEEDUP_RANGE),
         default=1.0,
-        help="compress time by this factor (default: %(default)s)",
+        help=f"compress time by this factor, {SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g} "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
@@ -72,8 +110,7 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
         parser.add_argument(
             "--prefill",
             type=non_negative_int,
-            default=1,
-            help="initial prefill replicas (default: %(default)s)",
+            help="initial prefill replicas, disagg deployments only (default: 1)",
         )
         parser.add_argument(
             "--decode",
@@ -82,7 +119,7 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
             help="initial decode (or agg) replicas (default: %(default)s)",
         )
     else:
-        parser.set_defaults(prefill=1, decode=1)
+        parser.set_defaults(prefill=None, decode=1)
     parser.add_argument(
         "--startup-delay",
         type=non_negative_float,
@@ -129,11 +166,21 @@ def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfi
             f"choose one deployment with --deployment (config has {', '.join(configs)})"
         )
     config = configs[name]
+    if args.synthetic is None:
+        given = [o for o, v in (("--rate", args.rate), ("--duration", args.duration)) if v]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise ValueError(f"{' and '.join(given)} {verb} only to --synthetic workloads")
+    if args.prefill is not None and config.mode != "disagg":
+        raise ValueError(
+            f"--prefill applies only to disagg deployments ({name!r} is {config.mode}; "
+            "--decode sets its engines)"
+        )
     requests = load_requests(
         args.trace,
         synthetic=args.synthetic,
-        rate_rps=args.rate,
-        duration_s=args.duration,
+        rate_rps=args.rate or RATE_RPS,
+        duration_s=args.duration or DURATION_S,
         load_scale=args.load_scale,
         speedup=args.speedup,
         seed=args.seed,
@@ -142,7 +189,7 @@ def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfi
     spec = fleet_spec(
         config,
         profile,
-        prefill_replicas=args.prefill,
+        prefill_replicas=1 if args.prefill is None else args.prefill,
         decode_replicas=args.decode,
         startup_delay_s=args.startup_delay,
     )

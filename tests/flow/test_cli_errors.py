@@ -98,12 +98,41 @@ def test_run_bad_config_names_file_and_field(tmp_path):
         (("--prefill", "-1"), "--prefill"),
         (("--startup-delay", "-5"), "--startup-delay"),
         (("--trace", RECORDING), "--trace"),  # with --synthetic: one workload, not two
+        # bounded: these never finished, hung building 1e9 requests, or raised numpy's
+        # "lam value too large"
+        (("--speedup", "1e-300"), "argument --speedup: must be >= 0.001, got 1e-300"),
+        (("--rate", "1e9"), "argument --rate: must be <= 100000"),
+        (("--duration", "1e300"), "argument --duration: must be <= 2.592e+06"),
+        (("--load-scale", "100000"), "argument --load-scale: must be <= 1000"),
+        (("--rate", "1e5", "--duration", "86400"), "about 8,640,000,000 requests, more than"),
     ],
 )
 def test_replay_rejects_bad_scenarios(args, needle):
     done = flowplanner("replay", *TINY, *args)
     assert_clean_error(done, needle)
+    assert done.returncode == 2
+    assert needle in done.stderr.splitlines()[-1], done.stderr  # one line (after any usage)
     assert "replaying" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # these were silently ignored: a trace has its own rate and length, an aggregated
+        # deployment has no prefill replicas
+        (("--rate", "3"), "--rate applies only to --synthetic workloads"),
+        (("--trace", RECORDING, "--duration", "60"), "--duration applies only to --synthetic"),
+        (("--synthetic", "poisson", "--prefill", "2"), "--prefill applies only to disagg"),
+    ],
+)
+def test_replay_refuses_options_it_would_ignore(tmp_path, args, needle):
+    config = yaml.safe_load((REPO / "examples/planner.yaml").read_text())
+    [settings] = config["deployments"].values()
+    settings["mode"] = "agg"
+    (tmp_path / "agg.yaml").write_text(yaml.safe_dump(config))
+    done = flowplanner("replay", "--quiet", "--config", str(tmp_path / "agg.yaml"), *args)
+    assert_clean_error(done, needle)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
 
 
 def test_replay_checks_its_output_paths_before_replaying(tmp_path):
@@ -126,12 +155,32 @@ def test_fleet_bad_config_is_one_line(tmp_path):
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--seasonal-period", "0"), ("--under-weight", "-1"), ("--interval", "0")],
+    [
+        ("--seasonal-period", "0"),
+        ("--under-weight", "-1"),
+        ("--interval", "0"),
+        ("--under-weight", "1e16"),  # w / (1 + w) rounded to 1: a StatisticsError traceback
+    ],
 )
 def test_forecast_bench_rejects_non_positive_parameters(option, value):
     trace = str(REPO / "tests/data/traces/azure_2023_conv.csv")
     done = flowplanner("forecast-bench", "--trace", trace, option, value)
     assert_clean_error(done, option)
+    assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("address", "needle"),
+    [
+        ("kafka://h:notaport/t", "broker 'h:notaport' needs HOST:PORT"),
+        ("dgd://ns?deployment=llama", "give the namespace too (dgd://NAMESPACE/NAME)"),
+    ],
+)
+def test_run_checks_addresses_before_connecting(address, needle):
+    option = "--output" if address.startswith("dgd") else "--input"
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, option, address)
+    assert_clean_error(done, needle)
+    assert "kube-config" not in done.stderr and len(done.stderr.splitlines()) == 1
 
 
 def test_every_option_of_every_command_is_documented():

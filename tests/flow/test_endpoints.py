@@ -164,3 +164,27 @@ def test_a_trace_topic_of_the_only_deployment_needs_no_name():
 def test_a_directory_is_not_a_recorded_stream(tmp_path: Path):
     with pytest.raises(EndpointError, match="is a file, not a directory"):
         wire([str(tmp_path)], ["-"], CONFIGS)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("dgd://ns", "give the namespace too (dgd://NAMESPACE/NAME)"),
+        ("dgd://", "name the DGD (dgd://NAMESPACE/NAME) or set DYN_PARENT_DGD_K8S_NAME"),
+        ("dgd://a/b/c", "expected dgd://NAMESPACE/NAME"),
+    ],
+)
+def test_a_dgd_address_names_namespace_and_name(monkeypatch, target, message):
+    # outside a pod nothing can fill a part left out: `dgd://ns` used to fail in the
+    # Kubernetes client ("Invalid kube-config file") instead of naming the address
+    monkeypatch.delenv("DYN_PARENT_DGD_K8S_NAME", raising=False)
+    address = f"{target}?deployment=llama&host=http://127.0.0.1:1"
+    with pytest.raises(EndpointError, match=re.escape(message)) as caught:
+        wire([], [address], CONFIGS)
+    assert address in str(caught.value)
+
+
+def test_a_dgd_name_from_the_environment_still_needs_a_namespace_outside_a_pod(monkeypatch):
+    monkeypatch.setenv("DYN_PARENT_DGD_K8S_NAME", "graph")
+    with pytest.raises(EndpointError, match=re.escape("give the namespace too")):
+        wire([], ["dgd://?deployment=llama&host=http://127.0.0.1:1"], CONFIGS)

@@ -41,6 +41,12 @@ def test_defaults_follow_from_the_beginning() -> None:
         ("kafka://h:1/fpm?follow=yes", "unknown option 'follow'"),
         ("kafka://h:1/fpm?until=end&until=end", "option 'until' given 2 times"),
         ("kafka://h:1/fpm?until", "bad options"),
+        # zmq addresses had their port checked, Kafka's were accepted and failed at connect
+        ("kafka://h:notaport/t", "broker 'h:notaport' needs HOST:PORT, a port 1-65535"),
+        ("kafka://h/t", "broker 'h' needs HOST:PORT"),
+        ("kafka://h:1,b2/t", "broker 'b2' needs HOST:PORT"),
+        ("kafka://h:70000/t", "broker 'h:70000' needs HOST:PORT"),
+        ("kafka://:9092/t", "broker ':9092' needs HOST:PORT"),
     ],
 )
 def test_bad_addresses_say_what_is_wrong(url: str, message: str) -> None:

@@ -1,0 +1,39 @@
+"""``flowplanner fleet`` applies only its own deployment's decisions from the decisions topic."""
+
+from __future__ import annotations
+
+import queue
+
+from flows.commands.fleet import apply_decisions
+from flows.scenario import Scenario, fleet_spec
+from schemas import PlannerConfig, ScalingDecision
+from schemas.trace import TraceRequest
+
+
+def _decision(deployment: str, decision_id: int, num_decode: int) -> ScalingDecision:
+    return ScalingDecision(
+        deployment=deployment,
+        decision_id=decision_id,
+        time=0.0,
+        num_decode=num_decode,
+        source="load",
+        reason="scale",
+    )
+
+
+def test_decisions_of_another_deployment_are_passed_over_and_said_once() -> None:
+    # a shared decisions topic holds every planner deployment's decisions; the fleet used to
+    # apply all of them, so another deployment's targets resized this fleet
+    requests = [TraceRequest(arrival_s=1.0, isl=500, osl=5)]
+    fleet = Scenario(requests, fleet_spec(PlannerConfig(mode="agg")), deployment="llama").fleet()
+    inbox: queue.Queue[ScalingDecision] = queue.Queue()
+    for decision in (_decision("qwen", 1, 9), _decision("llama", 1, 3), _decision("qwen", 2, 7)):
+        inbox.put(decision)
+    skipped: set[str] = set()
+    lines = apply_decisions(fleet, "llama", inbox, skipped)
+    assert fleet.inventory().expected_num_decode == 3
+    assert [line.split()[0] for line in lines] == ["skipped", "applied"]
+    assert "'qwen'" in lines[0] and skipped == {"qwen"}
+    inbox.put(_decision("qwen", 3, 5))
+    assert apply_decisions(fleet, "llama", inbox, skipped) == []  # said once
+    assert fleet.inventory().expected_num_decode == 3
