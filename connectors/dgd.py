@@ -280,7 +280,14 @@ def kube_api_client(
     try:
         k8s_config.load_incluster_config(client_configuration=cfg)
     except ConfigException:
-        k8s_config.load_kube_config(client_configuration=cfg)
+        try:
+            k8s_config.load_kube_config(client_configuration=cfg)
+        except ConfigException as exc:
+            raise ConfigException(
+                "no Kubernetes API server to talk to: not inside a pod (no service account) "
+                f"and no usable kubeconfig ({exc}); set KUBECONFIG or give the address "
+                "(dgd://NAMESPACE/NAME?host=URL)"
+            ) from exc
     return k8s.ApiClient(cfg)
 
 

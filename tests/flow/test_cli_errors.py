@@ -3,7 +3,10 @@ traceback (the real CLI as a subprocess, as a user would run it)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,3 +203,16 @@ def test_every_option_of_every_command_is_documented():
         assert address in run_help
     # a default the demo changes is the one its help shows
     assert "(default: 10)" in commands["demo"].format_help()
+
+
+def test_a_dgd_output_without_any_api_server_says_how_to_name_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | {"HOME": str(tmp_path)}
+    address = "dgd://dynamo/llama?deployment=llama"
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--config", CONFIG, "--input", RECORDING,
+         "--output", address],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "no Kubernetes API server to talk to" in done.stderr
+    assert "set KUBECONFIG or give the address (dgd://NAMESPACE/NAME?host=URL)" in done.stderr
