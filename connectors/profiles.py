@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -134,12 +136,30 @@ def _load_side(
     return None
 
 
+_NPZ_DAMAGE = (
+    OSError,
+    ValueError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,  # a corrupt compressed member (numpy.savez_compressed)
+    tokenize.TokenError,  # a corrupt .npy header (numpy parses it as a Python literal)
+    SyntaxError,
+)
+
+
 def _read_npz(path: Path) -> dict[str, Any]:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ProfileError(f"{path}: not a readable .npz file ({exc})") from exc
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                return {key: data[key] for key in data.files}
+    except _NPZ_DAMAGE as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise ProfileError(f"{path}: not a readable .npz file ({reason})") from exc
+    kind = "a single .npy array" if isinstance(data, np.ndarray) else type(data).__name__
+    raise ProfileError(
+        f"{path}: not an .npz file of named arrays but {kind} (write it with numpy.savez)"
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -5,7 +5,9 @@ limit, an integer beyond float range), and well-formed but absurd values (``max_
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +66,62 @@ def test_an_undecodable_self_benchmark_is_a_profile_error(tmp_path: Path) -> Non
     path.write_text('{"results": ' + "[" * 50_000 + "]" * 50_000 + "}")
     with pytest.raises(ProfileError, match="nested too deeply"):
         read_benchmark(path)
+
+
+def _prefill_arrays() -> dict[str, np.ndarray]:
+    return {
+        "prefill_isl": np.array([100.0, 1000.0]),
+        "prefill_ttft": np.array([10.0, 50.0]),
+        "prefill_thpt_per_gpu": np.array([1e4, 2e4]),
+    }
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def _deflated_garbage(path: Path) -> None:
+    """A savez_compressed-style archive whose members' deflate data is a block of the reserved
+    type 3 (zlib.error on reading; the CRC is never reached)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for key in _prefill_arrays():
+            archive.writestr(f"{key}.npy", b"\x07" + bytes(63))
+    raw = bytearray(path.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # method: stored → deflate
+        start = raw.find(signature)
+        while start != -1:
+            raw[start + offset] = 8
+            start = raw.find(signature, start + 4)
+    path.write_bytes(bytes(raw))
+
+
+def _broken_header(path: Path) -> None:
+    """An .npz whose first member's header dict lost its closing brace (numpy tokenizes it:
+    tokenize.TokenError)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for key, array in _prefill_arrays().items():
+            data = _npy_bytes(array)
+            archive.writestr(f"{key}.npy", data.replace(b"}", b" ", 1))
+
+
+BAD_NPZ = {
+    "a plain .npy": (
+        lambda p: p.write_bytes(_npy_bytes(np.arange(3.0))),
+        "not an .npz file of named arrays but a single .npy array",
+    ),
+    "corrupt deflate data": (_deflated_garbage, r"not a readable \.npz file \(error: .*invalid"),
+    "corrupt array header": (_broken_header, r"not a readable \.npz file \(TokenError"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_NPZ))
+def test_an_unreadable_npz_is_a_profile_error(tmp_path: Path, case: str) -> None:
+    write, message = BAD_NPZ[case]
+    (tmp_path / "selected_prefill_interpolation").mkdir()
+    path = tmp_path / "selected_prefill_interpolation/raw_data.npz"
+    write(path)
+    with pytest.raises(ProfileError, match=message) as error:
+        load_profile(tmp_path)
+    assert str(path) in str(error.value)
