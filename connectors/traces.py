@@ -32,6 +32,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,7 +77,8 @@ def read_trace(path: str | Path, fmt: TraceFormat | None = None) -> list[TraceRe
     [(0.0, 600, 10, (1, 2)), (0.5, 900, 20, ())]
     """
     path = Path(path)
-    return _relative_sorted(_read_rows(path, fmt or detect_format(path)))
+    fmt = fmt or detect_format(path)
+    return _relative_sorted(_read_rows(path, fmt), _PER_SECOND.get(fmt, 1.0))
 
 
 def read_warmup_trace(spec: str | Path) -> list[TraceRequest]:
@@ -115,7 +117,8 @@ def read_warmup_trace(spec: str | Path) -> list[TraceRequest]:
     if len(set(formats.values())) > 1:
         kinds = ", ".join(f"{p.name}: {f}" for p, f in formats.items())
         raise TraceFormatError(text, None, f"trace files of different formats ({kinds})")
-    return _relative_sorted([row for p, fmt in formats.items() for row in _read_rows(p, fmt)])
+    rows = [row for p, fmt in formats.items() for row in _read_rows(p, fmt)]
+    return _relative_sorted(rows, _PER_SECOND.get(next(iter(formats.values())), 1.0))
 
 
 def detect_format(path: str | Path) -> TraceFormat:
@@ -133,7 +136,10 @@ def detect_format(path: str | Path) -> TraceFormat:
         if not text:
             continue
         if not text.startswith("{"):
-            header = [c.strip() for c in next(csv.reader([text]))]
+            try:
+                header = [c.strip() for c in next(csv.reader([text]))]
+            except csv.Error:  # e.g. a field above csv's limit (a 200 000-character line)
+                header = []
             if all(c in header for c in _AZURE_COLUMNS):
                 return "azure"
             raise TraceFormatError(
@@ -189,14 +195,21 @@ class _Row:
         self.block_size = block_size
 
 
-def _relative_sorted(rows: list[_Row]) -> list[TraceRequest]:
+_PER_SECOND: dict[str, float] = {"azure": 1.0, "mooncake": 1000.0, "dynamo": 1000.0}
+"""The unit of ``_Row.arrival`` per format, per second: Mooncake and Dynamo arrivals stay in the
+file's milliseconds until the origin is subtracted (integer milliseconds subtract exactly;
+seconds since 1970 in a float are only good to 0.2 µs, which put an arrival 1.1 s after the first
+a hair before it); Azure's are already exact seconds from the first whole second."""
+
+
+def _relative_sorted(rows: list[_Row], per_second: float = 1.0) -> list[TraceRequest]:
     if not rows:
         return []
     origin = min(r.arrival for r in rows)
     rows.sort(key=lambda r: r.arrival)  # stable
     return [
         TraceRequest(
-            arrival_s=float(r.arrival - origin),
+            arrival_s=float(r.arrival - origin) / per_second,
             isl=r.isl,
             osl=r.osl,
             hash_ids=r.hash_ids,
@@ -213,9 +226,15 @@ def _open_text(path: Path) -> io.TextIOBase:
             magic = probe.read(2)
     except OSError as exc:
         raise TraceFormatError(path, None, f"cannot open: {exc}") from exc
+    # utf-8-sig: a byte-order mark at the start (spreadsheet exports) is not part of line 1
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return path.open("r", encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return path.open("r", encoding="utf-8-sig", newline="")
+
+
+_UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError)
+"""What reading a (possibly gzipped) text file raises on a damaged file: bad UTF-8, a cut or
+corrupt gzip stream (``zlib.error`` for a bad deflate block), an I/O error."""
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -224,7 +243,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         try:
             for lineno, line in enumerate(fh, start=1):
                 yield lineno, line
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
+        except _UNREADABLE as exc:
             raise TraceFormatError(path, lineno + 1, f"unreadable: {exc}") from exc
 
 
@@ -299,7 +318,7 @@ def _read_mooncake(path: Path) -> Iterator[_Row]:
                 raise TraceFormatError(path, lineno, f"missing field {key!r}")
         ts = _number(path, lineno, "timestamp", obj["timestamp"])
         yield _Row(
-            arrival=ts / 1000.0,
+            arrival=ts,  # ms (_PER_SECOND)
             isl=_length(path, lineno, "input_length", obj["input_length"], 1),
             osl=_length(path, lineno, "output_length", obj["output_length"]),
             hash_ids=_hashes(path, lineno, "hash_ids", obj.get("hash_ids")),
@@ -433,7 +452,7 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
     )
     block = replay.get("trace_block_size")
     block_size = _count(path, lineno, "replay.trace_block_size", block, 1) if block else None
-    return _Row(arrival_ms / 1000.0, isl, osl, hashes, request_id, block_size)
+    return _Row(arrival_ms, isl, osl, hashes, request_id, block_size)  # ms (_PER_SECOND)
 
 
 def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
@@ -483,7 +502,7 @@ def _read_azure(path: Path) -> Iterator[_Row]:
                         None,
                     )
                 )
-        except (csv.Error, UnicodeDecodeError) as exc:
+        except (csv.Error, *_UNREADABLE) as exc:
             raise TraceFormatError(path, lineno + 1, f"unreadable CSV: {exc}") from exc
     if header is None:
         raise TraceFormatError(path, None, "empty trace file")

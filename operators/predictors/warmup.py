@@ -6,9 +6,12 @@ request rows into one :class:`schemas.TrafficObservation` per throughput interva
 ``reset_idle_skip()``).
 
 Bucketing: ``origin`` is the earliest arrival; a request arriving at ``t`` ms belongs to bucket
-``floor((t − origin) / (interval · 1000))``. Every bucket from the first to the last is emitted —
-gaps as zero-request windows — with the request count and the mean ISL and OSL (0 for an empty
-bucket).
+``floor((t − origin) / (interval · 1000))``, computed on whole nanoseconds (``t − origin`` and the
+interval each rounded to the nearest ns, then divided as integers): the float error of a
+ms → s → ms round trip (``1.1 · 1000`` is ``1100.0000000000002``) cannot move an arrival that is
+exactly on a boundary into the bucket before it. Every bucket from the first to the last is
+emitted — gaps as zero-request windows — with the request count and the mean ISL and OSL (0 for
+an empty bucket).
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ MAX_BUCKETS = 100_000
 far less history; a longer span is almost always mixed time units (one absolute Unix time in
 milliseconds among relative ones would ask for tens of millions of windows)."""
 
+MAX_INTERVAL_S = 1e12
+"""The longest interval :func:`bucket_requests` takes (the planner's are at most a day); it keeps
+every arrival's offset in nanoseconds a finite number."""
+
 
 def bucket_requests(
     rows: Iterable[tuple[float, float, float]], interval_s: float
@@ -36,9 +43,10 @@ def bucket_requests(
     >>> bucket_requests([], 60)
     []
     """
-    if not (math.isfinite(interval_s) and interval_s > 0):
+    if not (math.isfinite(interval_s) and interval_s > 0 and interval_s <= MAX_INTERVAL_S):
         raise ValueError(
-            f"interval_s must be a positive finite number of seconds, got {interval_s}"
+            f"interval_s must be a positive number of seconds up to {MAX_INTERVAL_S:g}, "
+            f"got {interval_s}"
         )
     table = []
     for index, row in enumerate(rows):
@@ -51,8 +59,11 @@ def bucket_requests(
     if not table:
         return []
     origin = min(arrival for arrival, _, _ in table)
-    width_ms = interval_s * 1000.0
-    span = math.floor((max(arrival for arrival, _, _ in table) - origin) / width_ms) + 1
+    width_ns = max(1, round(interval_s * 1e9))
+    spread_ms = max(arrival for arrival, _, _ in table) - origin
+    span = (
+        math.floor(spread_ms / (interval_s * 1000.0)) + 1 if math.isfinite(spread_ms) else math.inf
+    )
     if span > MAX_BUCKETS:
         raise ValueError(
             f"the trace spans {span} intervals of {interval_s:g} s from its first to its last "
@@ -62,7 +73,7 @@ def bucket_requests(
     isl_sum: dict[int, float] = {}
     osl_sum: dict[int, float] = {}
     for arrival_ms, isl, osl in table:
-        bucket = math.floor((arrival_ms - origin) / width_ms)
+        bucket = round((arrival_ms - origin) * 1e6) // width_ns
         count[bucket] = count.get(bucket, 0) + 1
         isl_sum[bucket] = isl_sum.get(bucket, 0.0) + isl
         osl_sum[bucket] = osl_sum.get(bucket, 0.0) + osl

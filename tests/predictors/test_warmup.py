@@ -157,3 +157,29 @@ def test_dynamo_trace_buckets_from_the_raw_request_end_events() -> None:
     for (n, isl, osl), (en, eisl, eosl) in zip(got, expected, strict=True):
         assert n == en and abs(isl - eisl) < 1e-9 * max(1.0, eisl)
         assert abs(osl - eosl) < 1e-9 * max(1.0, eosl)
+
+
+@pytest.mark.parametrize("interval", [0.1, 0.3, 0.7, 1.1, 2.3, 4.1])
+def test_arrivals_on_a_fractional_second_boundary_open_their_bucket(
+    tmp_path: Path, interval: float
+) -> None:
+    """One request per interval, at Unix milliseconds: ``interval · 1000`` is not exact in a
+    float (1.1 · 1000 = 1100.0000000000002) and seconds since 1970 are good to 0.2 µs, so each
+    arrival exactly on a boundary landed a hair before it (1.1 s gave [2, 1, 1, …, 0])."""
+    width_ms = round(interval * 1000)
+    start = 1_708_031_021_982
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            f'{{"timestamp": {start + k * width_ms}, "input_length": 10, "output_length": 1}}\n'
+            for k in range(30)
+        )
+    )
+    assert [o.num_req for o in trace_observations(read_trace(trace), interval)] == [1.0] * 30
+    rows = [(k * width_ms, 10, 1) for k in range(30)]  # relative ms straight to the bucketing
+    assert [o.num_req for o in bucket_requests(rows, interval)] == [1.0] * 30
+
+
+def test_an_interval_too_long_to_count_in_nanoseconds_is_rejected() -> None:
+    with pytest.raises(ValueError, match="interval_s"):
+        bucket_requests([(0, 1, 1), (1e300, 1, 1)], 1e296)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.traces import TraceFormatError, read_trace
+from connectors.traces import TraceFormatError, detect_format, read_trace
 
 MOONCAKE = '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,2\n"
@@ -78,3 +78,45 @@ def test_a_bad_line_is_a_trace_format_error_naming_its_line(tmp_path: Path, case
     assert info.value.line == text.count("\n")  # the last line is the bad one
     assert reason in str(info.value)
     assert len(str(info.value)) < 300  # a huge value is not echoed whole
+
+
+def test_a_corrupt_gzip_trace_is_a_trace_format_error(tmp_path: Path) -> None:
+    """A deflate block of the reserved type 3 makes zlib raise ``zlib.error`` (neither an
+    ``OSError`` nor a ``ValueError``): it escaped forecast-bench, replay and run's warm-up."""
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\x07" + bytes(64))
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl\.gz:1: unreadable: .*invalid block"):
+        read_trace(path)
+    with pytest.raises(TraceFormatError, match="unreadable"):
+        read_trace(path, "azure")  # the CSV reader reads the same stream
+
+
+def test_an_azure_csv_with_a_byte_order_mark_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("\ufeff" + AZURE, encoding="utf-8")
+    assert detect_format(path) == "azure"
+    assert [(r.isl, r.osl) for r in read_trace(path)] == [(10, 2)]
+
+
+def test_a_first_line_beyond_the_csv_field_limit_is_a_trace_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("x" * 200_000 + "\n")
+    with pytest.raises(TraceFormatError, match=r"a\.csv:1: not a JSONL trace and not an Azure"):
+        detect_format(path)
+
+
+def test_unix_millisecond_arrivals_are_relative_to_the_first_exactly(tmp_path: Path) -> None:
+    """Seconds since 1970 in a float are good to 0.2 µs only: 1.1 s after the first request
+    came out as 1.0999999 s."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        "".join(
+            f'{{"timestamp": {1_708_031_021_982 + k * 1100}, "input_length": 5, '
+            '"output_length": 1}\n'
+            for k in range(4)
+        )
+    )
+    assert [r.arrival_s for r in read_trace(path)] == [0.0, 1.1, 2.2, 3.3]
+    dynamo = tmp_path / "d.jsonl"
+    dynamo.write_text(dynamo_end().replace("1000}", "1708031023082}") + dynamo_end())
+    assert [r.arrival_s for r in read_trace(dynamo)] == [0.0, 1708031022.082]
