@@ -2,9 +2,13 @@
 
 For each series the bench walks the points in order; before each point every predictor
 forecasts it, then learns it (one-step-ahead, as the planner does once per throughput
-interval). It prints, per predictor: MAPE (over non-zero actuals), the under-forecast rate and
-the asymmetric loss of :mod:`operators.predictors.loss` (summed loss / summed actuals), and the
-ratio of each loss to the best single predictor's loss measured in the same run.
+interval). Until a value is stored — the first point, and the zeros before the first non-zero
+value, which the predictors skip — every predictor forecasts 0 alike, and those points are not
+scored (by any predictor nor the hindsight references). It prints, per predictor: MAPE (over
+non-zero actuals), the under-forecast rate and the asymmetric loss of
+:mod:`operators.predictors.loss` (summed loss / summed actuals), and the ratio of each loss to
+the best single predictor's loss measured in the same run (of the summed losses over the same
+points: defined even when the actuals sum to 0; undefined when the best lost nothing).
 
 For reference it also scores every option (candidate + learned margin), *selection* — the
 forecast of the selector's heaviest option alone, i.e. what picking one option would have done
@@ -49,6 +53,7 @@ from operators.predictors import SINGLE_PREDICTORS, SelectorPredictor, build_sin
 from operators.predictors.loss import UNDER_WEIGHT, ForecastScore, asymmetric_loss, loss_quantile
 from operators.predictors.warmup import trace_observations
 from schemas import PlannerConfig, TrafficObservation
+from schemas.config import INTERVAL_LIMITS
 
 RATE_COLUMNS = ("total_rate_rps", "rate_rps", "rps", "requests_per_second")
 TIME_COLUMNS = ("window_start_s", "time_s", "t_s", "timestamp_s")
@@ -57,6 +62,10 @@ GOAL_RATIO = 0.85
 INTERVAL_BLOCK = 5
 """Points per block of the bootstrap behind :meth:`BenchResult.ratio_interval`."""
 INTERVAL_RESAMPLES = 2000
+MAX_RATE_RPS = 1e6
+"""The highest rate :func:`read_rates` accepts (per second; 10× the most a replay generates):
+far above any fleet, and it keeps every count and loss well inside what the models and the
+hindsight linear program handle (1e200 broke HiGHS, 1e307 overflowed to inf)."""
 
 
 @dataclass
@@ -94,15 +103,25 @@ class BenchResult:
 
     @property
     def best_single(self) -> tuple[str, float]:
-        """Name and loss of the single predictor with the lowest loss."""
-        name = min(self.singles, key=lambda n: (self.singles[n].loss, n))
+        """Name and loss of the single predictor with the lowest loss.
+
+        Ranked by summed loss (every predictor is scored on the same points, so that is the
+        order of the losses, and it stays defined when the actuals sum to 0 and the scale-free
+        loss is NaN); ties go to the first name in alphabetical order.
+        """
+        name = min(self.singles, key=lambda n: (self.singles[n].loss_sum, n))
         return name, self.singles[name].loss
 
     @property
     def ratio(self) -> float:
-        """Selector loss / best single predictor loss."""
-        best = self.best_single[1]
-        return self.selector.loss / best if best > 0 else math.nan
+        """Selector loss / best single predictor loss: their summed losses over the same
+        points, so defined whenever the best single predictor lost anything (NaN when not)."""
+        return self.versus_best(self.selector)
+
+    def versus_best(self, score: ForecastScore) -> float:
+        """``score``'s summed loss / the best single predictor's (NaN when that is 0)."""
+        best = self.singles[self.best_single[0]].loss_sum if self.singles else 0.0
+        return score.loss_sum / best if best > 0 else math.nan
 
     def ratio_interval(
         self, block: int = INTERVAL_BLOCK, resamples: int = INTERVAL_RESAMPLES, seed: int = 0
@@ -126,42 +145,86 @@ class BenchResult:
         picks = (starts[:, :, None] + np.arange(block)).reshape(resamples, -1)[:, :n]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = selector[picks].sum(axis=1) / best[picks].sum(axis=1)
-        low, high = np.nanpercentile(ratios, [2.5, 97.5])
-        return float(low), float(high)
+        ratios = ratios[~np.isnan(ratios)]  # 0 / 0: neither lost anything in that resample
+        if not ratios.size:
+            return math.nan, math.nan
+        # x / 0 is inf (the best single predictor lost nothing in that resample): a bound that
+        # lands among those is inf, not the NaN that interpolating between infs gives
+        finite_max = float(ratios[np.isfinite(ratios)].max(initial=0.0))
+        capped = np.minimum(ratios, np.finfo(float).max)
+        low, high = (float(v) for v in np.percentile(capped, [2.5, 97.5]))
+        return (math.inf if low > finite_max else low, math.inf if high > finite_max else high)
 
 
 def read_rates(path: str | Path, column: str | None = None) -> Series:
     """A request-rate CSV (one row per window) as requests per interval.
 
-    The time column (``window_start_s`` …) gives the interval (the most common spacing); the
-    rate column (``total_rate_rps`` … or ``column``) is in requests per second.
+    The time column (``window_start_s`` …) gives the interval; the rate column
+    (``total_rate_rps`` … or ``column``) is in requests per second. The rows must be sorted and
+    evenly spaced (a missing window is not zero load: a gap, a repeated or an out-of-order row is
+    refused, naming it), the interval a tick interval the planner accepts (0.1 s to a day, whole
+    10 ms), and every rate finite, >= 0 and at most :data:`MAX_RATE_RPS`. Anything else raises
+    ``ValueError`` naming the file and line.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "r.csv")
+    >>> _ = open(path, "w").write("window_start_s,total_rate_rps\\n0,2\\n60,3\\n120,2.5\\n")
+    >>> read_rates(path).values
+    [120.0, 180.0, 150.0]
+    >>> _ = open(path, "w").write("window_start_s,total_rate_rps\\n0,2\\n60,3\\n180,2.5\\n")
+    >>> read_rates(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: ...r.csv:4: window_start_s 180 is 120 s after the row before, not 60 s: ...
     """
     path = Path(path)
+    times, rates, lines = [], [], []
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        time_col = next((c for c in TIME_COLUMNS if c in header), None)
-        rate_col = column or next((c for c in RATE_COLUMNS if c in header), None)
-        if time_col is None or rate_col is None or rate_col not in header:
-            raise ValueError(
-                f"{path}: need a time column ({', '.join(TIME_COLUMNS)}) and a rate column "
-                f"({column or ', '.join(RATE_COLUMNS)}); header is {header}"
-            )
-        times, rates = [], []
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                times.append(float(row[time_col]))
-                rates.append(float(row[rate_col]))
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"{path}:{lineno}: {error}") from error
+        try:
+            header = reader.fieldnames or []
+            time_col = next((c for c in TIME_COLUMNS if c in header), None)
+            rate_col = column or next((c for c in RATE_COLUMNS if c in header), None)
+            if time_col is None or rate_col is None or rate_col not in header:
+                raise ValueError(
+                    f"{path}: need a time column ({', '.join(TIME_COLUMNS)}) and a rate column "
+                    f"({column or ', '.join(RATE_COLUMNS)}); header is {header}"
+                )
+            for row in reader:
+                lineno = reader.line_num
+                try:
+                    time, rate = float(row[time_col]), float(row[rate_col])
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"{path}:{lineno}: {error}") from error
+                if not math.isfinite(time):
+                    raise ValueError(f"{path}:{lineno}: {time_col} = {time} is not finite")
+                if not (math.isfinite(rate) and 0 <= rate <= MAX_RATE_RPS):
+                    raise ValueError(
+                        f"{path}:{lineno}: {rate_col} = {row[rate_col]!r} must be a finite "
+                        f"rate from 0 to {MAX_RATE_RPS:g} per second"
+                    )
+                times.append(time)
+                rates.append(rate)
+                lines.append(lineno)
+        except (csv.Error, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}:{reader.line_num + 1}: unreadable CSV: {error}") from None
     if len(times) < 2:
         raise ValueError(f"{path}: need at least 2 rows, got {len(times)}")
     steps = [round(b - a, 9) for a, b in itertools.pairwise(times)]
     interval = max(set(steps), key=lambda s: (steps.count(s), -s))
-    if not interval > 0:
-        raise ValueError(f"{path}: times must increase, found a step of {interval}")
-    values = [r * interval if math.isfinite(r) and r > 0 else 0.0 for r in rates]
-    return Series(name=path.name, values=values, interval_s=interval)
+    for step, time, lineno in zip(steps, times[1:], lines[1:], strict=True):
+        if step != interval:
+            raise ValueError(
+                f"{path}:{lineno}: {time_col} {time:g} is {step:g} s after the row before, not "
+                f"{interval:g} s: rows must be sorted and evenly spaced (a gap, a repeated or an "
+                "out-of-order window)"
+            )
+    low, high, grid = INTERVAL_LIMITS
+    if not low <= interval <= high or abs(interval / grid - round(interval / grid)) > 1e-6:
+        raise ValueError(
+            f"{path}: the rows are {interval:g} s apart; the interval must be {low:g} s to "
+            f"{high:g} s, a whole number of {grid * 1000:g} ms"
+        )
+    return Series(name=path.name, values=[r * interval for r in rates], interval_s=interval)
 
 
 def trace_series(
@@ -255,7 +318,16 @@ def run_series(
     seasonal_period_s: float = 86400.0,
     under_weight: float = UNDER_WEIGHT,
 ) -> BenchResult:
-    """Forecast every point of ``series`` with every predictor and score them."""
+    """Forecast every point of ``series`` with every predictor and score them.
+
+    A point is scored once a value is stored: the first point, and every zero before the first
+    non-zero value (the predictors skip leading zeros, as after a deployment's idle start), is
+    forecast as 0 by every predictor alike and is not scored.
+
+    >>> result = run_series(Series("idle start", [0.0, 0.0, 100.0, 100.0, 100.0], 60.0))
+    >>> result.selector.points, result.hindsight.points, result.ratio
+    (2, 2, nan)
+    """
     config = PlannerConfig(
         throughput_adjustment_interval_seconds=series.interval_s,
         seasonal_period_seconds=seasonal_period_s,
@@ -270,9 +342,11 @@ def run_series(
     result.selector = ForecastScore(under_weight)
     result.selection = ForecastScore(under_weight)
     losses = result.point_losses = {name: [] for name in ("selector", *selector.names)}
+    first = len(series.values)  # the first scored point
     for index, actual in enumerate(series.values):
         forecast = selector.forecast()
-        if index > 0:  # the first point has no history: every predictor says 0
+        if selector.values:  # else no history: every predictor says 0 (docstring)
+            first = min(first, index)
             result.selector.add(actual, forecast)
             result.chosen[selector.chosen or "-"] = result.chosen.get(selector.chosen or "-", 0) + 1
             losses["selector"].append(asymmetric_loss(actual, forecast, under_weight))
@@ -287,21 +361,22 @@ def run_series(
             result.selection.add(actual, alone)
         selector.learn_one(actual)
     result.hindsight = ForecastScore(under_weight)
-    scored = series.values[1:]
+    scored = series.values[first:]
     level = hindsight_constant(scored, under_weight) if scored else 0.0
     for actual in scored:
         result.hindsight.add(actual, level)
     result.hindsight_ar = ForecastScore(under_weight)
-    if scored:
-        for actual, fitted in zip(scored, hindsight_autoregression(series.values), strict=True):
-            result.hindsight_ar.add(actual, fitted)
+    if scored:  # the lags of the first scored point: the first stored value, then zeros
+        fitted = hindsight_autoregression(series.values[first - 1 :])
+        for actual, value in zip(scored, fitted, strict=True):
+            result.hindsight_ar.add(actual, value)
     return result
 
 
 def format_result(result: BenchResult) -> str:
     """The table of one series."""
     series = result.series
-    best_name, best = result.best_single
+    best_name = result.best_single[0]
     lines = [
         f"== {series.name}: {len(series.values)} points of {series.interval_s:g} s "
         f"(scored: {result.selector.points}); loss = asymmetric, under-forecast weight "
@@ -310,7 +385,7 @@ def format_result(result: BenchResult) -> str:
     ]
 
     def row(name: str, score: ForecastScore) -> str:
-        ratio = score.loss / best if best > 0 else math.nan
+        ratio = result.versus_best(score)
         return (
             f"{name:<26}{score.mape:>9.4f}{score.under_rate:>8.3f}{score.loss:>9.4f}{ratio:>8.3f}"
         )
@@ -329,13 +404,18 @@ def format_result(result: BenchResult) -> str:
     for name, score in result.options.items():
         lines.append(row(f"  {name}", score))
     chosen = ", ".join(f"{k} {v}" for k, v in sorted(result.chosen.items(), key=lambda kv: -kv[1]))
+    chosen = chosen or "- (no point scored)"
     lines.append(f"  heaviest option: {chosen}")
-    verdict = "meets" if result.ratio <= GOAL_RATIO else "misses"
-    lines.append(
-        f"selector loss / best single ({best_name}) = {result.ratio:.3f} "
-        f"({verdict} the goal <= {GOAL_RATIO})"
-    )
-    if result.selector.points >= 2 and best > 0:
+    if math.isnan(result.ratio):
+        why = "no point to score" if not result.selector.points else "its loss is 0"
+        lines.append(f"selector loss / best single ({best_name}): undefined ({why})")
+    else:
+        verdict = "meets" if result.ratio <= GOAL_RATIO else "misses"
+        lines.append(
+            f"selector loss / best single ({best_name}) = {result.ratio:.3f} "
+            f"({verdict} the goal <= {GOAL_RATIO})"
+        )
+    if result.selector.points >= 2 and not math.isnan(result.ratio):
         low, high = result.ratio_interval()
         lines.append(
             f"  95 % interval of that ratio: [{low:.3f}, {high:.3f}] (moving-block bootstrap, "

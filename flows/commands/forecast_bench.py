@@ -1,10 +1,18 @@
-"""``flowplanner forecast-bench``: score every load predictor and the selector on recorded load."""
+"""``flowplanner forecast-bench``: score every load predictor and the selector on recorded load.
+
+``--json`` prints strict JSON: a number that is undefined — a MAPE with no non-zero actual, a
+loss when the actuals sum to 0, the ratio when the best single predictor lost nothing, an
+unbounded end of the ratio's interval — is ``null``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+
+from pydantic import ValidationError
 
 from bench.forecast import (
     BenchResult,
@@ -15,6 +23,7 @@ from bench.forecast import (
 )
 from flows.cli import positive_float
 from operators.predictors.loss import UNDER_WEIGHT, ForecastScore
+from schemas import PlannerConfig
 
 SERIES_KINDS = ("num_req", "isl", "osl")
 UNDER_WEIGHT_RANGE = (1e-6, 1e6)
@@ -37,9 +46,28 @@ def under_weight(text: str) -> float:
     return value
 
 
+def _finite(value: float) -> float | None:
+    """``value``, or ``None`` (JSON null) when it is NaN or infinite.
+
+    >>> _finite(0.5), _finite(float("nan")), _finite(float("inf"))
+    (0.5, None, None)
+    """
+    return value if math.isfinite(value) else None
+
+
 def _as_json(result: BenchResult) -> dict:
     def score(s: ForecastScore) -> dict:
-        return {"mape": s.mape, "under_rate": s.under_rate, "loss": s.loss, "points": s.points}
+        return {
+            "mape": _finite(s.mape),
+            "under_rate": _finite(s.under_rate),
+            "loss": _finite(s.loss),
+            "points": s.points,
+        }
+
+    ratio = result.ratio
+    interval = None
+    if result.selector.points >= 2 and math.isfinite(ratio):
+        interval = [_finite(bound) for bound in result.ratio_interval()]
 
     return {
         "series": result.series.name,
@@ -51,9 +79,39 @@ def _as_json(result: BenchResult) -> dict:
         "hindsight_constant": score(result.hindsight),
         "hindsight_autoregression": score(result.hindsight_ar),
         "best_single": result.best_single[0],
-        "ratio": result.ratio,
-        "ratio_interval": list(result.ratio_interval()) if result.selector.points >= 2 else None,
+        "ratio": _finite(ratio),
+        "ratio_interval": interval,
     }
+
+
+_OPTION_OF = {
+    "throughput_adjustment_interval_seconds": "--interval",
+    "seasonal_period_seconds": "--seasonal-period",
+}
+
+
+def _config_problem(interval_s: float, seasonal_period_s: float) -> str | None:
+    """Why the planner config the bench scores with refuses these settings (``None``: it takes
+    them); a rate file's interval is checked when it is read, so an interval here is
+    ``--interval``'s.
+
+    >>> _config_problem(60.0, 86400.0) is None
+    True
+    >>> _config_problem(100000.0, 86400.0)
+    '--interval: must be between 0.1 s and 86400 s (one day), got 100000.0'
+    """
+    try:
+        PlannerConfig(
+            throughput_adjustment_interval_seconds=interval_s,
+            seasonal_period_seconds=seasonal_period_s,
+        )
+    except ValidationError as error:
+        return "; ".join(
+            f"{_OPTION_OF.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else '?'}: "
+            f"{str(e['msg']).removeprefix('Value error, ')}"
+            for e in error.errors()
+        )
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +136,11 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"flowplanner forecast-bench: {error}", file=sys.stderr)
         return 2
+    for interval in sorted({item.interval_s for item in series}):
+        problem = _config_problem(interval, args.seasonal_period)
+        if problem:
+            print(f"flowplanner forecast-bench: {problem}", file=sys.stderr)
+            return 2
     results = []
     for item in series:
         result = run_series(item, args.seasonal_period, args.under_weight)
@@ -86,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             print(format_result(result), flush=True)
             print()
     if args.json:
-        print(json.dumps([_as_json(r) for r in results], indent=2))
+        print(json.dumps([_as_json(r) for r in results], indent=2, allow_nan=False))
     return 0
 
 

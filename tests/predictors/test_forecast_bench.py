@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.forecast import (
+    MAX_RATE_RPS,
     Series,
     format_result,
     hindsight_constant,
@@ -187,3 +188,116 @@ def test_the_ratio_interval_brackets_the_ratio_and_narrows_with_more_points() ->
         widths.append(high - low)
     assert widths[1] < 0.7 * widths[0]  # 5× the points: about 1/√5 of the width
     assert "95 % interval of that ratio" in format_result(long)
+
+
+def write_rates(path: Path, rows: list[tuple[object, object]]) -> Path:
+    path.write_text("window_start_s,total_rate_rps\n" + "".join(f"{t},{r}\n" for t, r in rows))
+    return path
+
+
+@pytest.mark.parametrize("zeros", [1, 2, 30])
+def test_leading_zeros_are_scored_by_no_predictor(zeros: int) -> None:
+    """Nothing is stored before the first non-zero value (the predictors skip leading zeros), so
+    every predictor forecasts 0 there alike: those points are not scored, as the first point
+    is not (a leading zero crashed the bench: the selector filled no candidate forecasts)."""
+    tail = [float(100 + (i * 37) % 23) for i in range(20)]
+    values = [0.0] * zeros + tail
+    result = run_series(Series("idle start", values, 60.0))
+    same = run_series(Series("no idle start", tail, 60.0))
+    assert result.selector.points == result.hindsight_ar.points == len(tail) - 1
+    assert result.point_losses == same.point_losses
+    assert result.hindsight == same.hindsight and result.hindsight_ar == same.hindsight_ar
+    assert result.ratio == same.ratio
+
+
+def test_an_all_zero_series_has_no_point_to_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_rates(tmp_path / "zero.csv", [(i * 60, 0) for i in range(10)])
+    assert main(["forecast-bench", "--rates", str(path)]) == 0
+    assert "undefined (no point to score)" in capsys.readouterr().out
+    assert main(["forecast-bench", "--rates", str(path), "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["selector"]["points"] == 0 and result["ratio"] is None
+
+
+def test_json_is_strict_when_the_actuals_sum_to_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Load, then none: every scale-free loss is 0/0 (was NaN in the output: invalid JSON, and
+    the best single predictor a min over NaN). The ratio compares summed losses, so it and its
+    interval stay defined; what is not defined is null."""
+    path = write_rates(
+        tmp_path / "then_zero.csv", [(i * 60, 5 if i == 0 else 0) for i in range(10)]
+    )
+    assert main(["forecast-bench", "--rates", str(path), "--json"]) == 0
+    text = capsys.readouterr().out
+    (result,) = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert result["selector"]["loss"] is None and result["selector"]["mape"] is None
+    singles = run_series(read_rates(path)).singles
+    best = min(singles, key=lambda n: (singles[n].loss_sum, n))
+    assert result["best_single"] == best
+    assert result["ratio"] == pytest.approx(
+        run_series(read_rates(path)).selector.loss_sum / singles[best].loss_sum
+    )
+    low, high = result["ratio_interval"]
+    assert low <= result["ratio"] and high is None  # resamples where the best lost nothing: ∞
+
+
+BAD_RATES = {
+    "a gap": ([(0, 10), (60, 11), (120, 12), (3600, 10), (3660, 11)], r":5: window_start_s 3600"),
+    "unsorted": ([(0, 1), (120, 3), (60, 2), (180, 4)], r":4: window_start_s 60 is -60 s"),
+    "a repeated window": ([(0, 1), (60, 2), (60, 2), (120, 3)], r":4: window_start_s 60 is 0 s"),
+    "nan rate": ([(0, 10), (60, "nan"), (120, 10)], r":3: total_rate_rps = 'nan' must be"),
+    "inf rate": ([(0, 10), (60, "inf"), (120, 10)], r":3: total_rate_rps = 'inf' must be"),
+    "negative rate": ([(0, 10), (60, -5), (120, 10)], r":3: total_rate_rps = '-5' must be"),
+    "1e307 rate": ([(0, 5), (60, "1e307"), (120, 6)], r":3: .* from 0 to 1e\+06 per second"),
+    "1e200 rate": ([(0, 5), (60, "1e200"), (120, 6)], r":3: .* from 0 to 1e\+06 per second"),
+    "inf time": ([(0, 1), (60, 2), ("inf", 3)], r":4: window_start_s = inf is not finite"),
+    "a 2-day interval": ([(0, 1), (172_800, 2), (345_600, 3)], r"172800 s apart; the interval"),
+    "a field beyond the csv limit": ([(0, 1), (60, "9" * 200_000)], r":3: unreadable CSV: field"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RATES))
+def test_a_bad_rate_file_is_a_clear_error_naming_the_row(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Each was scored silently (gaps, unsorted windows, NaN/inf/negative rates as 0) or
+    crashed the bench (inf after × interval, a HiGHS model error at 1e200, csv.Error, a
+    PlannerConfig validation error for an interval over a day)."""
+    rows, message = BAD_RATES[case]
+    path = write_rates(tmp_path / "r.csv", rows)
+    with pytest.raises(ValueError, match=message):
+        read_rates(path)
+    assert main(["forecast-bench", "--rates", str(path)]) == 2
+    assert f"{path}:" in capsys.readouterr().err
+
+
+def test_rates_that_are_not_utf8_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"window_start_s,total_rate_rps\n0,1\n60,caf\xe9\n")
+    with pytest.raises(ValueError, match=r"r\.csv:\d+: unreadable CSV: 'utf-8' codec"):
+        read_rates(path)
+
+
+def test_the_highest_rate_accepted_is_scored(tmp_path: Path) -> None:
+    rows = [(i * 86400, MAX_RATE_RPS if i % 3 else MAX_RATE_RPS / 2) for i in range(12)]
+    result = run_series(read_rates(write_rates(tmp_path / "r.csv", rows)))
+    assert result.selector.points == 11 and math.isfinite(result.hindsight_ar.loss)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--interval", "0.123", "--interval: must be a whole number of 10 ms"),
+        ("--seasonal-period", "1e300", "--seasonal-period: Input should be less than or equal"),
+    ],
+)
+def test_settings_the_planner_config_refuses_are_a_clear_error(
+    option: str, value: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
+    """They reached PlannerConfig inside the scoring loop: a pydantic traceback."""
+    trace = str(TRACES / "azure_2023_code.csv")
+    assert main(["forecast-bench", "--trace", trace, option, value]) == 2
+    assert message in capsys.readouterr().err
