@@ -18,11 +18,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
-from connectors.kafka import ensure_topic, read_decisions
+from connectors.kafka import DecisionMessage, ensure_topic, read_decision_messages
 from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.zmq_publisher import FpmPublisher
 from flows.cli import positive_float
@@ -40,11 +40,31 @@ from schemas import (
 from sim.fleet import FleetSim
 
 
-def _follow_decisions(
-    decisions: Iterator[ScalingDecision], inbox: queue.Queue[ScalingDecision]
+def follow_decisions(
+    messages: Iterable[DecisionMessage], inbox: queue.Queue[ScalingDecision]
 ) -> None:
-    for decision in decisions:
-        inbox.put(decision)
+    """Queue every decision of the decisions topic for the fleet; a message that is not one is
+    passed over with a line saying so (one bad message must not stop the fleet applying all
+    that come after it).
+
+    >>> inbox = queue.Queue()
+    >>> good = ScalingDecision(deployment="a", decision_id=1, time=0.0, num_decode=3,
+    ...                        source="load", reason="scale")
+    >>> follow_decisions([DecisionMessage(0, 0, "a", None, "not JSON"),
+    ...                   DecisionMessage(0, 1, "a", good)], inbox)
+    >>> inbox.get().decision_id
+    1
+    """
+    for message in messages:
+        if message.decision is None:
+            print(
+                f"fleet: passed over the message at partition {message.partition} offset "
+                f"{message.offset}: {message.error}",
+                file=sys.stderr,
+                flush=True,
+            )
+            continue
+        inbox.put(message.decision)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
     inbox: queue.Queue[ScalingDecision] = queue.Queue()
     # The reading position is fixed here, before the start line a planner may be waiting for:
     # every decision written after it is applied.
-    decisions = read_decisions(bootstrap, args.decisions_topic, follow=True, from_beginning=False)
-    threading.Thread(target=_follow_decisions, args=(decisions, inbox), daemon=True).start()
+    messages = read_decision_messages(
+        bootstrap, args.decisions_topic, follow=True, from_beginning=False
+    )
+    threading.Thread(target=follow_decisions, args=(messages, inbox), daemon=True).start()
     print(
         f"fleet {scenario.deployment!r}: FPMs on {publishers['prefill'].url} (prefill), "
         f"{publishers['decode'].url} (decode); events to {events_topic}, decisions from "

@@ -44,12 +44,25 @@ from schemas import (
 
 
 class _StopRequest:
-    """Turns SIGTERM/SIGINT into an interrupt of the dataflow, remembering which signal."""
+    """Turns SIGTERM/SIGINT into an interrupt of the dataflow, remembering which signal.
+
+    Only the first signal interrupts: the runtime is then closing the sinks, and an interrupt
+    raised inside one of their ``close()`` would abort the process (a panic in a destructor)
+    without the summary line. Later signals are said, nothing more.
+    """
 
     def __init__(self) -> None:
         self.signal: str | None = None
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is not None:
+            print(
+                f"flowplanner run: {signal.Signals(signum).name} again: already stopping "
+                "(sinks are closing)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         self.signal = signal.Signals(signum).name
         stop_waiting()  # sinks on worker threads waiting for a broker (signals reach only this one)
         raise KeyboardInterrupt(self.signal)

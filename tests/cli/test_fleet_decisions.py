@@ -37,3 +37,23 @@ def test_decisions_of_another_deployment_are_passed_over_and_said_once() -> None
     inbox.put(_decision("qwen", 3, 5))
     assert apply_decisions(fleet, "llama", inbox, skipped) == []  # said once
     assert fleet.inventory().expected_num_decode == 3
+
+
+def test_a_message_that_is_no_decision_is_passed_over_and_the_next_applied(
+    kafka_bootstrap: str, kafka_topic: str, capsys
+) -> None:
+    # the fleet's decision thread read with read_decisions, which raises on the first message
+    # that is not a decision: the thread died and the fleet applied nothing after it
+    from connectors.kafka import ensure_topic, read_decision_messages
+    from flows.commands.fleet import follow_decisions
+    from tests.kafka.samples import write_raw
+
+    ensure_topic(kafka_bootstrap, kafka_topic)
+    good = _decision("llama", 1, 3)
+    write_raw(
+        kafka_bootstrap, kafka_topic, [b'{"not": "a decision"}', good.model_dump_json().encode()]
+    )
+    inbox: queue.Queue[ScalingDecision] = queue.Queue()
+    follow_decisions(read_decision_messages(kafka_bootstrap, kafka_topic), inbox)
+    assert inbox.get_nowait() == good and inbox.empty()
+    assert "passed over the message at partition 0 offset 0" in capsys.readouterr().err
