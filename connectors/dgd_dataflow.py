@@ -13,7 +13,8 @@ Neither blocks the bytewax worker on the API server: the source reads on a backg
 and hands finished polls over, the sink applies on a background thread (see :class:`DgdSink`).
 A hanging API server would otherwise freeze every input of the dataflow (a new epoch waits for
 every partition). The threads are daemons, so a request hung on the API server never holds up
-the process's exit.
+the process's exit. A stop request (:func:`stop_waiting`) ends the sink's wait for its applies
+at close.
 
 ``--output dgd://<namespace>/<name>`` style targets parse with :func:`parse_dgd_target`;
 :meth:`DgdSink.from_target` / :meth:`DgdInventorySource.from_target` build both from one.
@@ -27,8 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -89,6 +92,31 @@ def _factory_for(target: str, **kwargs: Any) -> ActuatorFactory:
     return build
 
 
+WAIT_SLICE_S = 0.25
+"""A sink closing at the end of its input waits for its applies this long at a time, then
+checks for a stop request."""
+
+_open: dict[int, weakref.ref[_DgdSinkPartition]] = {}
+"""The DGD sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
+
+
+def stop_waiting() -> None:
+    """A stop was requested: no open DGD sink waits for its applies any more.
+
+    Call it on SIGTERM/SIGINT. bytewax closes every sink as it unwinds a stop, and a closing
+    sink otherwise waits for the apply in flight and the one queued per deployment, each with
+    all its retries (minutes on a hung API server: past Kubernetes' grace period). After this
+    call, ``close`` returns at once and reports every decision not applied; an apply already
+    started is not stopped (it ends on its daemon thread or with the process), the next one is
+    not started. Only sets a flag, so it is safe to call from a signal handler.
+
+    >>> stop_waiting()  # no DGD sink is open: nothing to do
+    """
+    for ref in list(_open.values()):  # one C-level copy: atomic under the GIL
+        if (partition := ref()) is not None:
+            partition.stop_requested = True
+
+
 class _DgdSinkPartition(StatelessSinkPartition[Any]):
     def __init__(
         self,
@@ -99,10 +127,15 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
         self.actuator = actuator
         self.deployment = deployment
         self.on_result = on_result
+        self.stop_requested = False  # set by stop_waiting() or an interrupt while closing
         self._lock = threading.Lock()
         self._queued: dict[str, ScalingDecision] = {}  # newest not yet applied, per deployment
+        self._in_flight: ScalingDecision | None = None  # being applied on the applier thread
+        self._abandoned = False  # closed on a stop: what the applier still does is not reported
         self._jobs: list[Future[None]] = []
         self._applier = DaemonExecutor(f"dgd-apply-{actuator.dgd}")
+        key = id(self)
+        _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
 
     def _report(self, result: ApplyResult) -> None:
         if self.on_result is not None:
@@ -160,15 +193,58 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
             self._supersede(loser, winner, "before it was applied")
 
     def _apply(self, deployment: str) -> None:
-        """On the applier thread: apply the newest queued decision of ``deployment``."""
+        """On the applier thread: apply the newest queued decision of ``deployment`` (none
+        once a stop was requested: ``close`` reports it)."""
         with self._lock:
-            decision = self._queued.pop(deployment)
-        self._report(self.actuator.apply(decision))
+            if self.stop_requested or deployment not in self._queued:
+                return
+            decision = self._in_flight = self._queued.pop(deployment)
+        result = self.actuator.apply(decision)
+        with self._lock:
+            self._in_flight = None
+            if self._abandoned:  # close() already reported it as stopped
+                return
+        self._report(result)
 
     def close(self) -> None:
-        """Apply what is queued, then stop the applier thread."""
-        self._applier.shutdown(wait=True)
-        self._raise_failures()
+        """Apply what is queued, then stop the applier thread; after a stop request (before or
+        while waiting) report what is queued or in flight as not applied, without waiting."""
+        self._applier.shutdown(wait=False)  # ends after the jobs submitted
+        try:
+            while not self.stop_requested:
+                _done, pending = wait_for(self._jobs, timeout=WAIT_SLICE_S)
+                if not pending:
+                    break
+        except KeyboardInterrupt:  # a signal while closing on the main thread: a stop
+            self.stop_requested = True
+        _open.pop(id(self), None)  # only now: stop_waiting() must reach a close that waits
+        if self.stop_requested:
+            self._drop_on_stop()
+        else:
+            self._raise_failures()
+
+    def _drop_on_stop(self) -> None:
+        """Report (warning, ``flowplanner_dgd_actions_total{outcome="stopped"}``) each decision
+        a stop left in flight or queued. Never raises: bytewax closes sinks as it unwinds."""
+        with self._lock:
+            self._abandoned = True
+            in_flight = self._in_flight
+            queued = sorted(self._queued.values(), key=lambda d: (d.deployment, d.decision_id))
+            self._queued.clear()
+        dropped = [(in_flight, "its apply was in flight and is abandoned")] if in_flight else []
+        dropped += [(d, "its apply had not started") for d in queued]
+        for decision, what in dropped:
+            DGD_ACTIONS.labels(dgd=self.actuator.dgd, outcome="stopped").inc()
+            log.warning(
+                "DGD %s decision %s/%d: not applied: stopped (%s)",
+                self.actuator.dgd,
+                decision.deployment,
+                decision.decision_id,
+                what,
+            )
+        for job in [j for j in self._jobs if j.done()]:
+            if (error := job.exception()) is not None:
+                log.error("DGD %s: applier failed before the stop: %r", self.actuator.dgd, error)
 
 
 class DgdSink(DynamicSink[Any]):
@@ -189,8 +265,13 @@ class DgdSink(DynamicSink[Any]):
     ``superseded``), so decisions are applied in order and never stack up. ``on_result`` is
     called on the applier thread for applied decisions, on the worker thread for superseded
     ones. When the sink's input ends (finite runs), bytewax calls the partition's ``close``,
-    which applies what is queued first (that one waits on the API server); a stop by signal
-    does not wait for it.
+    which applies what is queued first (that one waits on the API server, with all retries).
+    A stop request (:func:`stop_waiting`, which ``flowplanner run`` calls on SIGTERM/SIGINT)
+    ends that wait, or spares it when bytewax closes the sink as it unwinds the stop: each
+    decision still queued or in flight is then logged as a warning naming its deployment and
+    decision id, counted with ``outcome="stopped"``, and not given to ``on_result`` (nor is
+    the later result of an apply the stop found in flight: it ends on its daemon thread or
+    with the process, and may still reach the DGD).
 
     >>> sink = DgdSink(lambda: None, deployment="llama")
     >>> sink.deployment
