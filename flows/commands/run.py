@@ -20,9 +20,10 @@ from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DgdUnavailableError
+from connectors.dgd_dataflow import stop_waiting as stop_dgd_waits
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
-from connectors.kafka.sink import stop_waiting
+from connectors.kafka.sink import stop_waiting as stop_kafka_waits
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
@@ -64,7 +65,10 @@ class _StopRequest:
             )
             return
         self.signal = signal.Signals(signum).name
-        stop_waiting()  # sinks on worker threads waiting for a broker (signals reach only this one)
+        # sinks on worker threads waiting (signals reach only this thread): for a broker, for
+        # an API server's answer to a DGD patch
+        stop_kafka_waits()
+        stop_dgd_waits()
         raise KeyboardInterrupt(self.signal)
 
 

@@ -16,7 +16,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from types import FrameType
 
 import bytewax.operators as op
 import pytest
@@ -27,6 +26,7 @@ from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult
 from connectors.dgd_dataflow import DgdSink, stop_waiting
+from flows.commands.run import _StopRequest
 from schemas import ScalingDecision
 from tests.kube.decisions import decision
 from tests.kube.test_dgd_hang import SAFETY_S, Hold, factory, threads_named
@@ -165,22 +165,18 @@ class TwoDecisions(DynamicSource[ScalingDecision]):
 def test_a_signal_stop_of_a_running_dataflow_does_not_wait_for_a_held_apply(
     dgd: DgdFixture, hold: Hold, caplog: pytest.LogCaptureFixture
 ):
-    """The real runtime: bytewax closes the sink as it unwinds a SIGTERM; the handler does what
-    ``flowplanner run`` does on a signal (stop the waits, interrupt the dataflow)."""
+    """The real runtime: bytewax closes the sink as it unwinds a SIGTERM, caught by
+    ``flowplanner run``'s own handler (which stops the waits and interrupts the dataflow)."""
     results: list[ApplyResult] = []
     flow = Dataflow("dgd_stop")
     sink = DgdSink(factory(dgd), on_result=results.append)
     op.output("dgd", op.input("decisions", flow, TwoDecisions()), sink)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop_waiting()
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
     def terminate_once_held() -> None:
         if hold.holding.wait(SAFETY_S):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
+    previous = signal.signal(signal.SIGTERM, _StopRequest())
     try:
         threading.Thread(target=terminate_once_held, daemon=True).start()
         with caplog.at_level(logging.WARNING, logger="connectors.dgd_dataflow"):
