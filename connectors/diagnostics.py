@@ -3,8 +3,9 @@
 Per deployment, tick records accumulate (at most 50 000; the oldest are dropped) and, once
 ``report_interval_hours`` of TICK time has passed since the first record of the page (event
 time, so it works on replays), a self-contained HTML page is written to ``report_output_dir``
-as ``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` and the
-records are cleared. Closing the sink writes what is left.
+as ``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` (the
+deployment's name made safe for a file name: :func:`file_safe`) and the records are cleared.
+Closing the sink writes what is left.
 
 Each report directory is checked when the sink is made (created, and a file written in it): one
 that cannot be written is an :class:`OSError` before the run starts. A page that cannot be
@@ -15,7 +16,9 @@ skipped: reports are diagnostics, the planner goes on.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import tempfile
 from collections import deque
 from datetime import UTC, datetime
@@ -59,6 +62,31 @@ def _why(directory: Path, error: OSError) -> str:
     if directory.exists() and not directory.is_dir():
         return f"{directory} is not a directory"
     return " ".join(str(error).split())
+
+
+FILE_SAFE_LENGTH = 120
+"""Longest deployment name put into a report's file name as it is (names may be 253 long, and
+a file name may not exceed 255 bytes)."""
+
+
+def file_safe(deployment: str) -> str:
+    """``deployment`` as part of a file name in the report directory: characters other than
+    letters, digits, ``.``, ``-`` and ``_`` become ``_`` (a ``/`` or ``..`` must not lead out of
+    the directory) and a long name is cut; a name changed either way gets a hash of the whole,
+    so two deployments never share a file name.
+
+    >>> file_safe("llama-3.1_70b")
+    'llama-3.1_70b'
+    >>> file_safe("x/../../../outside")  # doctest: +ELLIPSIS
+    'x_.._.._.._outside-...'
+    >>> file_safe("a/b") != file_safe("a_b"), len(file_safe("a" * 253)) <= FILE_SAFE_LENGTH
+    (True, True)
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", deployment)
+    if safe == deployment and len(safe) <= FILE_SAFE_LENGTH:
+        return safe
+    digest = hashlib.sha256(deployment.encode()).hexdigest()[:12]
+    return f"{safe[: FILE_SAFE_LENGTH - len(digest) - 1]}-{digest}"
 
 
 class DiagnosticsRecorder:
@@ -108,7 +136,8 @@ class DiagnosticsRecorder:
     def _write(self) -> str | None:
         self.pages += 1
         last = datetime.fromtimestamp(self.ticks[-1].time, tz=UTC)
-        name = f"planner_report_{self.deployment}_{last:%Y%m%d_%H%M%S}_{self.pages:03d}.html"
+        stamp = f"{last:%Y%m%d_%H%M%S}_{self.pages:03d}"
+        name = f"planner_report_{file_safe(self.deployment)}_{stamp}.html"
         cfg = self.config
         panels = panels_from_ticks(list(self.ticks), ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms)
         decisions = sum(tick.decision is not None for tick in self.ticks)

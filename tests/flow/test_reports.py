@@ -83,3 +83,19 @@ def test_a_report_directory_that_becomes_unwritable_mid_run_skips_pages_not_the_
     (logged,) = [r.getMessage() for r in caplog.records if "llama" in r.getMessage()]
     assert str(broken / "planner_report_llama_19700101_010000_001.html") in logged
     assert f"({broken} is not a directory)" in logged and "the run goes on" in logged
+
+
+def test_a_deployment_name_cannot_lead_a_report_out_of_its_directory(tmp_path):
+    # names may hold any character: "x/../../outside" wrote its page two levels up
+    reports = tmp_path / "a" / "b" / "reports"
+    name = "x/../../../outside"
+    sink = DiagnosticsReportSink(
+        {name: PlannerConfig(report_interval_hours=1.0, report_output_dir=str(reports))}
+    )
+    flow = Dataflow("reports_escape")
+    ticks = [TickRecord(deployment=name, time=float(t), ran_load=True) for t in (5, 10)]
+    op.output("reports", op.input("ticks", flow, TestingSource(ticks)), sink)
+    run_main(flow)
+    written = [p for p in tmp_path.rglob("*.html")]
+    assert [p.parent for p in written] == [reports]
+    assert written[0].name.startswith("planner_report_x_.._.._.._outside-")
