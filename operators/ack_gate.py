@@ -15,9 +15,13 @@ as a pure state machine over event time, with three choices made explicit:
   from its target, so a repeat means the fleet drifted after applying it (a worker died).
 * **The gate owns the decision ids.** Released decisions are renumbered
   ``max(last emitted, acknowledged) + 1``, so the ids a consumer sees are consecutive even when
-  held decisions were replaced, and never reuse an id the environment already acknowledged
-  (a planner that restarts without state and reads the acknowledgement topic continues after
-  it).
+  held decisions were replaced, and never reuse an id the environment acknowledged in this run.
+  Across a restart the ids issued come from the outputs (the next item), not from the
+  acknowledgements: if the outputs lost their decisions (a decisions topic deleted, or expired
+  by time-based retention — which is why the planner creates it compacted) while the
+  acknowledgement topic still holds acks, those acks are refused as never issued and numbering
+  starts after what the outputs hold, so a consumer that deduplicates by id would have to
+  forget the old ones too.
 * **An acknowledgement of a decision never issued is refused.** One above the highest id the
   gate sent or knows the outputs hold (``max(last_emitted_id, numbered_after)``) cannot come
   from an orchestrator that applied it: taken, it would release the held decision and push
