@@ -20,6 +20,7 @@ import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,34 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+UNIX_SCALE_S = 1e8
+"""Times from here on (1973-03-03) are taken for Unix time (a live run's event time)."""
+
+
+def _time_origin(x0: float, x1: float, unit: float) -> tuple[float, str]:
+    """Where the time axis counts from, and what its title adds to say so.
+
+    Replays (event time from 0) are labelled in their own time while that reads as short plain
+    numbers (below 10000 of the axis unit). Unix-scale times (live runs), and other starts too
+    far from 0 for that, count from the first tick, named in UTC for Unix times:
+
+    >>> _time_origin(0.0, 300.0, 1.0)
+    (0.0, '')
+    >>> _time_origin(1_700_000_000.0, 1_700_000_300.0, 1.0)
+    (1700000000.0, ' since 2023-11-14 22:13:20 UTC')
+    >>> _time_origin(100_000.0, 100_300.0, 1.0)
+    (100000.0, ' since t=100000 s')
+    >>> _time_origin(82_800.0, 86_400.0, 60.0)  # minutes 1380 .. 1440
+    (0.0, '')
+    """
+    if x0 < UNIX_SCALE_S:
+        if max(abs(x0), abs(x1)) / unit < 1e4:
+            return 0.0, ""
+        return x0, f" since t={x0:.10g} s"
+    start = datetime.fromtimestamp(x0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return x0, f" since {start} UTC"
+
+
 def _thin(xs: list[float], ys: list[float], limit: int) -> tuple[list[float], list[float]]:
     """Keep at most ~``limit`` points: per bucket its first point and its extremes."""
     n = len(xs)
@@ -190,14 +219,15 @@ def render_panel(panel: Panel) -> str:
         y1 += 0.05 * (y1 - y0)
     minutes = x1 - x0 > 600
     unit = 60.0 if minutes else 1.0
+    origin, since = _time_origin(x0, x1, unit)
     f = _Frame(x0, x1, y0, y1)
     # axes and grid
     out.append(
         f'<g stroke="#333"><line x1="{_ML}" y1="{_H - _MB}" x2="{_W - _MR}" y2="{_H - _MB}"/>'
         f'<line x1="{_ML}" y1="{_MT}" x2="{_ML}" y2="{_H - _MB}"/></g>'
     )
-    for tx in _nice_ticks(x0 / unit, x1 / unit):
-        px = f.px(tx * unit)
+    for tx in _nice_ticks((x0 - origin) / unit, (x1 - origin) / unit):
+        px = f.px(origin + tx * unit)
         out.append(
             f'<line stroke="#e8e8e8" x1="{px:.1f}" y1="{_MT}" x2="{px:.1f}" y2="{_H - _MB}"/>'
             f'<text x="{px:.1f}" y="{_H - _MB + 14}" text-anchor="middle">{_fmt(tx)}</text>'
@@ -215,7 +245,7 @@ def render_panel(panel: Panel) -> str:
         )
     out.append(
         f'<text x="{(_ML + _W - _MR) / 2}" y="{_H - 4}" text-anchor="middle">'
-        f"time ({'min' if minutes else 's'})</text>"
+        f"time ({'min' if minutes else 's'}{since})</text>"
     )
     if panel.y_label:
         out.append(

@@ -141,3 +141,57 @@ def test_empty_and_tick_only_panels() -> None:
     assert panels["rate"].series[1].values[0] == 10.0  # predicted 50 per 5 s
     page = render_report(list(panels.values()), "ticks")
     assert len(_svgs(page)) == len(panels)
+
+
+def _time_axis(svg: ET.Element) -> tuple[list[str], str]:
+    """The x tick labels and the x axis title of one panel."""
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t for t in svg.iter(f"{ns}text") if t.get("text-anchor") == "middle"]
+    ticks = [t.text or "" for t in texts if t.get("y") == "228"]  # just below the x axis
+    (title,) = [t.text or "" for t in texts if t.get("y") == "246"]  # at the bottom
+    return ticks, title
+
+
+def _tick_records(start: float, span: float) -> list[TickRecord]:
+    return [
+        TickRecord(
+            deployment="d",
+            time=start + t,
+            ready_decode=2,
+            ran_load=True,
+            diagnostics=TickDiagnostics(estimated_itl_ms=20.0),
+        )
+        for t in range(0, int(span) + 1, 60)
+    ]
+
+
+def test_a_live_report_labels_time_since_its_first_tick_in_utc() -> None:
+    # a live run's event time is Unix time: absolute labels read 1700M, 1700M, ... (5 min) or
+    # 28.3333M, 28.3334M, ... (1 h of minutes)
+    t0 = 1_700_000_000.0
+    for span, unit, labels in ((300.0, "s", ["0", "100", "200", "300"]),
+                               (3600.0, "min", ["0", "20", "40", "60"])):  # fmt: skip
+        page = render_report(list(panels_from_ticks(_tick_records(t0, span)).values()))
+        for svg in _svgs(page):
+            if "no data" in ET.tostring(svg, encoding="unicode"):
+                continue
+            ticks, title = _time_axis(svg)
+            assert ticks == labels, (span, svg.get("aria-label"))
+            assert title == f"time ({unit} since 2023-11-14 22:13:20 UTC)"
+
+
+def test_a_replay_report_keeps_its_own_event_time_on_the_axis() -> None:
+    page = render_report(list(panels_from_ticks(_tick_records(0.0, 3600.0)).values()))
+    ticks, title = _time_axis(_svgs(page)[0])
+    assert (ticks, title) == (["0", "20", "40", "60"], "time (min)")
+    # a later stretch of a replay: labels in its own minutes, not counted from its start
+    page = render_report(list(panels_from_ticks(_tick_records(7200.0, 3600.0)).values()))
+    assert _time_axis(_svgs(page)[0]) == (["120", "140", "160", "180"], "time (min)")
+
+
+def test_a_start_far_from_zero_counts_from_the_first_tick() -> None:
+    svg = render_panel(Panel("rate", [Series("obs", [5e7, 5e7 + 300], [1.0, 2.0])]))
+    assert _time_axis(ET.fromstring(svg)) == (
+        ["0", "100", "200", "300"],
+        "time (s since t=50000000 s)",
+    )
