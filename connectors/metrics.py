@@ -9,7 +9,7 @@ reference ran one planner per deployment and had no such label). Per-engine gaug
 =================================================  ===============================================
 metric                                             from the tick record
 =================================================  ===============================================
-``num_prefill_replicas``, ``num_decode_replicas``  ready counts
+``num_prefill_replicas``, ``num_decode_replicas``  ready counts (removed when a tick has none)
 ``observed_requests_per_second``                   ``observed_traffic.num_req / duration_s``
 ``observed_input/output_sequence_tokens``          ``observed_traffic.isl`` / ``.osl``
 ``predicted_requests_per_second``                  ``predicted_num_req`` / traffic window (§12)
@@ -37,7 +37,13 @@ did not learn from: far off its fit and never confirmed by a second one (a stall
 
 A value the record does not carry (``None``) leaves the gauge at its last value, so a gauge
 always shows the latest known number (e.g. the throughput reason stays visible between the
-throughput ticks). The reference's ``observed_ttft_ms``, ``observed_itl_ms`` and
+throughput ticks). Ready counts are the exception on a record of a tick (one on which a loop
+ran): there a missing count means the inventory does not know the role (its service is gone),
+so ``num_prefill_replicas`` / ``num_decode_replicas`` of that deployment is removed (absent,
+as the series of engines that are gone) and ``gpu_hours`` stops counting the role's replicas.
+Records of windows without a tick leave both as they were.
+
+The reference's ``observed_ttft_ms``, ``observed_itl_ms`` and
 ``observed_request_duration_seconds`` are not exported: traffic observations carry no latencies.
 
 :meth:`PlannerMetrics.serve` starts the HTTP exporter; it serves these metrics together with the
@@ -222,8 +228,9 @@ class PlannerMetrics:
         d = record.deployment
         self._integrate_gpu_hours(record)
         self._observe_progress(record)
-        _set(self.num_prefill_replicas, d, record.ready_prefill)
-        _set(self.num_decode_replicas, d, record.ready_decode)
+        ticked = record.ran_load or record.ran_throughput
+        _set_count(self.num_prefill_replicas, d, record.ready_prefill, ticked)
+        _set_count(self.num_decode_replicas, d, record.ready_decode, ticked)
 
         traffic = record.observed_traffic
         window = traffic.duration_s if traffic is not None and traffic.duration_s > 0 else None
@@ -311,10 +318,13 @@ class PlannerMetrics:
             clock.hours += (record.time - clock.last_time) * gpus / 3600.0
         if clock.last_time is None or record.time > clock.last_time:
             clock.last_time = record.time
-        if record.ready_prefill is not None:
-            clock.prefill = record.ready_prefill
-        if record.ready_decode is not None:
-            clock.decode = record.ready_decode
+        # a tick without a role's count: the inventory no longer knows the role (its service is
+        # gone) and its replicas stop counting; a window without a tick changes nothing
+        ticked = record.ran_load or record.ran_throughput
+        if record.ready_prefill is not None or ticked:
+            clock.prefill = record.ready_prefill or 0
+        if record.ready_decode is not None or ticked:
+            clock.decode = record.ready_decode or 0
         # what the planner knows (workers' capabilities) holds until it says otherwise: a record
         # of a window without a tick carries none
         clock.gpus_prefill = record.gpus_per_prefill or clock.gpus_prefill
@@ -346,6 +356,14 @@ class PlannerMetrics:
 def _set(gauge: Gauge, deployment: str, value: float | None) -> None:
     if value is not None:
         gauge.labels(deployment=deployment).set(value)
+
+
+def _set_count(gauge: Gauge, deployment: str, count: int | None, ticked: bool) -> None:
+    """A ready count; on a tick that has none the role is unknown and its series is removed."""
+    if count is not None:
+        gauge.labels(deployment=deployment).set(count)
+    elif ticked:
+        gauge.remove(deployment)
 
 
 def _ratio(count: float | None, window: float | None) -> float | None:

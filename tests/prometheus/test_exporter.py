@@ -66,6 +66,7 @@ def ticks(deployment: str) -> list[TickRecord]:
             deployment=deployment,
             time=1180.0,
             ready_prefill=2,
+            ready_decode=2,
             ran_throughput=True,
             ran_load=True,
             diagnostics=TickDiagnostics(
@@ -83,6 +84,21 @@ def ticks(deployment: str) -> list[TickRecord]:
             observed_traffic=TrafficObservation(duration_s=180, num_req=360, isl=3000, osl=150),
         ),
         TickRecord(deployment=deployment, time=1360.0),
+    ]
+
+
+def prefill_gone(deployment: str) -> list[TickRecord]:
+    """4 prefill + 2 decode replicas; from t=60 the inventory knows no prefill role (its service
+    was removed): every tick after carries only the decode count, up to t=3600."""
+    return [
+        TickRecord(
+            deployment=deployment,
+            time=float(t),
+            ready_prefill=4 if t < 60 else None,
+            ready_decode=2,
+            ran_load=True,
+        )
+        for t in range(0, 3601, 10)
     ]
 
 
@@ -106,6 +122,8 @@ def test_real_prometheus_scrapes_the_planner_metrics(
     feed_through_bytewax(
         metrics, [TickRecord(deployment="other", time=5.0, ready_decode=7)], workers
     )
+    gone = f"gone-{uuid.uuid4().hex[:6]}"
+    feed_through_bytewax(metrics, prefill_gone(gone), workers)
     endpoint = f"flowplanner-test-{uuid.uuid4().hex[:6]}"
     FPM_GAPS.labels(endpoint=endpoint).inc(3)  # a pipeline counter, same exporter
 
@@ -115,8 +133,9 @@ def test_real_prometheus_scrapes_the_planner_metrics(
 
         sel = f'{{deployment="{deployment}"}}'
         expected = {
+            # the last record (a window without a tick) had no counts: last known values
             "num_prefill_replicas": 2,
-            "num_decode_replicas": 2,  # the last tick had no decode count: last known value
+            "num_decode_replicas": 2,
             "observed_requests_per_second": 2.0,
             "observed_input_sequence_tokens": 3000,
             "observed_output_sequence_tokens": 150,
@@ -162,6 +181,13 @@ def test_real_prometheus_scrapes_the_planner_metrics(
             prometheus.query('dynamo_planner_engine_queued_decode_kv_tokens{worker_id="d1"}') == []
         )
 
+        # a role the inventory no longer knows: its count is gone, its GPUs stop counting
+        # (60 s x (4 + 2) + 3540 s x 2 GPU-s); it kept 4 prefill and 5.99 GPU-h before
+        assert prometheus.query(f'dynamo_planner_num_prefill_replicas{{deployment="{gone}"}}') == []
+        assert value(prometheus, f'dynamo_planner_num_decode_replicas{{deployment="{gone}"}}') == 2
+        gone_hours = value(prometheus, f'dynamo_planner_gpu_hours{{deployment="{gone}"}}')
+        assert gone_hours == pytest.approx((60 * 6 + 3540 * 2) / 3600)
+
         gaps = f'flowplanner_fpm_sequence_gaps_total{{endpoint="{endpoint}"}}'
         assert value(prometheus, gaps) == 3
 
@@ -174,11 +200,13 @@ def test_unknown_values_keep_the_last_known_gauge() -> None:
             time=0.0,
             ready_prefill=3,
             ran_load=True,
-            diagnostics=TickDiagnostics(load_decision_reason="scale_down"),
+            diagnostics=TickDiagnostics(load_decision_reason="scale_down", estimated_ttft_ms=80),
         )
     )
-    metrics.observe(TickRecord(deployment="d", time=5.0, ran_load=True))  # nothing known
+    metrics.observe(TickRecord(deployment="d", time=5.0))  # a window without a tick: no counts
+    metrics.observe(TickRecord(deployment="d", time=10.0, ready_prefill=3, ran_load=True))
     assert metrics.value("num_prefill_replicas", deployment="d") == 3
+    assert metrics.value("estimated_ttft_ms", deployment="d") == 80  # the tick estimated none
     assert (
         metrics.value(
             "load_scaling_decision",
@@ -187,7 +215,7 @@ def test_unknown_values_keep_the_last_known_gauge() -> None:
         )
         == 1
     )
-    assert metrics.value("gpu_hours", deployment="d") == pytest.approx(5 * 3 / 3600)
+    assert metrics.value("gpu_hours", deployment="d") == pytest.approx(10 * 3 / 3600)
 
 
 def test_records_out_of_order_never_reduce_gpu_hours() -> None:
@@ -218,3 +246,18 @@ def test_a_record_without_a_tick_keeps_the_gpus_the_workers_reported() -> None:
     metrics.observe(TickRecord(deployment="d", time=1800.0, ready_decode=3))  # no tick ran
     metrics.observe(TickRecord(deployment="d", time=3600.0, ready_decode=3, gpus_per_decode=4))
     assert metrics.value("gpu_hours", deployment="d") == pytest.approx(3 * 4)
+
+
+def test_a_role_gone_from_the_inventory_is_removed_a_window_without_a_tick_changes_nothing() -> (
+    None
+):
+    metrics = PlannerMetrics()
+    metrics.observe(TickRecord(deployment="d", time=0.0, ready_prefill=4, ready_decode=2))
+    metrics.observe(TickRecord(deployment="d", time=60.0))  # no tick: counts as they were
+    assert metrics.value("num_prefill_replicas", deployment="d") == 4
+    metrics.observe(TickRecord(deployment="d", time=120.0, ready_decode=2, ran_throughput=True))
+    assert metrics.value("num_prefill_replicas", deployment="d") is None
+    assert metrics.value("num_decode_replicas", deployment="d") == 2
+    metrics.observe(TickRecord(deployment="d", time=3720.0, ready_decode=2, ran_load=True))
+    # 120 s with 6 GPUs, then 3600 s with the 2 decode GPUs only
+    assert metrics.value("gpu_hours", deployment="d") == pytest.approx((120 * 6 + 3600 * 2) / 3600)
