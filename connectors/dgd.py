@@ -736,21 +736,20 @@ class DgdActuator:
         if mark.deployment != decision.deployment:
             return f"the last patch of ours was for deployment {mark.deployment!r}"
         for role in moved:
-            ours = mark.num_prefill if role == "prefill" else mark.num_decode
+            prefill = role == "prefill"
+            ours = mark.num_prefill if prefill else mark.num_decode
+            seen = decision.expected_prefill if prefill else decision.expected_decode
             spec = states[role].spec_replicas
             if ours != spec:
                 return (
                     f"{states[role].name} spec {spec} is not what our last patch (decision "
                     f"{mark.decision_id}) set ({ours}): someone else changed it"
                 )
-        if decision.decision_id <= mark.decision_id:
-            return (
-                f"decision {decision.decision_id} is not newer than decision "
-                f"{mark.decision_id}, which set the spec in flight"
-            )
-        for role in moved:
-            seen = decision.expected_prefill if role == "prefill" else decision.expected_decode
-            spec = states[role].spec_replicas
+            if decision.decision_id <= mark.decision_id:
+                return (
+                    f"decision {decision.decision_id} is not newer than decision "
+                    f"{mark.decision_id}, which set the spec in flight"
+                )
             if seen != spec:
                 return (
                     f"decision {decision.decision_id} was made seeing {seen} {role} replicas "
