@@ -13,8 +13,8 @@ Neither blocks the bytewax worker on the API server: the source reads on a backg
 and hands finished polls over, the sink applies on a background thread (see :class:`DgdSink`).
 A hanging API server would otherwise freeze every input of the dataflow (a new epoch waits for
 every partition). The threads are daemons, so a request hung on the API server never holds up
-the process's exit. A stop request (:func:`stop_waiting`) ends the sink's wait for its applies
-at close.
+the process's exit. A stop request (:func:`connectors.stopping.stop_waiting`) ends the
+sink's wait for its applies at close.
 
 ``--output dgd://<namespace>/<name>`` style targets parse with :func:`parse_dgd_target`;
 :meth:`DgdSink.from_target` / :meth:`DgdInventorySource.from_target` build both from one.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
@@ -48,6 +47,7 @@ from connectors.dgd import (
 )
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
 from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
+from connectors.stopping import forget, watch
 from schemas import (
     CapabilitiesEvent,
     DeadLetter,
@@ -96,26 +96,6 @@ WAIT_SLICE_S = 0.25
 """A sink closing at the end of its input waits for its applies this long at a time, then
 checks for a stop request."""
 
-_open: dict[int, weakref.ref[_DgdSinkPartition]] = {}
-"""The DGD sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
-
-
-def stop_waiting() -> None:
-    """A stop was requested: no open DGD sink waits for its applies any more.
-
-    Call it on SIGTERM/SIGINT. bytewax closes every sink as it unwinds a stop, and a closing
-    sink otherwise waits for the apply in flight and the one queued per deployment, each with
-    all its retries (minutes on a hung API server: past Kubernetes' grace period). After this
-    call, ``close`` returns at once and reports every decision not applied; an apply already
-    started is not stopped (it ends on its daemon thread or with the process), the next one is
-    not started. Only sets a flag, so it is safe to call from a signal handler.
-
-    >>> stop_waiting()  # no DGD sink is open: nothing to do
-    """
-    for ref in list(_open.values()):  # one C-level copy: atomic under the GIL
-        if (partition := ref()) is not None:
-            partition.stop_requested = True
-
 
 class _DgdSinkPartition(StatelessSinkPartition[Any]):
     def __init__(
@@ -134,8 +114,7 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
         self._abandoned = False  # closed on a stop: what the applier still does is not reported
         self._jobs: list[Future[None]] = []
         self._applier = DaemonExecutor(f"dgd-apply-{actuator.dgd}")
-        key = id(self)
-        _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
+        watch(self)  # stop_waiting() ends a close that waits for the applies
 
     def _report(self, result: ApplyResult) -> None:
         if self.on_result is not None:
@@ -217,7 +196,7 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
                     break
         except KeyboardInterrupt:  # a signal while closing on the main thread: a stop
             self.stop_requested = True
-        _open.pop(id(self), None)  # only now: stop_waiting() must reach a close that waits
+        forget(self)  # only now: stop_waiting() must reach a close that waits
         if self.stop_requested:
             self._drop_on_stop()
         else:
@@ -266,8 +245,9 @@ class DgdSink(DynamicSink[Any]):
     called on the applier thread for applied decisions, on the worker thread for superseded
     ones. When the sink's input ends (finite runs), bytewax calls the partition's ``close``,
     which applies what is queued first (that one waits on the API server, with all retries).
-    A stop request (:func:`stop_waiting`, which ``flowplanner run`` calls on SIGTERM/SIGINT)
-    ends that wait, or spares it when bytewax closes the sink as it unwinds the stop: each
+    A stop request (:func:`connectors.stopping.stop_waiting`, which ``flowplanner run`` calls
+    on SIGTERM/SIGINT) ends that wait, or spares it when bytewax closes the sink as it unwinds
+    the stop: each
     decision still queued or in flight is then logged as a warning naming its deployment and
     decision id, counted with ``outcome="stopped"``, and not given to ``on_result`` (nor is
     the later result of an apply the stop found in flight: it ends on its daemon thread or

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Mapping
 from time import monotonic
 from typing import Any
@@ -23,6 +22,7 @@ from connectors.kafka.client import (
 )
 from connectors.kafka.decisions import read_decision_messages
 from connectors.pipeline_metrics import DECISION_DELIVERY_WAITS
+from connectors.stopping import forget, watch
 from schemas import DeliveredDecision, ScalingDecision, describe_validation_error
 
 NO_DELIVERY_LIMIT = {"message.timeout.ms": 0}
@@ -67,20 +67,6 @@ WAIT_SLICE_S = 0.25
 """A sink waiting for its broker flushes this long at a time, then checks for a stop request."""
 
 log = logging.getLogger(__name__)
-_open: dict[int, weakref.ref[_DecisionSinkPartition]] = {}
-"""The decision sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
-
-
-def stop_waiting() -> None:
-    """A stop was requested: every open decision sink stops waiting for an unreachable broker.
-
-    For sinks on bytewax worker threads, which SIGTERM/SIGINT do not interrupt (Python runs
-    signal handlers on the main thread); safe to call from a signal handler. A waiting sink
-    returns, and the decisions it still holds are reported (and dropped) when it is closed.
-    """
-    for ref in list(_open.values()):  # one C-level copy: atomic under the GIL
-        if (partition := ref()) is not None:
-            partition.stop_requested = True
 
 
 class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
@@ -93,8 +79,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         self._timeout_s = timeout_s
         self._warn_every_s = warn_every_s
         self.stop_requested = False  # set by stop_waiting() or a KeyboardInterrupt in a wait
-        key = id(self)
-        _open[key] = weakref.ref(self, lambda _: _open.pop(key, None))
+        watch(self)
 
     def _deliver(self, failures: list[str]) -> None:
         """Wait until every queued decision is acknowledged, however long the broker is away.
@@ -103,7 +88,8 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
         decision the broker refuses (``failures``, filled by the delivery callback) raises.
         The wait is made of short flushes so that a stop request ends it: on the main thread
         SIGTERM/SIGINT interrupt a flush (KeyboardInterrupt), on a worker thread
-        :func:`stop_waiting` does. The decisions still queued then are reported by ``close``.
+        :func:`connectors.stopping.stop_waiting` does. The decisions still queued then are
+        reported by ``close``.
         """
         started = monotonic()
         warned = 0
@@ -161,7 +147,7 @@ class _DecisionSinkPartition(StatelessSinkPartition[ScalingDecision]):
     def close(self) -> None:
         """Deliver what is still queued within ``timeout_s`` (without waiting after a stop),
         then report and drop the rest. Never raises: bytewax closes sinks as it unwinds a stop."""
-        _open.pop(id(self), None)
+        forget(self)
         stopping = self.stop_requested
         try:
             remaining = self._producer.flush(0 if stopping else self._timeout_s)
@@ -199,11 +185,11 @@ class KafkaDecisionSink(DynamicSink[ScalingDecision]):
     rather than failing the run — a restarted worker would replay its inputs and send their
     decisions again. A decision the broker refuses raises :class:`KafkaConnectorError`, and so
     does one that outlives a ``message.timeout.ms`` given in ``config`` (by default there is
-    no limit). A stop request (SIGTERM/SIGINT, :func:`stop_waiting`) ends a wait. Closing
-    waits at most ``timeout_s`` (not at all after a stop), then logs an error naming how many
-    decisions were not delivered and drops them; it never raises. :meth:`delivered` reads
-    back, per deployment, the newest decision the topic holds, so a restarted planner resumes
-    after it. A topic the sink creates gets ``topic_config`` (by default
+    no limit). A stop request (SIGTERM/SIGINT, :func:`connectors.stopping.stop_waiting`) ends a
+    wait. Closing waits at most ``timeout_s`` (not at all after a stop), then logs an error
+    naming how many decisions were not delivered and drops them; it never raises.
+    :meth:`delivered` reads back, per deployment, the newest decision the topic holds, so a
+    restarted planner resumes after it. A topic the sink creates gets ``topic_config`` (by default
     :data:`DECISIONS_TOPIC_CONFIG`: compacted, so that newest decision is never deleted); one
     that exists already is left as it is, with a warning from :meth:`delivered` if its
     retention may delete it.

@@ -20,13 +20,12 @@ from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DgdUnavailableError
-from connectors.dgd_dataflow import stop_waiting as stop_dgd_waits
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
-from connectors.kafka.sink import stop_waiting as stop_kafka_waits
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
+from connectors.stopping import stop_waiting
 from connectors.traces import read_warmup_trace
 from flows.cli import port_number, positive_int
 from flows.display import format_time
@@ -67,8 +66,7 @@ class _StopRequest:
         self.signal = signal.Signals(signum).name
         # sinks on worker threads waiting (signals reach only this thread): for a broker, for
         # an API server's answer to a DGD patch
-        stop_kafka_waits()
-        stop_dgd_waits()
+        stop_waiting()
         raise KeyboardInterrupt(self.signal)
 
 

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import KafkaDecisionSink, ensure_topic
-from connectors.kafka.sink import stop_waiting
+from connectors.stopping import stop_waiting
 from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 from tests.kafka.samples import make_decision, topic_partitions, write_in_background

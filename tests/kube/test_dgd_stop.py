@@ -1,4 +1,4 @@
-"""A stop request (SIGTERM/SIGINT → :func:`connectors.dgd_dataflow.stop_waiting`) spares the DGD
+"""A stop request (SIGTERM/SIGINT → :func:`connectors.stopping.stop_waiting`) spares the DGD
 sink's ``close`` the wait for applies held by a hung API server, and reports each decision the
 stop leaves unapplied; the end of a finite input still waits for every apply.
 
@@ -25,7 +25,8 @@ from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult
-from connectors.dgd_dataflow import DgdSink, stop_waiting
+from connectors.dgd_dataflow import DgdSink
+from connectors.stopping import stop_waiting
 from flows.commands.run import _StopRequest
 from schemas import ScalingDecision
 from tests.kube.decisions import decision

@@ -1,0 +1,44 @@
+"""Stop requests for sinks that wait on bytewax worker threads.
+
+SIGTERM/SIGINT run their Python handler on the main thread only, so a sink waiting on a worker
+thread (for an unreachable broker, for a hung API server) never sees the interrupt. Such a sink
+:func:`watch`-es itself while open and reads its ``stop_requested`` flag where it waits;
+``flowplanner run``'s signal handler calls :func:`stop_waiting`, which sets that flag on every
+sink still open. Setting a flag is all it does, so it is safe in a signal handler.
+
+>>> class Waiting:
+...     stop_requested = False
+>>> sink = Waiting()
+>>> watch(sink)
+>>> stop_waiting()
+>>> sink.stop_requested
+True
+>>> forget(sink)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+_open: dict[int, weakref.ref[Any]] = {}
+"""The sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
+
+
+def watch(sink: Any) -> None:
+    """Let :func:`stop_waiting` reach ``sink`` (an object with a ``stop_requested`` flag) until
+    it is forgotten or garbage."""
+    key = id(sink)
+    _open[key] = weakref.ref(sink, lambda _: _open.pop(key, None))
+
+
+def forget(sink: Any) -> None:
+    """``sink`` is closed: a later stop request no longer concerns it."""
+    _open.pop(id(sink), None)
+
+
+def stop_waiting() -> None:
+    """A stop was requested: every open sink stops waiting (sets its ``stop_requested``)."""
+    for ref in list(_open.values()):  # one C-level copy: atomic under the GIL
+        if (sink := ref()) is not None:
+            sink.stop_requested = True
