@@ -7,6 +7,7 @@ import importlib
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import TypeVar
 
 # Small-matrix BLAS calls (statsmodels fits in the load predictors) run ~10x slower with
@@ -71,6 +72,25 @@ def positive_float(text: str) -> float:
 def non_negative_float(text: str) -> float:
     """Argument type: a finite number >= 0."""
     return _number(float, text, 0, strict=False)
+
+
+def bounded(
+    kind: type[_Number], low: float, high: float, *, strict_low: bool = False
+) -> Callable[[str], _Number]:
+    """Argument type: a finite ``kind`` from ``low`` (excluded with ``strict_low``) to ``high``.
+
+    >>> bounded(float, 0.001, 1000)("1e-300")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be >= 0.001, got 1e-300
+    >>> bounded(int, 1, 1000)("1001")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be <= 1000, got 1001
+    """
+
+    def parse(text: str) -> _Number:
+        return _number(kind, text, low, strict_low, high)
+
+    return parse
 
 
 def port_number(text: str) -> int:

@@ -21,29 +21,13 @@ from bench.forecast import (
     read_trace_series,
     run_series,
 )
-from flows.cli import positive_float
+from flows.cli import bounded, positive_float
 from operators.predictors.loss import UNDER_WEIGHT, ForecastScore
 from schemas import PlannerConfig
 
 SERIES_KINDS = ("num_req", "isl", "osl")
 UNDER_WEIGHT_RANGE = (1e-6, 1e6)
 """Bounds of ``--under-weight``: beyond them the loss quantile w / (1 + w) rounds to 0 or 1."""
-
-
-def under_weight(text: str) -> float:
-    """Argument type of ``--under-weight``: a number within :data:`UNDER_WEIGHT_RANGE`.
-
-    >>> under_weight("1e16")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: must be <= 1e+06, got 1e16
-    """
-    value = positive_float(text)
-    low, high = UNDER_WEIGHT_RANGE
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
-    if value > high:
-        raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
-    return value
 
 
 def _finite(value: float) -> float | None:
@@ -186,7 +170,7 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--under-weight",
-        type=under_weight,
+        type=bounded(float, *UNDER_WEIGHT_RANGE),
         default=UNDER_WEIGHT,
         help="cost of an under-forecast relative to an over-forecast, "
         f"{UNDER_WEIGHT_RANGE[0]:g} to {UNDER_WEIGHT_RANGE[1]:g} (default {UNDER_WEIGHT:g})",

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from connectors.profiles import load_profile
 from connectors.report import closed_loop_panels, render_report, write_report
-from flows.cli import non_negative_float, non_negative_int, positive_float, positive_int
+from flows.cli import bounded, non_negative_float, non_negative_int
 from flows.progress import ProgressBar
 from flows.scenario import (
     DEFAULT_CONFIG,
@@ -33,32 +32,6 @@ SPEEDUP_RANGE = (1e-3, 1e6)
 MAX_LOAD_SCALE = 1000
 
 
-def bounded_float(low: float, high: float) -> Callable[[str], float]:
-    """Argument type: a finite number in ``[low, high]`` (argparse names the option).
-
-    >>> bounded_float(0.001, 1000)("1e-300")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: must be >= 0.001, got 1e-300
-    """
-
-    def parse(text: str) -> float:
-        value = positive_float(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
-        if value > high:
-            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
-        return value
-
-    return parse
-
-
-def _load_scale(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_LOAD_SCALE:
-        raise argparse.ArgumentTypeError(f"must be <= {MAX_LOAD_SCALE}, got {text}")
-    return value
-
-
 def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = True) -> None:
     """Options that define a replay scenario (shared by replay, bench, demo and fleet).
 
@@ -73,13 +46,13 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
     workload.add_argument("--synthetic", choices=SYNTHETIC, help="a synthetic workload instead")
     parser.add_argument(
         "--rate",
-        type=bounded_float(0.0, MAX_RATE_RPS),
+        type=bounded(float, 0.0, MAX_RATE_RPS, strict_low=True),
         help=f"synthetic mean rate, req/s, up to {MAX_RATE_RPS:,.0f} (default: {RATE_RPS:g}; "
         "only with --synthetic)",
     )
     parser.add_argument(
         "--duration",
-        type=bounded_float(0.0, MAX_DURATION_S),
+        type=bounded(float, 0.0, MAX_DURATION_S, strict_low=True),
         help=f"synthetic length, s, up to 30 days (default: {DURATION_S:g}; only with --synthetic)",
     )
     parser.add_argument("--config", help="planner config (default: examples/planner.yaml)")
@@ -87,7 +60,7 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
     parser.add_argument("--profile", help="engine profile directory (default: shipped H200)")
     parser.add_argument(
         "--load-scale",
-        type=_load_scale,
+        type=bounded(int, 1, MAX_LOAD_SCALE),
         default=1,
         metavar="K",
         help=f"superimpose K time-shifted copies of the trace, K <= {MAX_LOAD_SCALE} "
@@ -95,7 +68,7 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
     )
     parser.add_argument(
         "--speedup",
-        type=bounded_float(*SPEEDUP_RANGE),
+        type=bounded(float, *SPEEDUP_RANGE),
         default=1.0,
         help=f"compress time by this factor, {SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g} "
         "(default: %(default)s)",
