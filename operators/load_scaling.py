@@ -634,8 +634,10 @@ def sla_agg_proposals(
     max_step: int = 1,
 ) -> tuple[LoadProposal | None, LoadProposal]:
     """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
-    ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
-    :func:`combine_agg` never mistakes a veto for a missing signal. With ``queue_aware``
+    ``max_num_batched_tokens``). A hold with estimates — a consolidation refusal, or a TTFT
+    between ``sens × SLA`` and the SLA under the flat rule — proposes ``n`` (not ``None``) so
+    :func:`combine_agg` never mistakes it for a missing signal and lets decode alone scale down
+    (§4.7: down only if BOTH agree). With ``queue_aware``
     (ours) the TTFT consolidation check also hands the survivors the queued decode KV."""
     if not model.has_sufficient_data() or n == 0:
         return None, LoadProposal(None, "insufficient_data")
@@ -671,7 +673,7 @@ def sla_agg_proposals(
             min_endpoint,
             max_step,
         )
-        prefill = _veto_as_hold(proposal, n)
+        prefill = _hold_as_n(proposal, n)
 
     # The ITL consolidation check has no steady-state (Little's law) variant here, unlike
     # decode's: that check needs a cost per request in flight (``itl = a + s·B``), and the agg
@@ -695,11 +697,11 @@ def sla_agg_proposals(
         min_endpoint,
         max_step,
     )
-    return prefill, _veto_as_hold(proposal, n)
+    return prefill, _hold_as_n(proposal, n)
 
 
-def _veto_as_hold(proposal: LoadProposal, n: int) -> LoadProposal:
-    if proposal.reason == "scale_down_refused_consolidation":
+def _hold_as_n(proposal: LoadProposal, n: int) -> LoadProposal:
+    if proposal.desired is None and proposal.reason != "insufficient_data":
         return LoadProposal(n, proposal.reason, proposal.estimate_ms)
     return proposal
 

@@ -213,6 +213,28 @@ class TestAggCombine:
         assert effects.diagnostics.estimated_ttft_ms is None
         assert effects.scale_to.num_decode == 1
 
+    @pytest.mark.parametrize("rule", ["flat", "consolidation"])
+    def test_agg_ttft_near_its_target_holds_a_decode_scale_down(self, rule):
+        # The TTFT estimate sits between sens × SLA and the SLA: the prefill rule holds, and
+        # decode alone (ITL far below its target) must not drop a replica (§4.7: BOTH agree).
+        machine = core(mode="agg", ttft_ms=240.0, itl_ms=1000.0, scale_down_rule=rule)
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        effects = run_tick(
+            machine,
+            decode=engines(
+                2,
+                prefill_tokens=100,
+                prefill_requests=1,
+                decode_kv=1000,
+                decode_requests=10,
+                wall_time=0.201,
+            ),
+            counts=WorkerCounts(ready_num_decode=2),
+        )
+        ttft, itl = effects.diagnostics.estimated_ttft_ms, effects.diagnostics.estimated_itl_ms
+        assert 0.8 * 240.0 < ttft < 240.0 and itl < 0.8 * 1000.0
+        assert effects.scale_to is None
+
 
 class TestReasons:
     def test_settle(self):
