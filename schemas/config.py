@@ -131,6 +131,8 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "arima_refits": False,
     "gpu_budget_rule": "pair_clamp",
     "zero_demand_to_min_endpoint": False,
+    "capacity_isl_quantile": None,
+    "capacity_osl_quantile": None,
 }
 """The reference planner's value of every behavioural field marked *ours* (flat sensitivity
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
@@ -556,12 +558,21 @@ class PlannerConfig(BaseModel):
                 )
 
     def reference_variant(self) -> PlannerConfig:
-        """This config with every behaviour of ours set back to the reference planner's.
+        """This config with every behaviour of ours set back to the reference planner's
+        (:data:`REFERENCE_BEHAVIOUR`). Our predictors (``periodic``, ``selector``) become the
+        reference default ``arima`` (``holt_winters`` stays: it stands in for Prophet), and
+        ``min_gpu_budget`` is turned off, since the reference's pair clamp (§8.1) has no floor.
+        The result is validated like any config.
 
-        >>> PlannerConfig(optimization_target="sla").reference_variant().scale_down_rule
-        'flat'
+        >>> ours = PlannerConfig(load_predictor="selector", max_gpu_budget=16, min_gpu_budget=4)
+        >>> ref = ours.reference_variant()
+        >>> ref.scale_down_rule, ref.load_predictor, ref.min_gpu_budget
+        ('flat', 'arima', -1)
         """
-        return self.model_copy(update=REFERENCE_BEHAVIOUR)
+        update: dict[str, Any] = {**REFERENCE_BEHAVIOUR, "min_gpu_budget": -1}
+        if self.load_predictor in ("periodic", "selector"):
+            update["load_predictor"] = "arima"
+        return PlannerConfig.model_validate({**self.model_dump(), **update})
 
     @property
     def roles(self) -> tuple[Role, ...]:

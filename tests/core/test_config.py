@@ -180,8 +180,6 @@ def test_loader_names_every_bad_field(tmp_path):
 # *ours* feature, or pipeline plumbing the reference does not have
 OURS_WITHOUT_REFERENCE_VALUE = {
     "seasonal_period_seconds": "Holt-Winters only (the reference uses Prophet)",
-    "capacity_isl_quantile": "off (None) by default",
-    "capacity_osl_quantile": "off (None) by default",
     "load_rate_utilization": "a parameter of load_rate_window_seconds",
     "allowed_lateness_seconds": "event-time plumbing",
     "engine_silence_seconds": "event-time plumbing",
@@ -210,6 +208,22 @@ def test_reference_variant_turns_off_every_behaviour_of_ours() -> None:
     assert ours - set(OURS_WITHOUT_REFERENCE_VALUE) == set(REFERENCE_BEHAVIOUR)
     reference = PlannerConfig().reference_variant()
     assert all(getattr(reference, k) == v for k, v in REFERENCE_BEHAVIOUR.items())
+
+
+def test_reference_variant_of_a_tuned_config_is_a_valid_reference_config() -> None:
+    tuned = PlannerConfig(
+        load_predictor="periodic",
+        capacity_isl_quantile=0.9,
+        capacity_osl_quantile=0.99,
+        max_gpu_budget=16,
+        min_gpu_budget=4,
+    )
+    reference = tuned.reference_variant()
+    assert (reference.load_predictor, reference.min_gpu_budget) == ("arima", -1)
+    assert reference.capacity_isl_quantile is None and reference.capacity_osl_quantile is None
+    assert PlannerConfig.model_validate(reference.model_dump()) == reference
+    kept = PlannerConfig(load_predictor="holt_winters").reference_variant()
+    assert kept.load_predictor == "holt_winters"  # it stands in for Prophet
 
 
 class TestConfigFiles:
