@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from operators.budget import apply_global_budget
+from operators.budget import apply_global_budget, check_count
 from schemas import ThroughputReason
 
 BudgetRule = Literal["g0", "floor"]
@@ -279,13 +279,6 @@ def size_decode(
     return RoleSizing(_replicas(demand, thpt, gpus_per_replica, min_endpoint), demand, thpt, target)
 
 
-def _check_count(name: str, value: int, minimum: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-
-
 def g0_budget_clamp(
     num_prefill: int,
     num_decode: int,
@@ -320,16 +313,16 @@ def g0_budget_clamp(
         ("prefill_min_endpoint", prefill_min_endpoint, 0),
         ("decode_min_endpoint", decode_min_endpoint, 0),
     ):
-        _check_count(name, value, minimum)
-    _check_count("max_gpu_budget", max_gpu_budget, None)
-    total = num_prefill * prefill_gpus + num_decode * decode_gpus
-    if max_gpu_budget < 0 or total <= max_gpu_budget:
-        return num_prefill, num_decode
-    scale = max_gpu_budget / total
-    prefill = max(prefill_min_endpoint, round(num_prefill * scale))
-    decode = max(
-        decode_min_endpoint, round((max_gpu_budget - prefill * prefill_gpus) / decode_gpus)
-    )
+        check_count(name, value, minimum)
+    check_count("max_gpu_budget", max_gpu_budget, None)
+    p, d, p_gpus, d_gpus = int(num_prefill), int(num_decode), int(prefill_gpus), int(decode_gpus)
+    p_min, d_min, budget = int(prefill_min_endpoint), int(decode_min_endpoint), int(max_gpu_budget)
+    total = p * p_gpus + d * d_gpus
+    if budget < 0 or total <= budget:
+        return p, d
+    scale = budget / total
+    prefill = max(p_min, round(p * scale))
+    decode = max(d_min, round((budget - prefill * p_gpus) / d_gpus))
     return prefill, decode
 
 
@@ -356,11 +349,11 @@ class ClassicSettings:
         for name, value in (("interval_s", self.interval_s), ("itl_sla_ms", self.itl_sla_ms)):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        _check_count("prefill_gpus", self.prefill_gpus, 1)
-        _check_count("decode_gpus", self.decode_gpus, 1)
-        _check_count("prefill_min_endpoint", self.prefill_min_endpoint, 0)
-        _check_count("decode_min_endpoint", self.decode_min_endpoint, 0)
-        _check_count("max_gpu_budget", self.max_gpu_budget, None)
+        check_count("prefill_gpus", self.prefill_gpus, 1)
+        check_count("decode_gpus", self.decode_gpus, 1)
+        check_count("prefill_min_endpoint", self.prefill_min_endpoint, 0)
+        check_count("decode_min_endpoint", self.decode_min_endpoint, 0)
+        check_count("max_gpu_budget", self.max_gpu_budget, None)
         if self.budget_rule not in ("g0", "floor"):
             raise ValueError(f"budget_rule must be 'g0' or 'floor', got {self.budget_rule!r}")
 

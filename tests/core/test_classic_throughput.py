@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from connectors.profiles import load_profile
@@ -410,6 +411,18 @@ def test_only_the_floor_rule_always_fits_a_feasible_budget() -> None:
                 if 2 * g0_p + 2 * g0_d > budget:
                     over.append((p, d, budget))
     assert (3, 3, 5) in over  # the G0 rule's rounding overshoots
+
+
+def test_numpy_integer_counts_are_accepted_by_both_budget_rules() -> None:
+    # One count check (operators.budget.check_count) for both rules: a NumPy integer is an
+    # integer to G0 as it is to the §8.1 clamp, and both hand back plain ints.
+    args = tuple(np.int64(v) for v in (7, 5, 1, 1, 5, 1, 1))
+    g0 = g0_budget_clamp(*args)  # type: ignore[arg-type]
+    floor = apply_global_budget(*args)  # type: ignore[arg-type]
+    assert (g0, floor) == ((3, 2), (2, 3))
+    assert all(type(v) is int for v in (*g0, *floor))
+    settings = ClassicSettings(prefill_gpus=np.int64(2))  # type: ignore[arg-type]
+    assert settings.prefill_gpus == 2
 
 
 @pytest.mark.parametrize(
