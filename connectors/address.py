@@ -1,8 +1,31 @@
-"""Options of an input or output address (``SCHEME://HOST:PORT/PATH?name=value&...``)."""
+"""Parts of an input or output address (``SCHEME://HOST:PORT/PATH?name=value&...``): the
+``HOST:PORT`` it connects to and its options."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
+
+
+def has_host_port(netloc: str) -> bool:
+    """Whether ``netloc`` is a ``HOST:PORT`` this process can connect to: a host (IPv6 in
+    brackets) and a port 1-65535.
+
+    Every ``HOST:PORT`` of our addresses is one we connect to (a Kafka broker, an engine's FPM
+    publisher), never one we bind, so what only means something to ``bind`` is refused: an
+    empty host or ``*`` (ZeroMQ's "all interfaces"; ``connect`` rejects it once running) and
+    port 0 ("any free port"; a connect to it never reaches a publisher).
+
+    >>> has_host_port("127.0.0.1:9092"), has_host_port("[::1]:20380"), has_host_port("b1:1")
+    (True, True, True)
+    >>> [has_host_port(n) for n in ("h", ":9092", "*:9092", "h:0", "h:x", "h:70000", "")]
+    [False, False, False, False, False, False, False]
+    """
+    try:
+        parts = urlsplit(f"//{netloc}")
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+    return parts.hostname not in (None, "", "*") and port is not None and port > 0
 
 
 def address_options(address: str, query: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from connectors.address import address_options
+from connectors.address import address_options, has_host_port
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
@@ -160,8 +160,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.live |= not url.until_end
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
-            if scheme == "zmq+tcp" and not _has_port(netloc):
-                raise EndpointError(f"{address!r}: give the publisher's HOST:PORT")
+            if scheme == "zmq+tcp" and not has_host_port(netloc):
+                raise EndpointError(f"{address!r}: give the publisher's HOST:PORT, a port 1-65535")
             zmq_url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
             deployment, role = _zmq_target(address, query, configs)
             zmq_endpoints.append(EndpointSpec(zmq_url, deployment, role))
@@ -220,14 +220,6 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
         else:
             raise EndpointError(f"unsupported output {address!r}")
     return wiring
-
-
-def _has_port(netloc: str) -> bool:
-    """``HOST:PORT`` with a port number (IPv6 hosts in brackets)."""
-    try:
-        return urlsplit(f"//{netloc}").port is not None
-    except ValueError:  # a port that is not a number
-        return False
 
 
 def _zmq_target(

@@ -13,20 +13,11 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from connectors.address import address_options
+from connectors.address import address_options, has_host_port
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
 
 _OPTIONS = {"until": ("end",), "start": ("beginning", "end"), "format": ("events", "dynamo-trace")}
-
-
-def _has_port(broker: str) -> bool:
-    """``HOST:PORT`` with a host and a port number (IPv6 hosts in brackets)."""
-    try:
-        parts = urlsplit(f"//{broker}")
-        return bool(parts.hostname) and bool(parts.port)
-    except ValueError:  # a port that is not a number, or out of range
-        return False
 
 
 @dataclass(frozen=True)
@@ -67,7 +58,7 @@ partitions=1, format='dynamo-trace', deployment='qwen')
         if parts.scheme != "kafka" or not parts.netloc or not topic or "/" in topic:
             raise ValueError(f"{url}: expected kafka://HOST:PORT/TOPIC")
         for broker in parts.netloc.split(","):
-            if not _has_port(broker):
+            if not has_host_port(broker):
                 raise ValueError(f"{url}: broker {broker!r} needs HOST:PORT, a port 1-65535")
         options = {}
         for name, value in address_options(url, parts.query).items():

@@ -41,6 +41,12 @@ def test_an_fpm_publisher_must_belong_to_a_configured_deployment_and_role(addres
     [
         ("zmq+tcp://127.0.0.1?deployment=split&role=decode", "give the publisher's HOST:PORT"),
         ("zmq+tcp://127.0.0.1:x?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        # one HOST:PORT check with kafka:// brokers (connectors.address.has_host_port): these
+        # were accepted and connected to nothing (port 0) or crashed the source (no host, '*')
+        ("zmq+tcp://:9090?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        ("zmq+tcp://*:9090?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        ("zmq+tcp://h:0?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        ("zmq+tcp://h:70000?deployment=split&role=decode", "give the publisher's HOST:PORT"),
         (
             "zmq+tcp://127.0.0.1:29999?deployment=split",
             "say which role its engines play (?role=R, one of prefill",

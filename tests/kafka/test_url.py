@@ -47,6 +47,8 @@ def test_defaults_follow_from_the_beginning() -> None:
         ("kafka://h:1,b2/t", "broker 'b2' needs HOST:PORT"),
         ("kafka://h:70000/t", "broker 'h:70000' needs HOST:PORT"),
         ("kafka://:9092/t", "broker ':9092' needs HOST:PORT"),
+        ("kafka://h:0/t", "broker 'h:0' needs HOST:PORT"),
+        ("kafka://*:9092/t", "broker '\\*:9092' needs HOST:PORT"),
     ],
 )
 def test_bad_addresses_say_what_is_wrong(url: str, message: str) -> None:
