@@ -61,6 +61,7 @@ OptimizationTarget = Literal["sla", "throughput", "latency", "load"]
 PredictorName = Literal["constant", "arima", "kalman", "holt_winters", "periodic", "selector"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 _BOOL = TypeAdapter(Annotated[bool, Strict()])
 
 DAY_SECONDS = 86400.0
@@ -219,9 +220,11 @@ class PlannerConfig(BaseModel):
     load_predictor_warmup_trace: str | None = None
     """A trace file, a glob or a directory of ``*.jsonl``/``*.jsonl.gz`` traces (spec §7.6)
     whose requests warm the load predictors before live data."""
-    kalman_q_level: Positive = 1.0
-    kalman_q_trend: Positive = 0.1
-    kalman_r: Positive = 10.0
+    kalman_q_level: NonNegative = 1.0
+    kalman_q_trend: NonNegative = 0.1
+    kalman_r: NonNegative = 10.0
+    """The Kalman variances; 0 is allowed, as in the reference, which floors them at 1e-12
+    (``q_level``, ``q_trend``) and 1e-9 (``r``) (spec §7.4)."""
     kalman_min_points: Annotated[int, Field(ge=1)] = 5
     arima_refits: bool = True
     """*ours*: the ARIMA predictor searches its order again from time to time (while its
@@ -610,32 +613,60 @@ class PlannerFile(BaseModel):
     as the events naming it (a longer one would dead-letter every event of the deployment)."""
 
 
-REFERENCE_ONLY_FIELDS = frozenset(
-    {
-        "backend",
-        "environment",
-        "namespace",
-        "model_name",
-        "global_planner_namespace",
-        "log_dir",
-        "pre_deployment_sweeping_mode",
-        "aic_interpolation",
-        "aic_perf_model",
-        "prophet_window_size",
-        "isl",
-        "osl",
-        "load_metric_samples",
-        "control_api_port",
-        "report_filename",
-        "report_write_gzip_log",
-        "live_dashboard_port",
-        "scheduling",
-        "plugin_registration",
-    }
+_UNUSED = "a field of the reference planner that flowplanner does not use; remove it"
+_PROMETHEUS_INPUT = (
+    "a field of the reference planner: Prometheus is an input here — "
+    "--input prometheus://HOST:PORT?deployment=D, or the PROMETHEUS_* environment variables"
 )
-"""Fields of the reference PlannerConfig (spec §9) this planner has no use for: rejected like
-any unknown field, but the error says why, so a copied reference config is easy to trim."""
-
+REFERENCE_FIELD_HINTS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "backend",
+            "environment",
+            "namespace",
+            "model_name",
+            "global_planner_namespace",
+            "log_dir",
+            "pre_deployment_sweeping_mode",
+            "aic_interpolation",
+            "aic_perf_model",
+            "isl",
+            "osl",
+            "load_metric_samples",
+            "control_api_port",
+            "report_filename",
+            "report_write_gzip_log",
+            "live_dashboard_port",
+            "scheduling",
+            "plugin_registration",
+        ),
+        _UNUSED,
+    ),
+    **dict.fromkeys(
+        (
+            "metric_pulling_prometheus_endpoint",
+            "metric_pulling_prometheus_token",
+            "metric_pulling_prometheus_token_file",
+            "metric_pulling_prometheus_ssl_verify",
+            "metric_pulling_prometheus_extra_query_params",
+            "metric_pulling_prometheus_ca_bundle",
+            "metric_pulling_prometheus_request_timeout_seconds",
+        ),
+        _PROMETHEUS_INPUT,
+    ),
+    "prophet_window_size": "Prophet is replaced by load_predictor 'holt_winters' "
+    "(seasonal_period_seconds); remove it",
+    "adjustment_interval": "an older name: use throughput_adjustment_interval_seconds",
+    "throughput_adjustment_interval": "an older name: use throughput_adjustment_interval_seconds",
+    "load_adjustment_interval": "an older name: use load_adjustment_interval_seconds",
+    "load_learning_window": "an older name: use max_num_fpm_samples",
+    "scaling_mode": "an older setting: use advisory: true for 'advisory', remove it for 'active'",
+    "no_operation": "an older setting: use advisory: true",
+    "advisory_log_interval": "an older setting: advisory decisions are logged; remove it",
+}
+"""Fields of the reference PlannerConfig (spec §9), and older names of its fields, that this
+planner does not take: rejected like any unknown field, but the error says why and what to use
+instead, so a copied reference config is easy to port."""
 
 _TYPE_ERRORS = frozenset({"bool_type", "float_type", "int_type", "string_type"})
 
@@ -652,8 +683,10 @@ def _describe(error: ValidationError) -> str:
         message = item["msg"]
         if item["type"] in _TYPE_ERRORS:
             message += f", got {_clipped(item['input'])}"
-        if item["type"] == "extra_forbidden" and item["loc"][-1] in REFERENCE_ONLY_FIELDS:
-            message = "a field of the reference planner that flowplanner does not use; remove it"
+        if item["type"] == "extra_forbidden":
+            message = REFERENCE_FIELD_HINTS.get(str(item["loc"][-1]), message)
+        if item["loc"][-1] == "load_predictor" and item["input"] == "prophet":
+            message = "Prophet is replaced by 'holt_winters' here (seasonal_period_seconds)"
         lines.append(f"  {where}: {message}")
     return "invalid planner config:\n" + "\n".join(lines)
 
@@ -774,6 +807,11 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
         raise ConfigError(
             f"{where}: config must be a mapping with a 'deployments' key, "
             f"not a {type(data).__name__}"
+        )
+    if "deployments" not in data and PlannerConfig.model_fields.keys() & data.keys():
+        raise ConfigError(
+            f"{where}: this looks like one deployment's planner settings; a config names its "
+            "deployments: put them under 'deployments: {NAME: ...}'"
         )
     try:
         return dict(PlannerFile.model_validate(data).deployments)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from types import FrameType
 
 from bytewax._bytewax import cli_main
@@ -142,12 +144,37 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """Log lines of a worker: when, how bad, which part (what an operator greps for)."""
 
 
+def metrics_port(
+    flag: int | None, configs: Mapping[str, PlannerConfig], env: Mapping[str, str]
+) -> int | None:
+    """The exporter's port, ``None`` for none: ``--metrics-port`` (0 = any free port), else the
+    largest configured ``metric_reporting_prometheus_port``, else ``PLANNER_PROMETHEUS_PORT``
+    (spec §9.6); 0 in the config or the environment means off.
+
+    >>> metrics_port(None, {}, {"PLANNER_PROMETHEUS_PORT": "9085"})
+    9085
+    >>> metrics_port(None, {}, {"PLANNER_PROMETHEUS_PORT": "0"}) is None
+    True
+    """
+    if flag is not None:
+        return flag
+    configured = max((c.metric_reporting_prometheus_port for c in configs.values()), default=0)
+    text = env.get("PLANNER_PROMETHEUS_PORT", "").strip()
+    if configured or not text:
+        return configured or None
+    try:
+        return port_number(text) or None
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"PLANNER_PROMETHEUS_PORT: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
         logging.getLogger(package).setLevel(logging.INFO)
     try:
         configs = load_config(args.config)
+        port = metrics_port(args.metrics_port, configs, os.environ)
         wiring = wire(args.input, args.output, configs)
         bootstrap, warmup = preload(configs)
     except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
@@ -185,9 +212,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if reports is not None:
         sinks.ticks.append(reports)
-    port = args.metrics_port
-    if port is None:
-        port = max(c.metric_reporting_prometheus_port for c in configs.values()) or None
     server = None
     if port is not None:
         metrics = PlannerMetrics(configs)

@@ -337,3 +337,37 @@ def test_reference_only_fields_are_rejected_with_the_reason(tmp_path):
     lines = str(error.value).splitlines()
     assert "  deployments.d.backend: a field of the reference planner" in lines[1]
     assert lines[2] == "  deployments.d.ttft_msx: Extra inputs are not permitted"
+
+
+def test_a_ported_reference_config_is_told_where_each_setting_went(tmp_path):
+    path = tmp_path / "planner.yaml"
+    path.write_text(
+        "deployments:\n  d:\n    load_predictor: prophet\n    adjustment_interval: 60\n"
+        "    load_learning_window: 32\n    metric_pulling_prometheus_endpoint: http://p:9090\n"
+    )
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    hints = dict(line.strip().split(": ", 1) for line in str(error.value).splitlines()[1:])
+    assert "holt_winters" in hints["deployments.d.load_predictor"]
+    assert "throughput_adjustment_interval_seconds" in hints["deployments.d.adjustment_interval"]
+    assert "max_num_fpm_samples" in hints["deployments.d.load_learning_window"]
+    assert "--input prometheus://" in hints["deployments.d.metric_pulling_prometheus_endpoint"]
+
+
+def test_one_deployments_settings_without_the_deployments_key_are_named(tmp_path):
+    path = tmp_path / "planner.yaml"
+    path.write_text("mode: agg\noptimization_target: sla\nttft_ms: 300\n")
+    with pytest.raises(ConfigError, match=r"under 'deployments: \{NAME: \.\.\.\}'"):
+        load_config(path)
+
+
+def test_zero_kalman_variances_are_the_reference_floors() -> None:
+    from operators.predictors import build_predictor
+
+    config = PlannerConfig(load_predictor="kalman", kalman_q_trend=0, kalman_r=0)
+    predictor = build_predictor(config)
+    for y in (10.0, 20.0, 30.0, 40.0, 50.0, 60.0):
+        predictor.learn_one(y)
+    assert predictor.forecast() == pytest.approx(70.0, rel=1e-3)  # no trend noise: a line
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        PlannerConfig(kalman_q_level=-1)

@@ -84,6 +84,21 @@ def test_run_metrics_port_in_use_is_one_line():
     assert_clean_error(done, f"cannot serve metrics on port {port}")
 
 
+def test_run_reads_the_metrics_port_from_planner_prometheus_port(monkeypatch):
+    # spec §9.6: the exporter's port defaults to PLANNER_PROMETHEUS_PORT (a taken one proves it)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        monkeypatch.setenv("PLANNER_PROMETHEUS_PORT", port)
+        done = flowplanner("run", "--config", CONFIG, "--input", RECORDING)
+    assert_clean_error(done, f"cannot serve metrics on port {port}")
+    monkeypatch.setenv("PLANNER_PROMETHEUS_PORT", "http")
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING)
+    assert_clean_error(done, "PLANNER_PROMETHEUS_PORT: expected int, got 'http'")
+    assert done.returncode == 2
+
+
 def test_run_bad_config_names_file_and_field(tmp_path):
     config = tmp_path / "planner.yaml"
     config.write_text("deployments:\n  llama:\n    mode: decode\n    itl_msx: 60\n")
