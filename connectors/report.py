@@ -1,8 +1,7 @@
-"""Self-contained HTML reports with inline SVG plots (no scripts, no CDN: opens offline).
+"""Planner reports: panels built from what the system produces, and the page written to disk.
 
-The input is a list of :class:`Panel` s, each a few named time series (:class:`Series`) and
-optional horizontal reference lines (SLA targets, capacities). Two builders make panels from
-what the system produces:
+Two builders turn records into :class:`~connectors.report_svg.Panel` s (drawn by
+``connectors.report_svg``):
 
 * :func:`panels_from_ticks` — from the planner's ``schemas.TickRecord`` s (replicas and targets,
   observed vs predicted request rate, estimated TTFT/ITL against the SLA, engine queues,
@@ -11,346 +10,37 @@ what the system produces:
   ``sim.FleetSim.timeline()`` returns: ``time``, ``arrival_rps``, ``ready_<role>``, ...).
 
 :func:`closed_loop_panels` puts both together (observed latencies from the simulator next to
-the planner's estimates), and :func:`render_report` / :func:`write_report` produce the page.
+the planner's estimates), :func:`render_report` (re-exported from ``connectors.report_svg``)
+makes the page and :func:`write_report` writes it.
 """
 
 from __future__ import annotations
 
-import html
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors.report_svg import (
+    PALETTE,
+    Panel,
+    Series,
+    is_finite_number,
+    render_panel,
+    render_report,
+)
 from schemas import LOAD_REASONS, THROUGHPUT_REASONS, TickRecord
 
-PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#7f7f7f",
-    "#bcbd22",
-    "#d62728",
-)
-_W, _H = 560, 250
-_ML, _MR, _MT, _MB = 62, 14, 54, 36
-
-
-@dataclass(frozen=True)
-class Series:
-    """One named line (or point set) over time; ``None``/``nan`` values leave gaps.
-
-    >>> Series("ready decode", [0, 5], [1, 2], step=True).step
-    True
-    """
-
-    name: str
-    times: Sequence[float]
-    values: Sequence[float | None]
-    color: str | None = None
-    dashed: bool = False
-    step: bool = False
-    points: bool = False
-
-
-@dataclass(frozen=True)
-class Panel:
-    """A plot: series, reference lines ``(label, y)``, optional category labels for the y axis
-    (``categories[i]`` is drawn at ``y == i``).
-
-    >>> Panel("TTFT", [Series("observed", [0, 1], [100, 120])], hlines=[("SLA", 500)]).title
-    'TTFT'
-    """
-
-    title: str
-    series: Sequence[Series]
-    y_label: str = ""
-    hlines: Sequence[tuple[str, float]] = ()
-    categories: Sequence[str] = ()
-    y_min: float | None = 0.0
-
-
-@dataclass(frozen=True)
-class _Frame:
-    x0: float
-    x1: float
-    y0: float
-    y1: float
-
-    def px(self, x: float) -> float:
-        return _ML + (x - self.x0) / (self.x1 - self.x0) * (_W - _ML - _MR)
-
-    def py(self, y: float) -> float:
-        return _H - _MB - (y - self.y0) / (self.y1 - self.y0) * (_H - _MT - _MB)
-
-
-def _finite(v: float | None) -> bool:
-    return v is not None and isinstance(v, int | float) and math.isfinite(v)
-
-
-def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    if hi <= lo:
-        hi = lo + 1.0
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step) * step
-    ticks = []
-    k = 0
-    while first + k * step <= hi + 1e-9 * step:
-        ticks.append(first + k * step)
-        k += 1
-    return ticks
-
-
-def _fmt(v: float) -> str:
-    a = abs(v)
-    if a >= 1e6:
-        return f"{v / 1e6:g}M"
-    if a >= 1e4:
-        return f"{v / 1e3:g}k"
-    if a == int(a):
-        return str(int(v))
-    return f"{v:.3g}"
-
-
-UNIX_SCALE_S = 1e8
-"""Times from here on (1973-03-03) are taken for Unix time (a live run's event time)."""
-
-
-def _time_origin(x0: float, x1: float, unit: float) -> tuple[float, str]:
-    """Where the time axis counts from, and what its title adds to say so.
-
-    Replays (event time from 0) are labelled in their own time while that reads as short plain
-    numbers (below 10000 of the axis unit). Unix-scale times (live runs), and other starts too
-    far from 0 for that, count from the first tick, named in UTC for Unix times:
-
-    >>> _time_origin(0.0, 300.0, 1.0)
-    (0.0, '')
-    >>> _time_origin(1_700_000_000.0, 1_700_000_300.0, 1.0)
-    (1700000000.0, ' since 2023-11-14 22:13:20 UTC')
-    >>> _time_origin(100_000.0, 100_300.0, 1.0)
-    (100000.0, ' since t=100000 s')
-    >>> _time_origin(82_800.0, 86_400.0, 60.0)  # minutes 1380 .. 1440
-    (0.0, '')
-    """
-    if x0 < UNIX_SCALE_S:
-        if max(abs(x0), abs(x1)) / unit < 1e4:
-            return 0.0, ""
-        return x0, f" since t={x0:.10g} s"
-    start = datetime.fromtimestamp(x0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-    return x0, f" since {start} UTC"
-
-
-def _thin(xs: list[float], ys: list[float], limit: int) -> tuple[list[float], list[float]]:
-    """Keep at most ~``limit`` points: per bucket its first point and its extremes."""
-    n = len(xs)
-    if n <= limit:
-        return xs, ys
-    per = math.ceil(n / (limit / 3))
-    ox: list[float] = []
-    oy: list[float] = []
-    for i in range(0, n, per):
-        bx, by = xs[i : i + per], ys[i : i + per]
-        lo = min(range(len(by)), key=by.__getitem__)
-        hi = max(range(len(by)), key=by.__getitem__)
-        for j in sorted({0, lo, hi}):
-            ox.append(bx[j])
-            oy.append(by[j])
-    return ox, oy
-
-
-def _segments(s: Series) -> list[tuple[list[float], list[float]]]:
-    segs: list[tuple[list[float], list[float]]] = []
-    cur_x: list[float] = []
-    cur_y: list[float] = []
-    for x, y in zip(s.times, s.values, strict=False):
-        if _finite(x) and _finite(y):
-            cur_x.append(float(x))
-            cur_y.append(float(y))  # type: ignore[arg-type]
-        elif cur_x:
-            segs.append((cur_x, cur_y))
-            cur_x, cur_y = [], []
-    if cur_x:
-        segs.append((cur_x, cur_y))
-    return segs
-
-
-def render_panel(panel: Panel) -> str:
-    """One panel as an inline ``<svg>`` element.
-
-    >>> svg = render_panel(Panel("rate", [Series("obs", [0, 60, 120], [1.0, None, 3.0])]))
-    >>> svg.startswith("<svg") and svg.count("<polyline") == 2
-    True
-    """
-    segs = [(i, s, _segments(s)) for i, s in enumerate(panel.series)]
-    xs = [x for _, _, ss in segs for sx, _ in ss for x in sx]
-    ys = [y for _, _, ss in segs for _, sy in ss for y in sy] + [y for _, y in panel.hlines]
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(panel.title)}" '
-        'font-family="Helvetica, Arial, sans-serif" font-size="11" fill="#333">',
-        f'<rect width="{_W}" height="{_H}" fill="#fff"/>',
-        f'<text x="{_ML}" y="16" font-size="13" font-weight="600">'
-        f"{html.escape(panel.title)}</text>",
-    ]
-    if not xs:
-        out.append(
-            f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" fill="#999">no data</text>'
-        )
-        out.append("</svg>")
-        return "\n".join(out)
-    x0, x1 = min(xs), max(xs)
-    if x1 <= x0:
-        x1 = x0 + 1.0
-    if panel.categories:
-        y0, y1 = -0.5, len(panel.categories) - 0.5
-    else:
-        y0 = min(ys) if panel.y_min is None else min(panel.y_min, min(ys))
-        y1 = max(ys)
-        if y1 <= y0:
-            y1 = y0 + 1.0
-        y1 += 0.05 * (y1 - y0)
-    minutes = x1 - x0 > 600
-    unit = 60.0 if minutes else 1.0
-    origin, since = _time_origin(x0, x1, unit)
-    f = _Frame(x0, x1, y0, y1)
-    # axes and grid
-    out.append(
-        f'<g stroke="#333"><line x1="{_ML}" y1="{_H - _MB}" x2="{_W - _MR}" y2="{_H - _MB}"/>'
-        f'<line x1="{_ML}" y1="{_MT}" x2="{_ML}" y2="{_H - _MB}"/></g>'
-    )
-    for tx in _nice_ticks((x0 - origin) / unit, (x1 - origin) / unit):
-        px = f.px(origin + tx * unit)
-        out.append(
-            f'<line stroke="#e8e8e8" x1="{px:.1f}" y1="{_MT}" x2="{px:.1f}" y2="{_H - _MB}"/>'
-            f'<text x="{px:.1f}" y="{_H - _MB + 14}" text-anchor="middle">{_fmt(tx)}</text>'
-        )
-    if panel.categories:
-        yticks = [(float(i), c) for i, c in enumerate(panel.categories)]
-    else:
-        yticks = [(t, _fmt(t)) for t in _nice_ticks(y0, y1)]
-    for ty, label in yticks:
-        py = f.py(ty)
-        out.append(
-            f'<line stroke="#e8e8e8" x1="{_ML}" y1="{py:.1f}" x2="{_W - _MR}" y2="{py:.1f}"/>'
-            f'<text x="{_ML - 4}" y="{py + 4:.1f}" text-anchor="end">'
-            f"{html.escape(label)}</text>"
-        )
-    out.append(
-        f'<text x="{(_ML + _W - _MR) / 2}" y="{_H - 4}" text-anchor="middle">'
-        f"time ({'min' if minutes else 's'}{since})</text>"
-    )
-    if panel.y_label:
-        out.append(
-            f'<text transform="translate(12,{(_MT + _H - _MB) / 2}) rotate(-90)" '
-            f'text-anchor="middle">{html.escape(panel.y_label)}</text>'
-        )
-    # reference lines
-    legend: list[tuple[str, str, bool]] = []
-    for k, (label, y) in enumerate(panel.hlines):
-        color = "#d62728" if k == 0 else "#555"
-        py = f.py(y)
-        out.append(
-            f'<line x1="{_ML}" y1="{py:.1f}" x2="{_W - _MR}" y2="{py:.1f}" '
-            f'stroke="{color}" stroke-dasharray="6 4" stroke-width="1.2"/>'
-        )
-        legend.append((f"{label} ({_fmt(y)})", color, True))
-    # series
-    for i, s, ss in segs:
-        color = s.color or PALETTE[i % len(PALETTE)]
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        total = sum(len(sx) for sx, _ in ss)
-        for sx, sy in ss:
-            thin_x, thin_y = _thin(sx, sy, max(30, 3 * (_W - _ML - _MR) * len(sx) // total))
-            if s.points:
-                out.extend(
-                    f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.2" fill="{color}"/>'
-                    for x, y in zip(thin_x, thin_y, strict=True)
-                )
-                continue
-            pts = []
-            prev_y: float | None = None
-            for x, y in zip(thin_x, thin_y, strict=True):
-                if s.step and prev_y is not None:
-                    pts.append(f"{f.px(x):.1f},{f.py(prev_y):.1f}")
-                pts.append(f"{f.px(x):.1f},{f.py(y):.1f}")
-                prev_y = y
-            out.append(
-                f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} '
-                f'points="{" ".join(pts)}"/>'
-            )
-        legend.append((s.name, color, s.dashed))
-    lx: float = _ML
-    ly = 32
-    for label, color, dashed in legend:
-        width = 6.6 * len(label) + 30
-        if lx + width > _W - _MR and lx > _ML:
-            lx, ly = _ML, ly + 13
-            if ly > _MT - 8:
-                break
-        dash = ' stroke-dasharray="4 2"' if dashed else ""
-        out.append(
-            f'<line x1="{lx:.0f}" y1="{ly - 4}" x2="{lx + 16:.0f}" y2="{ly - 4}" '
-            f'stroke="{color}" stroke-width="2"{dash}/>'
-            f'<text x="{lx + 20:.0f}" y="{ly}">{html.escape(label)}</text>'
-        )
-        lx += width
-    out.append("</svg>")
-    return "\n".join(out)
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222}
-h1{font-size:20px;margin:0 0 8px}
-.grid{display:grid;grid-template-columns:repeat(2,minmax(0,560px));gap:12px}
-svg{border:1px solid #ddd;border-radius:4px;max-width:100%;height:auto}
-table.s{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
-table.s td{padding:2px 12px 2px 0;vertical-align:top}
-table.s td:first-child{color:#555}
-pre{font-size:12px;background:#f7f7f7;padding:8px;overflow:auto}
-"""
-
-
-def render_report(
-    panels: Sequence[Panel],
-    title: str = "Planner report",
-    summary: Mapping[str, str] | None = None,
-    notes: str | None = None,
-) -> str:
-    """A complete HTML page: title, an optional key/value summary, preformatted notes, panels.
-
-    >>> page = render_report([Panel("x", [Series("a", [0, 1], [0, 1])])], "T", {"k": "v"})
-    >>> "<script" in page, page.count("<svg"), "http://" in page.replace(
-    ...     'xmlns="http://www.w3.org/2000/svg"', "")
-    (False, 1, False)
-    """
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
-    if summary:
-        parts.append('<table class="s">')
-        parts.extend(
-            f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-            for k, v in summary.items()
-        )
-        parts.append("</table>")
-    if notes:
-        parts.append(f"<pre>{html.escape(notes)}</pre>")
-    parts.append('<div class="grid">')
-    parts.extend(render_panel(p) for p in panels)
-    parts.append("</div></body></html>")
-    return "\n".join(parts)
+__all__ = [
+    "Panel",
+    "Series",
+    "closed_loop_panels",
+    "is_tick",
+    "panels_from_ticks",
+    "panels_from_timeline",
+    "render_panel",
+    "render_report",
+    "write_report",
+]
 
 
 def write_report(path: str | Path, page: str) -> Path:
@@ -359,9 +49,6 @@ def write_report(path: str | Path, page: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
-
-
-# --- builders ----------------------------------------------------------------------------------
 
 
 def panels_from_timeline(
@@ -441,6 +128,63 @@ def is_tick(record: TickRecord) -> bool:
     )
 
 
+_TickColumn = Callable[[TickRecord], float | None]
+"""What one line of a tick panel reads from each tick record (``None``: nothing to draw)."""
+
+
+def _tick_value(name: str, part: str | None = None) -> _TickColumn:
+    """Per tick, its field ``name``, or that of its ``part`` (``diagnostics``, ``decision``,
+    ``observed_traffic``); ``None`` on a tick without that part.
+
+    >>> k = TickRecord(deployment="d", time=5.0, ready_decode=2)
+    >>> _tick_value("ready_decode")(k), _tick_value("num_decode", "decision")(k)
+    (2, None)
+    """
+
+    def value(k: TickRecord) -> float | None:
+        holder = k if part is None else getattr(k, part)
+        return None if holder is None else getattr(holder, name)
+
+    return value
+
+
+def _reason_code(attr: str, names: Sequence[str]) -> _TickColumn:
+    """Per tick, the index in ``names`` of its diagnostics' reason ``attr``; ``None`` when the
+    reason is not one of ``names`` (no decision of that loop on this tick).
+
+    >>> from schemas import TickDiagnostics
+    >>> k = TickRecord(deployment="d", time=5.0,
+    ...                diagnostics=TickDiagnostics(load_decision_reason="scale_up"))
+    >>> _reason_code("load_decision_reason", ("no_change", "scale_up"))(k)
+    1.0
+    """
+
+    def code(k: TickRecord) -> float | None:
+        reason = getattr(k.diagnostics, attr)
+        return float(names.index(reason)) if reason in names else None
+
+    return code
+
+
+def _engine_sum(role: str, attr: str) -> _TickColumn:
+    """Per tick, the sum of the ``EngineLoad`` field ``attr`` over its engines of ``role``;
+    ``None`` on a tick without such engines (a gap, not a zero).
+
+    >>> from schemas import EngineLoad
+    >>> k = TickRecord(deployment="d", time=5.0, engines=[
+    ...     EngineLoad(role="decode", worker_id="a", queued_decode_kv_tokens=3),
+    ...     EngineLoad(role="decode", worker_id="b", queued_decode_kv_tokens=4)])
+    >>> [_engine_sum(r, "queued_decode_kv_tokens")(k) for r in ("decode", "prefill")]
+    [7, None]
+    """
+
+    def total(k: TickRecord) -> float | None:
+        loads = [getattr(e, attr) for e in k.engines if e.role == role]
+        return sum(loads) if loads else None
+
+    return total
+
+
 def panels_from_ticks(
     ticks: Sequence[TickRecord],
     ttft_ms: float | None = None,
@@ -468,7 +212,7 @@ def panels_from_ticks(
     t = [k.time for k in ticks]
     out: dict[str, Panel] = {}
 
-    def col(get) -> list[float | None]:  # type: ignore[no-untyped-def]
+    def col(get: _TickColumn) -> list[float | None]:
         return [get(k) for k in ticks]
 
     def some(values: Sequence[float | None]) -> bool:
@@ -482,13 +226,13 @@ def panels_from_ticks(
     rep: list[Series] = []
     for i, role in enumerate(("prefill", "decode")):
         color = PALETTE[i]
-        ready = col(lambda k, r=role: getattr(k, f"ready_{r}"))
+        ready = col(_tick_value(f"ready_{role}"))
         if some(ready):
             rep.append(Series(f"ready {role}", t, ready, color=color, step=True))
-        target = col(lambda k, r=role: getattr(k.decision, f"num_{r}") if k.decision else None)
+        target = col(_tick_value(f"num_{role}", "decision"))
         if some(target):
             rep.append(Series(f"target {role}", t, target, color=color, points=True))
-        bound = col(lambda k, r=role: getattr(k.diagnostics, f"throughput_lower_bound_{r}"))
+        bound = col(_tick_value(f"throughput_lower_bound_{role}", "diagnostics"))
         if some(bound):
             rep.append(
                 Series(f"throughput floor {role}", t, bound, color=color, dashed=True, step=True)
@@ -511,7 +255,7 @@ def panels_from_ticks(
     if any(some(s.values) for s in rate):
         out["rate"] = Panel("Request rate (planner)", rate, y_label="req/s")
     for key, label, sla in (("ttft", "TTFT", ttft_ms), ("itl", "ITL", itl_ms)):
-        est = col(lambda k, key=key: getattr(k.diagnostics, f"estimated_{key}_ms"))
+        est = col(_tick_value(f"estimated_{key}_ms", "diagnostics"))
         if some(est) or sla is not None:
             out[key] = Panel(
                 f"Estimated {label} vs SLA",
@@ -519,31 +263,13 @@ def panels_from_ticks(
                 y_label="ms",
                 hlines=[("SLA", sla)] if sla is not None else [],
             )
-    pf = col(
-        lambda k: (
-            sum(e.queued_prefill_tokens for e in k.engines if e.role == "prefill")
-            if any(e.role == "prefill" for e in k.engines)
-            else None
-        )
-    )
+    pf = col(_engine_sum("prefill", "queued_prefill_tokens"))
     if some(pf):
         out["prefill_load"] = Panel(
             "Prefill engine load", [Series("queued prefill tokens", t, pf)], y_label="tokens"
         )
-    dq = col(
-        lambda k: (
-            sum(e.queued_decode_kv_tokens for e in k.engines if e.role == "decode")
-            if any(e.role == "decode" for e in k.engines)
-            else None
-        )
-    )
-    di = col(
-        lambda k: (
-            sum(e.inflight_decode_kv_tokens for e in k.engines if e.role == "decode")
-            if any(e.role == "decode" for e in k.engines)
-            else None
-        )
-    )
+    dq = col(_engine_sum("decode", "queued_decode_kv_tokens"))
+    di = col(_engine_sum("decode", "inflight_decode_kv_tokens"))
     if some(dq) or some(di):
         cap = [("KV capacity per engine", float(max_kv_tokens))] if max_kv_tokens else []
         out["decode_load"] = Panel(
@@ -554,8 +280,8 @@ def panels_from_ticks(
         )
     lengths = []
     for name, obs, pred in (("ISL", "isl", "predicted_isl"), ("OSL", "osl", "predicted_osl")):
-        o = col(lambda k, a=obs: getattr(k.observed_traffic, a) if k.observed_traffic else None)
-        p = col(lambda k, a=pred: getattr(k.diagnostics, a))
+        o = col(_tick_value(obs, "observed_traffic"))
+        p = col(_tick_value(pred, "diagnostics"))
         if some(o):
             lengths.append(sparse(f"observed {name}", o))
         if some(p):
@@ -565,7 +291,7 @@ def panels_from_ticks(
     capacity = [
         sparse(f"{role} engine", values)
         for role in ("prefill", "decode")
-        if some(values := col(lambda k, r=role: getattr(k.diagnostics, f"engine_rps_{r}")))
+        if some(values := col(_tick_value(f"engine_rps_{role}", "diagnostics")))
     ]
     if capacity:
         out["capacity"] = Panel("Engine capacity (within SLA)", capacity, y_label="req/s")
@@ -573,13 +299,7 @@ def panels_from_ticks(
         ("load_reasons", "load_decision_reason", LOAD_REASONS),
         ("throughput_reasons", "throughput_decision_reason", THROUGHPUT_REASONS),
     ):
-        codes = col(
-            lambda k, a=attr, n=names: (
-                float(n.index(getattr(k.diagnostics, a)))
-                if getattr(k.diagnostics, a) in n
-                else None
-            )
-        )
+        codes = col(_reason_code(attr, names))
         if some(codes):
             used = sorted({int(c) for c in codes if c is not None})
             remap = {c: i for i, c in enumerate(used)}
@@ -617,7 +337,7 @@ def closed_loop_panels(
     plan = panels_from_ticks(ticks or [], ttft_ms, itl_ms, max_kv_tokens)
     for key in ("ttft", "itl"):
         if key in plan and key in sim:
-            est = [s for s in plan.pop(key).series if any(_finite(v) for v in s.values)]
+            est = [s for s in plan.pop(key).series if any(is_finite_number(v) for v in s.values)]
             base = sim[key]
             sim[key] = Panel(
                 base.title,
@@ -625,7 +345,9 @@ def closed_loop_panels(
                 y_label=base.y_label,
                 hlines=base.hlines,
             )
-        elif key in plan and not any(_finite(v) for s in plan[key].series for v in s.values):
+        elif key in plan and not any(
+            is_finite_number(v) for s in plan[key].series for v in s.values
+        ):
             plan.pop(key)
     order = (
         "rate",
