@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from flows.scenario import Outcome, Scenario, run_planner, run_schedule
+from operators.predictors.warmup import trace_observations
 from schemas import PlannerConfig
 from sim.fleet import FleetSpec
 from sim.timing import EngineTiming
@@ -34,20 +35,12 @@ MINUTE = 60.0
 
 
 def minute_loads(scenario: Scenario) -> list[tuple[float, float, float]]:
-    """Per minute of the replay: (requests per second, mean ISL, mean OSL)."""
+    """Per minute of the replay (whole minutes from 0 up to ``end_s``): (requests per second,
+    mean ISL, mean OSL), bucketed as the predictors' warm start buckets a trace."""
     minutes = math.ceil(scenario.end_s / MINUTE)
-    count = [0] * minutes
-    isl = [0.0] * minutes
-    osl = [0.0] * minutes
-    for request in scenario.requests:
-        m = min(int(request.arrival_s // MINUTE), minutes - 1)
-        count[m] += 1
-        isl[m] += request.isl
-        osl[m] += request.osl
-    return [
-        (n / MINUTE, i / n if n else 0.0, o / n if n else 0.0)
-        for n, i, o in zip(count, isl, osl, strict=True)
-    ]
+    observed = trace_observations(scenario.requests, MINUTE, origin_s=0.0)
+    loads = [(o.num_req / MINUTE, o.isl, o.osl) for o in observed[:minutes]]
+    return loads + [(0.0, 0.0, 0.0)] * (minutes - len(loads))
 
 
 def engine_rates(spec: FleetSpec, isl: float, osl: float, itl_ms: float) -> tuple[float, float]:

@@ -5,13 +5,14 @@ request rows into one :class:`schemas.TrafficObservation` per throughput interva
 ``TrafficForecaster.warm_up`` then feeds to the num_req/ISL/OSL predictors (followed by
 ``reset_idle_skip()``).
 
-Bucketing: ``origin`` is the earliest arrival; a request arriving at ``t`` ms belongs to bucket
-``floor((t − origin) / (interval · 1000))``, computed on whole nanoseconds (``t − origin`` and the
-interval each rounded to the nearest ns, then divided as integers): the float error of a
-ms → s → ms round trip (``1.1 · 1000`` is ``1100.0000000000002``) cannot move an arrival that is
-exactly on a boundary into the bucket before it. Every bucket from the first to the last is
-emitted — gaps as zero-request windows — with the request count and the mean ISL and OSL (0 for
-an empty bucket).
+Bucketing: ``origin`` is the earliest arrival unless the caller fixes it (the closed-loop
+benchmark counts whole minutes of the replay clock from 0); a request arriving at ``t`` ms
+belongs to bucket ``floor((t − origin) / (interval · 1000))``, computed on whole nanoseconds
+(``t − origin`` and the interval each rounded to the nearest ns, then divided as integers): the
+float error of a ms → s → ms round trip (``1.1 · 1000`` is ``1100.0000000000002``) cannot move an
+arrival that is exactly on a boundary into the bucket before it. Every bucket from the first
+(bucket 0 when the origin is given) to the last is emitted — gaps as zero-request windows — with
+the request count and the mean ISL and OSL (0 for an empty bucket).
 """
 
 from __future__ import annotations
@@ -33,13 +34,21 @@ every arrival's offset in nanoseconds a finite number."""
 
 
 def bucket_requests(
-    rows: Iterable[tuple[float, float, float]], interval_s: float
+    rows: Iterable[tuple[float, float, float]],
+    interval_s: float,
+    *,
+    origin_ms: float | None = None,
 ) -> list[TrafficObservation]:
     """One observation per interval from ``(arrival_ms, isl, osl)`` rows (any order).
+
+    Bucket 0 starts at ``origin_ms`` (default: the earliest arrival); with an explicit origin
+    the list starts at bucket 0, and an arrival before the origin is an error.
 
     >>> obs = bucket_requests([(1000, 100, 10), (1500, 300, 30), (130_000, 50, 5)], 60)
     >>> [(o.num_req, o.isl, o.osl) for o in obs]
     [(2.0, 200.0, 20.0), (0.0, 0.0, 0.0), (1.0, 50.0, 5.0)]
+    >>> [o.num_req for o in bucket_requests([(61_000, 1, 1), (130_000, 1, 1)], 60, origin_ms=0)]
+    [0.0, 1.0, 1.0]
     >>> bucket_requests([], 60)
     []
     """
@@ -58,7 +67,13 @@ def bucket_requests(
         table.append((arrival_ms, isl, osl))
     if not table:
         return []
-    origin = min(arrival for arrival, _, _ in table)
+    earliest = min(arrival for arrival, _, _ in table)
+    if origin_ms is None:
+        origin = earliest
+    elif not math.isfinite(origin_ms) or earliest < origin_ms:
+        raise ValueError(f"every arrival must be at or after origin_ms={origin_ms}, not {earliest}")
+    else:
+        origin = float(origin_ms)
     width_ns = max(1, round(interval_s * 1e9))
     spread_ms = max(arrival for arrival, _, _ in table) - origin
     span = (
@@ -78,7 +93,7 @@ def bucket_requests(
         isl_sum[bucket] = isl_sum.get(bucket, 0.0) + isl
         osl_sum[bucket] = osl_sum.get(bucket, 0.0) + osl
     observations = []
-    for bucket in range(min(count), max(count) + 1):
+    for bucket in range(min(count) if origin_ms is None else 0, max(count) + 1):
         n = count.get(bucket, 0)
         observations.append(
             TrafficObservation(
@@ -92,12 +107,16 @@ def bucket_requests(
 
 
 def trace_observations(
-    requests: Iterable[TraceRequest], interval_s: float
+    requests: Iterable[TraceRequest], interval_s: float, *, origin_s: float | None = None
 ) -> list[TrafficObservation]:
-    """:func:`bucket_requests` over trace requests (``arrival_s`` → ms).
+    """:func:`bucket_requests` over trace requests (``arrival_s`` and ``origin_s`` → ms).
 
     >>> reqs = [TraceRequest(arrival_s=0.0, isl=10, osl=1), TraceRequest(61.0, isl=30, osl=3)]
     >>> [o.num_req for o in trace_observations(reqs, 60)]
     [1.0, 1.0]
     """
-    return bucket_requests(((r.arrival_s * 1000.0, r.isl, r.osl) for r in requests), interval_s)
+    return bucket_requests(
+        ((r.arrival_s * 1000.0, r.isl, r.osl) for r in requests),
+        interval_s,
+        origin_ms=None if origin_s is None else origin_s * 1000.0,
+    )

@@ -11,6 +11,7 @@ from operators.predictors import KalmanPredictor, SelectorPredictor, build_predi
 from operators.predictors.warmup import bucket_requests, trace_observations
 from operators.traffic_intake import TrafficForecaster
 from schemas import PlannerConfig, TrafficObservation
+from schemas.trace import TraceRequest
 
 TRACES = Path(__file__).parents[1] / "data" / "traces"
 
@@ -31,6 +32,23 @@ def test_buckets_fill_gaps_with_zeros_and_average_lengths() -> None:
 def test_bucket_edges_follow_floor_of_elapsed_time() -> None:
     obs = bucket_requests([(0, 1, 1), (59_999, 1, 1), (60_000, 1, 1)], 60)
     assert [o.num_req for o in obs] == [2.0, 1.0]
+
+
+def test_a_fixed_origin_counts_buckets_from_it() -> None:
+    # the closed-loop benchmark's minutes start at the replay clock's 0, not the first arrival
+    rows = [(125_000, 4, 2), (130_000, 8, 6)]
+    assert [o.num_req for o in bucket_requests(rows, 60)] == [2.0]
+    obs = bucket_requests(rows, 60, origin_ms=0)
+    assert [(o.num_req, o.isl, o.osl) for o in obs] == [(0, 0, 0), (0, 0, 0), (2.0, 6.0, 4.0)]
+    reqs = [TraceRequest(arrival_s=59.5, isl=1, osl=1), TraceRequest(arrival_s=60.5, isl=1, osl=1)]
+    assert [o.num_req for o in trace_observations(reqs, 60, origin_s=0.0)] == [1.0, 1.0]
+    assert [o.num_req for o in trace_observations(reqs, 60)] == [2.0]
+
+
+@pytest.mark.parametrize("origin", [1.0, float("nan")])
+def test_an_arrival_before_a_fixed_origin_is_rejected(origin: float) -> None:
+    with pytest.raises(ValueError, match="at or after origin_ms"):
+        bucket_requests([(0.5, 1, 1)], 60, origin_ms=origin)
 
 
 @pytest.mark.parametrize("rows", [[(float("nan"), 1, 1)], [(0, -1, 1)], [(0, 1, float("inf"))]])
