@@ -34,6 +34,7 @@ import json
 import math
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -175,24 +176,13 @@ def _read_rows(path: Path, fmt: TraceFormat) -> list[_Row]:
     raise TraceFormatError(path, None, f"unknown trace format {fmt!r}")
 
 
+@dataclass(slots=True)
 class _Row:
-    __slots__ = ("arrival", "block_size", "hash_ids", "isl", "osl", "request_id")
+    """A request as read, its arrival still in the file's unit (``_PER_SECOND``) and absolute:
+    ``request.arrival_s`` is set once the origin is known (:func:`_relative_sorted`)."""
 
-    def __init__(
-        self,
-        arrival: float,
-        isl: int,
-        osl: int,
-        hash_ids: tuple[int, ...],
-        request_id: str | None,
-        block_size: int | None,
-    ) -> None:
-        self.arrival = arrival
-        self.isl = isl
-        self.osl = osl
-        self.hash_ids = hash_ids
-        self.request_id = request_id
-        self.block_size = block_size
+    arrival: float
+    request: TraceRequest
 
 
 _PER_SECOND: dict[str, float] = {"azure": 1.0, "mooncake": 1000.0, "dynamo": 1000.0}
@@ -207,17 +197,7 @@ def _relative_sorted(rows: list[_Row], per_second: float = 1.0) -> list[TraceReq
         return []
     origin = min(r.arrival for r in rows)
     rows.sort(key=lambda r: r.arrival)  # stable
-    return [
-        TraceRequest(
-            arrival_s=float(r.arrival - origin) / per_second,
-            isl=r.isl,
-            osl=r.osl,
-            hash_ids=r.hash_ids,
-            request_id=r.request_id,
-            block_size=r.block_size,
-        )
-        for r in rows
-    ]
+    return [replace(r.request, arrival_s=float(r.arrival - origin) / per_second) for r in rows]
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -317,14 +297,14 @@ def _read_mooncake(path: Path) -> Iterator[_Row]:
             if key not in obj:
                 raise TraceFormatError(path, lineno, f"missing field {key!r}")
         ts = _number(path, lineno, "timestamp", obj["timestamp"])
-        yield _Row(
-            arrival=ts,  # ms (_PER_SECOND)
+        request = TraceRequest(
+            arrival_s=0.0,
             isl=_length(path, lineno, "input_length", obj["input_length"], 1),
             osl=_length(path, lineno, "output_length", obj["output_length"]),
             hash_ids=_hashes(path, lineno, "hash_ids", obj.get("hash_ids")),
-            request_id=None,
             block_size=MOONCAKE_BLOCK_SIZE if obj.get("hash_ids") else None,
         )
+        yield _Row(ts, request)  # ms (_PER_SECOND)
 
 
 def _dynamo_event(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -385,7 +365,10 @@ def dynamo_request_event(
     hit = event["request"].get("kv_hit_rate")
     if hit is not None:
         hit = _number(Path(source), position, "request.kv_hit_rate", hit)
-    record = RequestRecord(request_id=row.request_id, isl=row.isl, osl=row.osl, kv_hit_rate=hit)
+    request = row.request
+    record = RequestRecord(
+        request_id=request.request_id, isl=request.isl, osl=request.osl, kv_hit_rate=hit
+    )
     return RequestEvent(deployment=deployment, time=end_ms / 1000.0, payload=record)
 
 
@@ -399,10 +382,11 @@ def _read_dynamo(path: Path) -> Iterator[_Row]:
         if event is None:
             continue
         row = _dynamo_row(path, lineno, event)
-        if row.request_id is not None:
-            if row.request_id in seen:
+        request_id = row.request.request_id
+        if request_id is not None:
+            if request_id in seen:
                 continue
-            seen.add(row.request_id)
+            seen.add(request_id)
         yield row
 
 
@@ -452,7 +436,15 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
     )
     block = replay.get("trace_block_size")
     block_size = _count(path, lineno, "replay.trace_block_size", block, 1) if block else None
-    return _Row(arrival_ms, isl, osl, hashes, request_id, block_size)  # ms (_PER_SECOND)
+    request = TraceRequest(
+        arrival_s=0.0,
+        isl=isl,
+        osl=osl,
+        hash_ids=hashes,
+        request_id=request_id,
+        block_size=block_size,
+    )
+    return _Row(arrival_ms, request)  # ms (_PER_SECOND)
 
 
 def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
@@ -492,16 +484,9 @@ def _read_azure(path: Path) -> Iterator[_Row]:
                     )
                 stamp, ctx, gen = (record[i] for i in idx)
                 stamps.append(_azure_seconds(path, lineno, stamp))
-                rows.append(
-                    _Row(
-                        0.0,
-                        _length(path, lineno, "ContextTokens", _int_text(ctx), 1),
-                        _length(path, lineno, "GeneratedTokens", _int_text(gen)),
-                        (),
-                        None,
-                        None,
-                    )
-                )
+                isl = _length(path, lineno, "ContextTokens", _int_text(ctx), 1)
+                osl = _length(path, lineno, "GeneratedTokens", _int_text(gen))
+                rows.append(_Row(0.0, TraceRequest(arrival_s=0.0, isl=isl, osl=osl)))
         except (csv.Error, *_UNREADABLE) as exc:
             raise TraceFormatError(path, lineno + 1, f"unreadable CSV: {exc}") from exc
     if header is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -169,17 +169,7 @@ def speed_up(requests: Sequence[TraceRequest], factor: float) -> list[TraceReque
         raise ValueError("speed-up factor must be positive and finite")
     if factor == 1:
         return list(requests)
-    return [
-        TraceRequest(
-            arrival_s=r.arrival_s / factor,
-            isl=r.isl,
-            osl=r.osl,
-            hash_ids=r.hash_ids,
-            request_id=r.request_id,
-            block_size=r.block_size,
-        )
-        for r in requests
-    ]
+    return [replace(r, arrival_s=r.arrival_s / factor) for r in requests]
 
 
 def trace_span(requests: Sequence[TraceRequest]) -> float:
@@ -223,20 +213,6 @@ def scale_load(requests: Sequence[TraceRequest], copies: int, seed: int = 0) -> 
         for i, (t, r) in enumerate(zip(shifted.tolist(), base, strict=True)):
             rid = f"{r.request_id if r.request_id is not None else i}#{k}"
             hashes = tuple((h ^ salt) & _HASH_MASK for h in r.hash_ids) if r.hash_ids else ()
-            rows.append(
-                (
-                    t,
-                    k,
-                    i,
-                    TraceRequest(
-                        arrival_s=t,
-                        isl=r.isl,
-                        osl=r.osl,
-                        hash_ids=hashes,
-                        request_id=rid,
-                        block_size=r.block_size,
-                    ),
-                )
-            )
+            rows.append((t, k, i, replace(r, arrival_s=t, hash_ids=hashes, request_id=rid)))
     rows.sort(key=lambda x: (x[0], x[1], x[2]))
     return [x[3] for x in rows]

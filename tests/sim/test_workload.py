@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -53,6 +54,22 @@ def test_speed_up(azure_conv: list[TraceRequest]) -> None:
     assert [(r.isl, r.osl) for r in fast] == [(r.isl, r.osl) for r in azure_conv[:100]]
     with pytest.raises(ValueError):
         speed_up(fast, 0.0)
+
+
+def test_transforms_keep_every_other_field_of_a_request() -> None:
+    # speed_up and scale_load copy requests with dataclasses.replace: only the fields they
+    # mean to change differ (a field added to TraceRequest is carried, not dropped)
+    full = TraceRequest(
+        arrival_s=8.0, isl=700, osl=30, hash_ids=(5, 6), request_id="r", block_size=64
+    )
+    base = [TraceRequest(arrival_s=0.0, isl=1, osl=1), full]
+    [_, fast] = speed_up(base, 4.0)
+    assert fast == replace(full, arrival_s=2.0)
+    copy = next(r for r in scale_load(base, 2, seed=0) if r.request_id == "r#1")
+    changed = {"arrival_s", "hash_ids", "request_id"}
+    for f in fields(TraceRequest):
+        if f.name not in changed:
+            assert getattr(copy, f.name) == getattr(full, f.name), f.name
 
 
 def test_synthetic_shapes_and_seeds() -> None:
