@@ -48,7 +48,6 @@ DGD_PLURAL = "dynamographdeployments"
 DGD_KIND = "DynamoGraphDeployment"
 
 Backend = Literal["vllm", "sglang", "trtllm", "mocker"]
-Mode = Literal["disagg", "agg", "prefill", "decode"]
 
 DEFAULT_SERVICE_NAMES: dict[str, dict[str, str]] = {
     "vllm": {"prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker", "agg": "VllmWorker"},
