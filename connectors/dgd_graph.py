@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from schemas import Role, WorkerCounts
 from schemas.events import MAX_GPU_POWER_W
@@ -45,9 +45,7 @@ from schemas.events import MAX_GPU_POWER_W
 DGD_GROUP = "nvidia.com"
 DGD_VERSION = "v1alpha1"
 DGD_PLURAL = "dynamographdeployments"
-DGD_KIND = "DynamoGraphDeployment"
 
-Backend = Literal["vllm", "sglang", "trtllm", "mocker"]
 
 DEFAULT_SERVICE_NAMES: dict[str, dict[str, str]] = {
     "vllm": {"prefill": "VllmPrefillWorker", "decode": "VllmDecodeWorker", "agg": "VllmWorker"},

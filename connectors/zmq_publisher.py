@@ -14,7 +14,7 @@ Tests, benchmarks and the simulated fleet use this class; real engines publish t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 
 import msgspec
@@ -161,14 +161,6 @@ class FpmPublisher:
     def publish_row(self, worker_id: str, dp_rank: int, row: FpmRow) -> int:
         """Publish one FpmBatch row of an engine (fast path for simulated fleets)."""
         return self.publish_payload(encode_row(worker_id, dp_rank, row, counter_id=self.seq))
-
-    def publish_many(self, fpms: Iterable[ForwardPassMetrics]) -> int:
-        """Publish FPMs in order; returns how many."""
-        count = 0
-        for fpm in fpms:
-            self.publish(fpm)
-            count += 1
-        return count
 
     def heartbeat(self, worker_id: str, dp_rank: int = 0) -> int:
         """Publish an idle heartbeat (a zeroed FPM, ``wall_time == 0``) of one engine."""

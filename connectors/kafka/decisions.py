@@ -140,9 +140,9 @@ def _consume(
 def read_decisions(
     bootstrap: str,
     topic: str,
+    *,
     follow: bool = False,
     from_beginning: bool = True,
-    *,
     config: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Iterator[ScalingDecision]:
