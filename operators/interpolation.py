@@ -24,7 +24,7 @@ from schemas.profile import DecodeProfile, PrefillProfile
 _MIN_SPLINE_POINTS = 4  # a cubic spline through n points needs n >= 4
 
 
-def _finite(name: str, value: float) -> float:
+def _require_finite(name: str, value: float) -> float:
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
@@ -67,7 +67,7 @@ class PrefillInterpolator:
         self._thpt = make_interp_spline(isl, thpt, k=3)
 
     def _clamped(self, isl: float) -> float:
-        return min(max(_finite("isl", isl), self.min_isl), self.max_isl)
+        return min(max(_require_finite("isl", isl), self.min_isl), self.max_isl)
 
     def interpolate_ttft(self, isl: float) -> float:
         """TTFT (ms) of one request of ``isl`` tokens (ISL clamped to the profiled range)."""
@@ -123,13 +123,13 @@ class DecodeInterpolator:
 
     def _row(self, context_length: float) -> int:
         dy = self.yi[1] - self.yi[0]
-        iy = np.round((_finite("context_length", context_length) - self.yi[0]) / dy)
+        iy = np.round((_require_finite("context_length", context_length) - self.yi[0]) / dy)
         return int(np.clip(iy, 0, self.resolution - 1))
 
     def grid_index(self, concurrency: float, context_length: float) -> tuple[int, int]:
         """``(ix, iy)``: the grid cell of ``concurrency`` requests of ``context_length`` tokens."""
-        context_length = _finite("context_length", context_length)
-        kv_usage = _finite("concurrency", concurrency) * context_length / self.max_kv_tokens
+        context_length = _require_finite("context_length", context_length)
+        kv_usage = _require_finite("concurrency", concurrency) * context_length / self.max_kv_tokens
         dx = self.xi[1] - self.xi[0]
         ix = int(np.clip(np.round((kv_usage - self.xi[0]) / dx), 0, self.resolution - 1))
         return ix, self._row(context_length)
@@ -154,7 +154,7 @@ class DecodeInterpolator:
         ``itl_grid <= itl``; if none does, the ``kv_usage = 0`` cell (whose ITL then exceeds
         ``itl`` — the caller can see that).
         """
-        target = _finite("itl", itl)
+        target = _require_finite("itl", itl)
         iy = self._row(context_length)
         row = self.itl_grid[iy]
         meets = np.flatnonzero(row <= target)

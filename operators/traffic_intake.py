@@ -36,7 +36,7 @@ class LoadForecast:
     osl: float
 
 
-def _finite(value: float | None) -> float | None:
+def _finite_or_none(value: float | None) -> float | None:
     if value is None:
         return None
     value = float(value)
@@ -72,11 +72,11 @@ class TrafficForecaster:
 
     def observe(self, obs: TrafficObservation) -> None:
         """Feed one window's count, ISL and OSL (with the idle carry-forward)."""
-        num_req = _finite(obs.num_req) or 0.0
+        num_req = _finite_or_none(obs.num_req) or 0.0
         if num_req > 0:
             self.live_traffic_seen = True
-            self.last_isl = _finite(obs.isl) or 0.0
-            self.last_osl = _finite(obs.osl) or 0.0
+            self.last_isl = _finite_or_none(obs.isl) or 0.0
+            self.last_osl = _finite_or_none(obs.osl) or 0.0
             self.last_shape = obs
             self.num_req.learn_one(num_req)
             self.isl.learn_one(self.last_isl)
@@ -129,10 +129,10 @@ class RuntimeMetadata:
 
     def observe(self, obs: TrafficObservation) -> None:
         """Adopt the observation's values; missing or non-finite ones keep the last value."""
-        hit = _finite(obs.kv_hit_rate)
+        hit = _finite_or_none(obs.kv_hit_rate)
         if hit is not None:
             self.kv_hit_rate = min(1.0, max(0.0, hit))
-        accept = _finite(obs.accept_length)
+        accept = _finite_or_none(obs.accept_length)
         if accept is not None:
             self.observed_accept_length = accept
 

@@ -30,10 +30,10 @@ UNDER_WEIGHT_RANGE = (1e-6, 1e6)
 """Bounds of ``--under-weight``: beyond them the loss quantile w / (1 + w) rounds to 0 or 1."""
 
 
-def _finite(value: float) -> float | None:
+def _json_number(value: float) -> float | None:
     """``value``, or ``None`` (JSON null) when it is NaN or infinite.
 
-    >>> _finite(0.5), _finite(float("nan")), _finite(float("inf"))
+    >>> _json_number(0.5), _json_number(float("nan")), _json_number(float("inf"))
     (0.5, None, None)
     """
     return value if math.isfinite(value) else None
@@ -42,16 +42,16 @@ def _finite(value: float) -> float | None:
 def _as_json(result: BenchResult) -> dict:
     def score(s: ForecastScore) -> dict:
         return {
-            "mape": _finite(s.mape),
-            "under_rate": _finite(s.under_rate),
-            "loss": _finite(s.loss),
+            "mape": _json_number(s.mape),
+            "under_rate": _json_number(s.under_rate),
+            "loss": _json_number(s.loss),
             "points": s.points,
         }
 
     ratio = result.ratio
     interval = None
     if result.selector.points >= 2 and math.isfinite(ratio):
-        interval = [_finite(bound) for bound in result.ratio_interval()]
+        interval = [_json_number(bound) for bound in result.ratio_interval()]
 
     return {
         "series": result.series.name,
@@ -63,7 +63,7 @@ def _as_json(result: BenchResult) -> dict:
         "hindsight_constant": score(result.hindsight),
         "hindsight_autoregression": score(result.hindsight_ar),
         "best_single": result.best_single[0],
-        "ratio": _finite(ratio),
+        "ratio": _json_number(ratio),
         "ratio_interval": interval,
     }
 
