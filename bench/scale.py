@@ -352,7 +352,10 @@ def run_steps(
 
 
 def history_costs(
-    ticks: int, throughput_interval_s: float, seed: int = 0, forecasts: list | None = None
+    ticks: int,
+    throughput_interval_s: float,
+    seed: int = 0,
+    forecasts: list[tuple[float, float, float]] | None = None,
 ) -> tuple[list[float], dict[str, float]]:
     """CPU seconds of each of ``ticks`` throughput ticks of one deployment's forecaster, and
     CPU seconds per forecaster (summed over the three series); each tick's forecast is
@@ -392,7 +395,7 @@ BLAS_ENV = "OPENBLAS_NUM_THREADS"
 def forecast_probe(ticks: int, throughput_interval_s: float) -> dict[str, object]:
     """CPU and wall seconds of ``ticks`` throughput ticks, and a digest of their forecasts."""
     history_costs(12, throughput_interval_s)  # imports and first fits, outside the timing
-    forecasts: list = []
+    forecasts: list[tuple[float, float, float]] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
     history_costs(ticks, throughput_interval_s, forecasts=forecasts)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

@@ -19,20 +19,32 @@ True
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Protocol
 
-_open: dict[int, weakref.ref[Any]] = {}
+
+class Stoppable(Protocol):
+    """A sink that waits on a worker thread and reads this flag where it waits.
+
+    >>> class Sink:
+    ...     stop_requested = False
+    >>> stoppable: Stoppable = Sink()
+    """
+
+    stop_requested: bool
+
+
+_open: dict[int, weakref.ref[Stoppable]] = {}
 """The sinks built and not closed yet (what :func:`stop_waiting` reaches)."""
 
 
-def watch(sink: Any) -> None:
+def watch(sink: Stoppable) -> None:
     """Let :func:`stop_waiting` reach ``sink`` (an object with a ``stop_requested`` flag) until
     it is forgotten or garbage."""
     key = id(sink)
     _open[key] = weakref.ref(sink, lambda _: _open.pop(key, None))
 
 
-def forget(sink: Any) -> None:
+def forget(sink: Stoppable) -> None:
     """``sink`` is closed: a later stop request no longer concerns it."""
     _open.pop(id(sink), None)
 

@@ -36,11 +36,19 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas import FpmRow
 from sim.timing import EngineTiming
 
 EngineRole = Literal["prefill", "decode", "agg"]
 
 _IDLE, _STEP, _SEG = 0, 1, 2
+
+_Queued = tuple[int, int, float, int, int, float]
+"""The waiting queue as an FPM row's last six columns: prefill requests, their prompt tokens and
+the variance of those; decode requests, their tokens and the variance."""
+
+_NO_QUEUE: _Queued = (0, 0, 0.0, 0, 0, 0.0)
+_NO_ROW: FpmRow = (0.0, 0, 0.0, 0, 0, 0.0, 0, 0, 0, 0.0, *_NO_QUEUE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +175,7 @@ class Engine:
         self.draining = False
         self.stopped = False
         # emitted rows (not yet taken by flush) and heartbeat clock
-        self.rows: list[tuple] = []
+        self.rows: list[FpmRow] = []
         self.counter = 0
         self.last_row_t = start_s
         # waiting queue and its running sums
@@ -188,7 +196,7 @@ class Engine:
         self._act = _IDLE
         self.act_end = math.inf
         self.clock = start_s  # end of the last completed activity / idle since
-        self._step_row: tuple = ()
+        self._step_row = _NO_ROW  # the running iteration (read while _act == _STEP)
         self._completing: list[SimRequest] = []
         self._seg: list[float] = [0.0, 0.0, 0.0]  # t0, w1, slope
         self._seg_n = 0
@@ -196,7 +204,7 @@ class Engine:
         self._seg_rows = 0  # iterations of the segment already emitted as rows (<= _seg_done)
         self._seg_kb = 0
         self._seg_var = 0.0
-        self._seg_q: tuple = ()
+        self._seg_q = _NO_QUEUE
         # outputs for the fleet
         self.handoffs: list[SimRequest] = []
         self.finished = 0
@@ -330,7 +338,7 @@ class Engine:
         while self.act_end <= t:
             self._complete()
 
-    def flush(self, until: float) -> list[tuple]:
+    def flush(self, until: float) -> list[FpmRow]:
         """Advance to ``until`` and take the rows with event time ``< until``."""
         self.sync(until)
         if self._act == _SEG:
@@ -380,7 +388,7 @@ class Engine:
         self.pending_tokens -= req.need - req.done
         self.waiting_need -= req.need
 
-    def _queued(self) -> tuple:
+    def _queued(self) -> _Queued:
         return (
             self._pf_n,
             self._pf_sum,

@@ -151,6 +151,11 @@ class Replica:
     stop_s: float | None = None
 
 
+_HeapPayload = Replica | SimRequest | Engine
+"""What a timed event carries, one type per kind: the replica a ``_READY`` event makes ready, the
+request a ``_HANDOFF`` hands to decode, the prefill engine whose iteration ``_PREFILL_END``s."""
+
+
 class FleetSim:
     """Closed-loop fleet simulator with a lock-step API (see the module docstring).
 
@@ -199,7 +204,7 @@ class FleetSim:
         self.requests: list[SimRequest] = []
         self.rejected = 0
         self._rng = random.Random(seed)
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, int, int, _HeapPayload]] = []
         self._seq = 0
         self._replicas: dict[str, list[Replica]] = {role: [] for role in spec.roles}
         self._active: dict[str, list[Engine]] = {role: [] for role in spec.roles}
@@ -212,7 +217,7 @@ class FleetSim:
         self.actions: list[ScalingAction] = []
         self.samples: list[dict[str, float]] = []
         self._emitted_caps = False
-        initial = (
+        initial: dict[EngineRole, int] = (
             {"prefill": spec.prefill_replicas, "decode": spec.decode_replicas}
             if spec.mode == "disagg"
             else {"agg": spec.decode_replicas}
@@ -291,13 +296,13 @@ class FleetSim:
             if t_heap <= t_arr:
                 if t_heap >= until_s:
                     break
-                _, kind, _, payload = heapq.heappop(heap)
-                if kind == _PREFILL_END:
-                    self._on_prefill_end(payload, t_heap)  # type: ignore[arg-type]
-                elif kind == _HANDOFF:
-                    self._route("decode", payload, t_heap)  # type: ignore[arg-type]
-                else:
-                    self._on_ready(payload, t_heap)  # type: ignore[arg-type]
+                payload = heapq.heappop(heap)[3]
+                if isinstance(payload, Engine):  # _PREFILL_END
+                    self._on_prefill_end(payload, t_heap)
+                elif isinstance(payload, SimRequest):  # _HANDOFF
+                    self._route("decode", payload, t_heap)
+                else:  # _READY
+                    self._on_ready(payload, t_heap)
             else:
                 if t_arr >= until_s:
                     break
@@ -316,6 +321,7 @@ class FleetSim:
 
         Aggregated fleets take their engine count from ``num_decode``."""
         t = self.now_s
+        wanted: dict[EngineRole, int | None]
         if self.spec.mode == "disagg":
             wanted = {"prefill": decision.num_prefill, "decode": decision.num_decode}
         else:
@@ -371,9 +377,9 @@ class FleetSim:
 
     # --- replicas ------------------------------------------------------------------------------
 
-    def _start_replica(self, role: str, t: float, ready_now: bool = False) -> Replica:
+    def _start_replica(self, role: EngineRole, t: float, ready_now: bool = False) -> Replica:
         ready = t if ready_now else t + self.spec.startup_delay_s
-        rep = Replica(role, None, t, ready)  # type: ignore[arg-type]
+        rep = Replica(role, None, t, ready)
         self._replicas[role].append(rep)
         if ready_now:
             self._make_ready(rep, t)
@@ -399,7 +405,9 @@ class FleetSim:
         due = [rep]
         heap = self._heap
         while heap and heap[0][0] == t and heap[0][1] == _READY:
-            due.append(heapq.heappop(heap)[3])  # type: ignore[arg-type]
+            payload = heapq.heappop(heap)[3]
+            assert isinstance(payload, Replica)  # only ready events are _READY
+            due.append(payload)
         roles = []
         for replica in due:
             if replica.state != "starting":
@@ -416,7 +424,7 @@ class FleetSim:
                 while pending:
                     self._route(role, pending.popleft(), t)
 
-    def _set_target(self, role: str, target: int, t: float) -> None:
+    def _set_target(self, role: EngineRole, target: int, t: float) -> None:
         if target < 0:
             raise ValueError(f"negative replica target for {role}: {target}")
         old = self._target[role]
@@ -478,7 +486,7 @@ class FleetSim:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _push(self, t: float, kind: int, payload: object) -> None:
+    def _push(self, t: float, kind: int, payload: _HeapPayload) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, kind, self._seq, payload))
 

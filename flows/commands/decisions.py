@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reading_order(message: DecisionMessage) -> tuple:
+def _reading_order(message: DecisionMessage) -> tuple[int, float, str, int, int]:
     # Decisions by time then deployment and id; unreadable messages last, by position.
     if message.decision is None:
         return (1, 0.0, "", message.partition, message.offset)

@@ -39,8 +39,8 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _as_json(result: BenchResult) -> dict:
-    def score(s: ForecastScore) -> dict:
+def _as_json(result: BenchResult) -> dict[str, object]:
+    def score(s: ForecastScore) -> dict[str, float | None]:
         return {
             "mape": _json_number(s.mape),
             "under_rate": _json_number(s.under_rate),
