@@ -38,10 +38,10 @@ GOALS = {1: 1500.0, 10: 250.0}
 
 
 @dataclass(frozen=True)
-class Scenario:
+class StaticFleet:
     """A static fleet replaying the trace ``scale`` times superimposed.
 
-    >>> SCENARIOS[2].scale, SCENARIOS[2].prefill, SCENARIOS[2].decode
+    >>> FLEETS[2].scale, FLEETS[2].prefill, FLEETS[2].decode
     (10, 4, 8)
     """
 
@@ -52,25 +52,25 @@ class Scenario:
     decode: int
 
 
-SCENARIOS = (
-    Scenario("native disagg 1P+2D", 1, "disagg", 1, 2),
-    Scenario("native agg 2", 1, "agg", 0, 2),
-    Scenario("load-scale 10 disagg 4P+8D", 10, "disagg", 4, 8),
-    Scenario("load-scale 10 agg 10", 10, "agg", 0, 10),
+FLEETS = (
+    StaticFleet("native disagg 1P+2D", 1, "disagg", 1, 2),
+    StaticFleet("native agg 2", 1, "agg", 0, 2),
+    StaticFleet("load-scale 10 disagg 4P+8D", 10, "disagg", 4, 8),
+    StaticFleet("load-scale 10 agg 10", 10, "agg", 0, 10),
 )
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One scenario's run.
+    """One fleet's run.
 
-    >>> m = Measurement(SCENARIOS[0], simulated_s=3600, cpu_s=2.0, wall_s=3.0, rows=0,
+    >>> m = Measurement(FLEETS[0], simulated_s=3600, cpu_s=2.0, wall_s=3.0, rows=0,
     ...                 events=0, requests=0, sla=None)
     >>> m.speed, m.wall_speed
     (1800.0, 1200.0)
     """
 
-    scenario: Scenario
+    fleet: StaticFleet
     simulated_s: float
     cpu_s: float
     wall_s: float
@@ -91,15 +91,15 @@ class Measurement:
 
 
 def measure(
-    scenario: Scenario, profile: PerformanceProfile, trace: list[TraceRequest], tick_s: float
+    fleet: StaticFleet, profile: PerformanceProfile, trace: list[TraceRequest], tick_s: float
 ) -> Measurement:
     """Replay to completion in lock-step ticks, consuming every event."""
-    requests = scale_load(trace, scenario.scale, seed=0)
+    requests = scale_load(trace, fleet.scale, seed=0)
     spec = FleetSpec(
         profile=profile,
-        mode=scenario.mode,
-        prefill_replicas=scenario.prefill,
-        decode_replicas=scenario.decode,
+        mode=fleet.mode,
+        prefill_replicas=fleet.prefill,
+        decode_replicas=fleet.decode,
     )
     sim = FleetSim(spec, requests, deployment="bench")
     rows = events = 0
@@ -112,7 +112,7 @@ def measure(
                 rows += len(e.payload.rows)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return Measurement(
-        scenario, sim.now_s, cpu, wall, rows, events, len(requests), sim.result().sla_attainment
+        fleet, sim.now_s, cpu, wall, rows, events, len(requests), sim.result().sla_attainment
     )
 
 
@@ -134,14 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{'scenario':<28} {'requests':>8} {'FPM rows':>10} {'sim s':>7} {'cpu s':>7} "
         f"{'speed':>8} {'wall':>8} {'goal':>6} {'vs goal':>7} {'SLA %':>6}"
     )
-    for sc in SCENARIOS:
-        if args.only and args.only not in sc.name:
+    for fleet in FLEETS:
+        if args.only and args.only not in fleet.name:
             continue
-        m = measure(sc, profile, trace, args.tick)
-        goal = GOALS.get(sc.scale)
+        m = measure(fleet, profile, trace, args.tick)
+        goal = GOALS.get(fleet.scale)
         sla = "-" if m.sla is None else f"{100 * m.sla:.1f}"
         print(
-            f"{sc.name:<28} {m.requests:>8} {m.rows:>10} {m.simulated_s:>7.0f} {m.cpu_s:>7.2f} "
+            f"{fleet.name:<28} {m.requests:>8} {m.rows:>10} {m.simulated_s:>7.0f} {m.cpu_s:>7.2f} "
             f"{m.speed:>7.0f}x {m.wall_speed:>7.0f}x {goal or 0:>5.0f}x "
             f"{m.speed / goal if goal else float('nan'):>6.2f}x {sla:>6}"
         )
