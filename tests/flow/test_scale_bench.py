@@ -30,7 +30,6 @@ def test_steps_harness_runs_the_ticks_the_flow_runs() -> None:
     # throughput loop runs at 60 and 120 s of each deployment
     assert flow.ticks == len(steps.load_ticks) + len(steps.throughput_ticks) == 2 * 26
     assert flow.throughput_ticks == len(steps.throughput_ticks) == 2 * 2
-    assert all(v >= 0 for v in steps.seconds.values())
 
 
 def test_stream_is_time_ordered_and_counts_heartbeats() -> None:
