@@ -59,7 +59,8 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
     # leave the first tick without enough samples to decide)
     start = time.time() // 5 * 5 - 120.0
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for event in decode_ramp("alpha", engines=2, seconds=60):
+    recording = decode_ramp("alpha", engines=2, seconds=60)
+    for event in recording:
         event["time"] += start
         producer.produce(events_topic, key="alpha", value=json.dumps(event).encode())
     assert producer.flush(30) == 0
@@ -124,8 +125,9 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
         text = scraped.decode()
         assert 'dynamo_planner_num_decode_replicas{deployment="alpha"} 2.0' in text
-        # 482 recorded events and 1 acknowledgement came in from Kafka
-        assert 'flowplanner_events_in_total{source="kafka"} 483.0' in text
+        # the recorded events and 1 acknowledgement came in from Kafka
+        events_in = float(len(recording) + 1)
+        assert f'flowplanner_events_in_total{{source="kafka"}} {events_in}' in text
         assert 'flowplanner_decisions_out_total{deployment="alpha"} 2.0' in text
     finally:
         worker.send_signal(signal.SIGTERM)
