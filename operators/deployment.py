@@ -42,6 +42,7 @@ from operators.tick import FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
     FPM_COLUMN,
+    MAX_ACCEPT_LENGTH,
     DeadLetter,
     DeliveredDecision,
     EngineCapabilities,
@@ -67,6 +68,9 @@ QUANTILES = CAPACITY_QUANTILES
 @dataclass
 class RequestStats:
     """Request counts and sums of one window (mergeable: :meth:`merge`).
+
+    An accept length counts at most ``schemas.MAX_ACCEPT_LENGTH`` (input events above it are
+    refused; a record built inside is capped), so its sum, and the mean, stay finite.
 
     >>> window = RequestStats(end_s=5.0)
     >>> window.add(RequestRecord(isl=3000, osl=150, kv_hit_rate=0.5))
@@ -96,7 +100,7 @@ class RequestStats:
             self.sum_hit += record.kv_hit_rate
             self.hits += 1
         if record.accept_length is not None:
-            self.sum_accept += record.accept_length
+            self.sum_accept += min(record.accept_length, MAX_ACCEPT_LENGTH)
             self.accepts += 1
 
     def merge(self, other: RequestStats) -> None:

@@ -88,6 +88,13 @@ most 700 W, a GB200 GPU 1 200 W)."""
 MAX_SPECULATIVE_TOKENS = 2**10
 """*ours*: the most speculative (draft) tokens per step an engine may report."""
 
+MAX_ACCEPT_LENGTH = MAX_SPECULATIVE_TOKENS + 1
+"""*ours*: the longest mean speculative accept length a request or traffic observation may
+report. One decode step emits at most its draft tokens plus the target model's own token, so
+an accept length is at most ``speculative_nextn + 1`` (the reference clamps it there, spec
+§5.5) and ``nextn`` is at most :data:`MAX_SPECULATIVE_TOKENS`. (Two requests with
+``accept_length=1e308`` overflowed the window's mean to ``inf`` and stopped the flow.)"""
+
 
 def _first_above(values: Iterable[tuple[str, float | None, Ceiling]]) -> str | None:
     """The reason the first value above its ceiling is refused, or ``None``."""
@@ -102,6 +109,7 @@ _WINDOW = Ceiling(MAX_TRAFFIC_WINDOW_S, "MAX_TRAFFIC_WINDOW_S")
 _REPLICAS = Ceiling(MAX_REPLICAS, "MAX_REPLICAS")
 _ENGINE_TOKENS = Ceiling(MAX_FPM_TOKENS, "MAX_FPM_TOKENS")
 _ENGINE_SEQS = Ceiling(MAX_FPM_REQUESTS, "MAX_FPM_REQUESTS")
+_ACCEPT = Ceiling(MAX_ACCEPT_LENGTH, "MAX_ACCEPT_LENGTH")
 
 
 class EngineFpm(BaseModel):
@@ -279,21 +287,28 @@ def capabilities_implausibility(caps: WorkerCapabilities) -> str | None:
 
 
 def request_implausibility(record: RequestRecord) -> str | None:
-    """Why a request record cannot be real (a length above :data:`MAX_REQUEST_TOKENS`), or
-    ``None``.
+    """Why a request record cannot be real (a length above :data:`MAX_REQUEST_TOKENS`, an
+    accept length above :data:`MAX_ACCEPT_LENGTH`), or ``None``.
 
     >>> print(request_implausibility(RequestRecord(isl=2**62, osl=10)))
     isl = 4611686018427387904 is implausible (above MAX_REQUEST_TOKENS = 134217728)
+    >>> print(request_implausibility(RequestRecord(isl=10, osl=10, accept_length=1e308)))
+    accept_length = 1e+308 is implausible (above MAX_ACCEPT_LENGTH = 1025)
     """
     return _first_above(
-        (("isl", record.isl, _REQUEST_TOKENS), ("osl", record.osl, _REQUEST_TOKENS))
+        (
+            ("isl", record.isl, _REQUEST_TOKENS),
+            ("osl", record.osl, _REQUEST_TOKENS),
+            ("accept_length", record.accept_length, _ACCEPT),
+        )
     )
 
 
 def traffic_implausibility(obs: TrafficObservation) -> str | None:
     """Why a traffic observation cannot be real, or ``None``: a window above
     :data:`MAX_TRAFFIC_WINDOW_S`, a mean or quantile length above :data:`MAX_REQUEST_TOKENS`,
-    or more than :data:`MAX_REQUEST_RATE` requests per second (any request in a 0 s window).
+    an accept length above :data:`MAX_ACCEPT_LENGTH`, or more than :data:`MAX_REQUEST_RATE`
+    requests per second (any request in a 0 s window).
 
     >>> print(traffic_implausibility(TrafficObservation(duration_s=60, num_req=1e300, isl=1,
     ...                                                 osl=1)))  # doctest: +NORMALIZE_WHITESPACE
@@ -309,6 +324,7 @@ def traffic_implausibility(obs: TrafficObservation) -> str | None:
     problem = _first_above(
         [("duration_s", obs.duration_s, _WINDOW)]
         + [(name, value, _REQUEST_TOKENS) for name, value in lengths]
+        + [("accept_length", obs.accept_length, _ACCEPT)]
     )
     if problem is None and obs.num_req > MAX_REQUEST_RATE * obs.duration_s:
         problem = (
