@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import signal
 import threading
-import time
 
 from connectors.kafka import read_decisions
 from tests.flow.runner import start_flowplanner, write_config
@@ -83,20 +82,24 @@ def test_planner_scales_the_live_fleet(tmp_path, kafka_bootstrap, kafka_topic):
             "--dead-letters",
             str(tmp_path / "dead.jsonl"),
         )
+
         # the planner starts, decides and the fleet applies it: minutes on a loaded machine,
         # and the test ends as soon as it sees that happen
-        deadline, seen = time.monotonic() + 240, []
-        while time.monotonic() < deadline and not any(
-            d.num_prefill and d.num_prefill > 1 for d in seen
-        ):
-            time.sleep(2.0)
+        def more_prefill() -> list:
             seen = list(read_decisions(kafka_bootstrap, decisions))
+            return seen if any(d.num_prefill and d.num_prefill > 1 for d in seen) else []
+
+        seen = wait_until(more_prefill, "a decision for 2+ prefill", timeout_s=240, interval_s=2.0)
         # 40 req/s of 3000-token prompts overload one prefill engine: the planner adds some
         assert any(d.reason == "scale_up" and d.num_prefill >= 2 for d in seen), seen
         assert [d.decision_id for d in seen] == list(range(1, len(seen) + 1))
         # and the fleet reads the decisions back and applies them
-        while time.monotonic() < deadline and not any("applied" in line for line in fleet_log):
-            time.sleep(0.5)
+        wait_until(
+            lambda: any("applied" in line for line in fleet_log),
+            "the fleet to apply a decision",
+            timeout_s=240,
+            interval_s=0.5,
+        )
         assert any("fleet: applied" in line and " #1 " in line for line in fleet_log)
     finally:
         for process in (planner, fleet):  # compose stops the fleet with SIGTERM

@@ -72,12 +72,12 @@ def test_run_scales_the_dgd(tmp_path, apiserver, kube, dgd_crd, kafka_bootstrap,
 
     planner = start_planner("--output", str(tmp_path / "decisions.jsonl"))
     try:
-        deadline = time.monotonic() + 180  # the planner's start and first decisions
-        while time.monotonic() < deadline:
-            services = dgd.get()["spec"]["services"]
-            if services["VllmDecodeWorker"]["replicas"] >= 2:
-                break
-            time.sleep(1.0)
+        wait_until(  # the planner's start and first decisions
+            lambda: dgd.get()["spec"]["services"]["VllmDecodeWorker"]["replicas"] >= 2,
+            "the planner to scale decode to 2 replicas",
+            timeout_s=180,
+            interval_s=1.0,
+        )
     finally:
         stop.set()
         planner.send_signal(signal.SIGTERM)
