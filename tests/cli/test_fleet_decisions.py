@@ -8,17 +8,7 @@ from flows.commands.fleet import apply_decisions
 from flows.scenario import Scenario, fleet_spec
 from schemas import PlannerConfig, ScalingDecision
 from schemas.trace import TraceRequest
-
-
-def _decision(deployment: str, decision_id: int, num_decode: int) -> ScalingDecision:
-    return ScalingDecision(
-        deployment=deployment,
-        decision_id=decision_id,
-        time=0.0,
-        num_decode=num_decode,
-        source="load",
-        reason="scale",
-    )
+from tests.decisions import decision
 
 
 def test_decisions_of_another_deployment_are_passed_over_and_said_once() -> None:
@@ -27,14 +17,18 @@ def test_decisions_of_another_deployment_are_passed_over_and_said_once() -> None
     requests = [TraceRequest(arrival_s=1.0, isl=500, osl=5)]
     fleet = Scenario(requests, fleet_spec(PlannerConfig(mode="agg")), deployment="llama").fleet()
     inbox: queue.Queue[ScalingDecision] = queue.Queue()
-    for decision in (_decision("qwen", 1, 9), _decision("llama", 1, 3), _decision("qwen", 2, 7)):
-        inbox.put(decision)
+    for sent in (
+        decision(deployment="qwen", decision_id=1, time=0.0, num_decode=9, reason="scale"),
+        decision(deployment="llama", decision_id=1, time=0.0, num_decode=3, reason="scale"),
+        decision(deployment="qwen", decision_id=2, time=0.0, num_decode=7, reason="scale"),
+    ):
+        inbox.put(sent)
     skipped: set[str] = set()
     lines = apply_decisions(fleet, "llama", inbox, skipped)
     assert fleet.inventory().expected_num_decode == 3
     assert [line.split()[0] for line in lines] == ["skipped", "applied"]
     assert "'qwen'" in lines[0] and skipped == {"qwen"}
-    inbox.put(_decision("qwen", 3, 5))
+    inbox.put(decision(deployment="qwen", decision_id=3, time=0.0, num_decode=5, reason="scale"))
     assert apply_decisions(fleet, "llama", inbox, skipped) == []  # said once
     assert fleet.inventory().expected_num_decode == 3
 
@@ -49,7 +43,7 @@ def test_a_message_that_is_no_decision_is_passed_over_and_the_next_applied(
     from tests.kafka.samples import write_raw
 
     ensure_topic(kafka_bootstrap, kafka_topic)
-    good = _decision("llama", 1, 3)
+    good = decision(deployment="llama", decision_id=1, time=0.0, num_decode=3, reason="scale")
     write_raw(
         kafka_bootstrap, kafka_topic, [b'{"not": "a decision"}', good.model_dump_json().encode()]
     )

@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from schemas import ScalingDecision
+from tests.decisions import decision
 
-
-def make_decision(
-    deployment: str = "llama",
-    decision_id: int = 1,
-    time: float = 100.0,
-    **fields: object,
-) -> ScalingDecision:
-    values: dict = {
-        "num_prefill": 3,
-        "num_decode": 4,
-        "current_prefill": 2,
-        "current_decode": 4,
-        "reason": "scale_up",
-        "source": "load",
-    }
-    values.update(fields)
-    return ScalingDecision(deployment=deployment, decision_id=decision_id, time=time, **values)
+# the Kafka tests' decision: llama at t=100 s, prefill 2 -> 3 and decode 4 -> 4 (any field may
+# be given in place of these)
+sample_decision = partial(
+    decision, time=100.0, num_prefill=3, num_decode=4, current_prefill=2, current_decode=4
+)
 
 
 def topic_partitions(bootstrap: str, topic: str) -> int | None:

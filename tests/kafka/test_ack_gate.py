@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+from functools import partial
 
 import pytest
 from bytewax.testing import TestingSink, TestingSource
@@ -19,28 +20,17 @@ from schemas import (
     ScalingDecision,
     parse_event,
 )
+from tests.decisions import decision
 from tests.flow.cluster import run_flow
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 
-
-def decision(
-    time: float, decode: int | None, prefill: int | None = None, note: str | None = None
-) -> ScalingDecision:
-    return ScalingDecision(
-        deployment="llama",
-        decision_id=99,  # the planner's own numbering; the gate renumbers what it sends
-        time=time,
-        num_prefill=prefill,
-        num_decode=decode,
-        reason="scale_up",
-        source="load",
-        note=note,
-    )
+# a llama load decision under the planner's own numbering; the gate renumbers what it sends
+planned = partial(decision, decision_id=99)
 
 
 def test_first_decision_is_sent_at_once_and_numbered_from_one() -> None:
     gate = AckGate()
-    sent = gate.offer(decision(0.0, 3))
+    sent = gate.offer(planned(time=0.0, num_decode=3))
     assert sent is not None
     assert (sent.decision_id, sent.num_decode, sent.note) == (1, 3, None)
     assert gate.waiting
@@ -48,8 +38,8 @@ def test_first_decision_is_sent_at_once_and_numbered_from_one() -> None:
 
 def test_decision_is_held_until_the_previous_one_is_acknowledged() -> None:
     gate = AckGate()
-    gate.offer(decision(0.0, 3))
-    assert gate.offer(decision(60.0, 4)) is None
+    gate.offer(planned(time=0.0, num_decode=3))
+    assert gate.offer(planned(time=60.0, num_decode=4)) is None
     assert gate.acknowledge(0, now=70.0) is None  # an older id does not release
     sent = gate.acknowledge(1, now=75.0)
     assert sent is not None
@@ -60,17 +50,17 @@ def test_decision_is_held_until_the_previous_one_is_acknowledged() -> None:
 
 def test_acknowledged_gate_sends_the_next_decision_immediately() -> None:
     gate = AckGate()
-    gate.offer(decision(0.0, 3))
+    gate.offer(planned(time=0.0, num_decode=3))
     assert gate.acknowledge(1, now=30.0) is None  # nothing held
-    sent = gate.offer(decision(60.0, 4))
+    sent = gate.offer(planned(time=60.0, num_decode=4))
     assert sent is not None and sent.decision_id == 2 and sent.note is None
 
 
 def test_a_newer_held_decision_replaces_the_older_one() -> None:
     gate = AckGate()
-    gate.offer(decision(0.0, 3))
-    assert gate.offer(decision(60.0, 4)) is None
-    assert gate.offer(decision(120.0, 5, prefill=2)) is None
+    gate.offer(planned(time=0.0, num_decode=3))
+    assert gate.offer(planned(time=60.0, num_decode=4)) is None
+    assert gate.offer(planned(time=120.0, num_decode=5, num_prefill=2)) is None
     sent = gate.acknowledge(1, now=150.0)
     assert sent is not None
     assert (sent.decision_id, sent.num_decode, sent.num_prefill, sent.time) == (2, 5, 2, 120.0)
@@ -83,9 +73,11 @@ def test_a_newer_held_decision_replaces_the_older_one() -> None:
 
 def test_decision_equal_to_the_one_in_flight_cancels_the_hold() -> None:
     gate = AckGate()
-    gate.offer(decision(0.0, 3))
-    assert gate.offer(decision(60.0, 4)) is None
-    assert gate.offer(decision(120.0, 3)) is None  # back to what decision 1 asked for
+    gate.offer(planned(time=0.0, num_decode=3))
+    assert gate.offer(planned(time=60.0, num_decode=4)) is None
+    assert (
+        gate.offer(planned(time=120.0, num_decode=3)) is None
+    )  # back to what decision 1 asked for
     assert gate.held is None
     assert gate.acknowledge(1, now=130.0) is None
     assert gate.advance(10_000.0) is None
@@ -93,8 +85,8 @@ def test_decision_equal_to_the_one_in_flight_cancels_the_hold() -> None:
 
 def test_timeout_in_event_time_proceeds_and_says_so() -> None:
     gate = AckGate(max_wait_seconds=1800)
-    gate.offer(decision(0.0, 3))
-    assert gate.offer(decision(100.0, 4)) is None
+    gate.offer(planned(time=0.0, num_decode=3))
+    assert gate.offer(planned(time=100.0, num_decode=4)) is None
     assert gate.advance(1899.999) is None
     sent = gate.advance(1900.0)
     assert sent is not None
@@ -102,14 +94,14 @@ def test_timeout_in_event_time_proceeds_and_says_so() -> None:
     assert sent.note == "proceeded without acknowledgement of decision 1 after waiting 1800 s"
     assert gate.waiting  # now decision 2 is the one in flight
     assert gate.acknowledge(1, now=1950.0) is None  # late ack of 1 does not open the gate
-    assert gate.offer(decision(2000.0, 5)) is None
+    assert gate.offer(planned(time=2000.0, num_decode=5)) is None
 
 
 def test_timeout_also_fires_when_a_late_decision_arrives() -> None:
     gate = AckGate(max_wait_seconds=300)
-    gate.offer(decision(0.0, 3))
-    assert gate.offer(decision(10.0, 4)) is None
-    sent = gate.offer(decision(400.0, 6))
+    gate.offer(planned(time=0.0, num_decode=3))
+    assert gate.offer(planned(time=10.0, num_decode=4)) is None
+    sent = gate.offer(planned(time=400.0, num_decode=6))
     assert sent is not None
     assert (sent.decision_id, sent.num_decode) == (2, 6)
     assert sent.note is not None and sent.note.startswith("proceeded without acknowledgement")
@@ -118,9 +110,9 @@ def test_timeout_also_fires_when_a_late_decision_arrives() -> None:
 
 def test_wait_starts_when_the_hold_begins_not_when_the_last_decision_was_sent() -> None:
     gate = AckGate(max_wait_seconds=1800)
-    gate.offer(decision(0.0, 3))
+    gate.offer(planned(time=0.0, num_decode=3))
     # Long after decision 1 (never acknowledged) the planner wants something new:
-    assert gate.offer(decision(5000.0, 4)) is None
+    assert gate.offer(planned(time=5000.0, num_decode=4)) is None
     assert gate.advance(6799.0) is None
     assert gate.advance(6800.0) is not None
 
@@ -129,11 +121,11 @@ def test_a_planner_changing_its_mind_cannot_postpone_the_timeout() -> None:
     # decision 1 (4) is never acknowledged; the planner flaps 5, 4, 5, 4 … once a minute: each 4
     # cancels the hold, but the wait still counts from the first hold (60 s)
     gate = AckGate(max_wait_seconds=1800)
-    gate.offer(decision(0.0, 4))
+    gate.offer(planned(time=0.0, num_decode=4))
     released = []
     for minute in range(1, 60):
         now = 60.0 * minute
-        sent = gate.offer(decision(now, 5 if minute % 2 else 4)) or gate.advance(now)
+        sent = gate.offer(planned(time=now, num_decode=5 if minute % 2 else 4)) or gate.advance(now)
         if sent is not None:
             released.append((now, sent.num_decode))
     assert released[0] == (1860.0, 5)
@@ -141,9 +133,9 @@ def test_a_planner_changing_its_mind_cannot_postpone_the_timeout() -> None:
 
 def test_repeating_the_held_decision_is_not_replacing_it() -> None:
     gate = AckGate(max_wait_seconds=1800)
-    gate.offer(decision(0.0, 3))
+    gate.offer(planned(time=0.0, num_decode=3))
     for minute in range(1, 31):
-        gate.offer(decision(60.0 * minute, 5))
+        gate.offer(planned(time=60.0 * minute, num_decode=5))
     sent = gate.advance(1860.0)
     assert sent is not None
     assert sent.note == "proceeded without acknowledgement of decision 1 after waiting 1800 s"
@@ -152,16 +144,16 @@ def test_repeating_the_held_decision_is_not_replacing_it() -> None:
 def test_the_same_targets_are_sent_again_once_acknowledged() -> None:
     # the planner repeats a target only when the fleet drifted from it after applying it
     gate = AckGate()
-    gate.offer(decision(0.0, 4))
+    gate.offer(planned(time=0.0, num_decode=4))
     gate.acknowledge(1, now=10.0)
-    sent = gate.offer(decision(20.0, 4))
+    sent = gate.offer(planned(time=20.0, num_decode=4))
     assert sent is not None and (sent.decision_id, sent.num_decode) == (2, 4)
 
 
 def test_existing_note_is_kept() -> None:
     gate = AckGate(max_wait_seconds=10)
-    gate.offer(decision(0.0, 3))
-    gate.offer(decision(1.0, 4, note="capped by GPU budget"))
+    gate.offer(planned(time=0.0, num_decode=3))
+    gate.offer(planned(time=1.0, num_decode=4, note="capped by GPU budget"))
     sent = gate.advance(11.0)
     assert sent is not None and sent.note is not None
     assert sent.note.startswith("capped by GPU budget; proceeded without acknowledgement")
@@ -172,7 +164,7 @@ def test_ids_continue_after_the_ids_the_outputs_already_hold() -> None:
     # of the last of them is taken and the ids continue after it.
     gate = AckGate(last_emitted_id=57, in_flight=(None, 2), numbered_after=57)
     assert gate.acknowledge(57, now=0.0) is None and gate.take_refused() == []
-    sent = gate.offer(decision(10.0, 3))
+    sent = gate.offer(planned(time=10.0, num_decode=3))
     assert sent is not None and sent.decision_id == 58
 
 
@@ -180,8 +172,8 @@ def test_ids_continue_after_the_ids_the_outputs_already_hold() -> None:
 def test_an_acknowledgement_of_a_decision_never_issued_is_refused(bogus: int) -> None:
     # before: an ack of 2**62 released the held decision and every later id jumped past it
     gate = AckGate()
-    assert gate.offer(decision(0.0, 3)).decision_id == 1  # type: ignore[union-attr]
-    assert gate.offer(decision(5.0, 4)) is None  # held: 1 is not acknowledged
+    assert gate.offer(planned(time=0.0, num_decode=3)).decision_id == 1  # type: ignore[union-attr]
+    assert gate.offer(planned(time=5.0, num_decode=4)) is None  # held: 1 is not acknowledged
     assert gate.acknowledge(bogus, now=6.0) is None
     assert gate.take_refused() == [
         f"invalid acknowledgement: acked_decision_id {bogus} was never issued (the last is 1)"
@@ -198,14 +190,14 @@ def test_a_fresh_gate_refuses_any_acknowledgement() -> None:
     assert [r.split(" was ")[0] for r in gate.take_refused()] == [
         "invalid acknowledgement: acked_decision_id 57"
     ]
-    sent = gate.offer(decision(10.0, 3))
+    sent = gate.offer(planned(time=10.0, num_decode=3))
     assert sent is not None and sent.decision_id == 1
 
 
 def test_stale_and_repeated_acks_change_nothing() -> None:
     gate = AckGate()
-    gate.offer(decision(0.0, 3))
-    gate.offer(decision(5.0, 4))
+    gate.offer(planned(time=0.0, num_decode=3))
+    gate.offer(planned(time=5.0, num_decode=4))
     assert gate.acknowledge(0, now=6.0) is None
     assert gate.held is not None and gate.waiting
     assert gate.acknowledge(1, now=7.0) is not None
@@ -225,7 +217,7 @@ def _random_run(seed: int, gate: AckGate, steps: int = 400) -> list[ScalingDecis
         now += rng.choice([1.0, 30.0, 60.0, 600.0])
         choice = rng.random()
         if choice < 0.5:
-            out = gate.offer(decision(now, rng.randint(1, 4)))
+            out = gate.offer(planned(time=now, num_decode=rng.randint(1, 4)))
         elif choice < 0.8:
             acked = gate.last_emitted_id - rng.randint(0, 1)
             out = gate.acknowledge(acked, now=now)
@@ -248,8 +240,8 @@ def test_random_sequences_keep_the_invariants(seed: int) -> None:
 
 def test_state_pickles_mid_hold_and_continues_identically() -> None:
     gate = AckGate(max_wait_seconds=100)
-    gate.offer(decision(0.0, 3))
-    gate.offer(decision(10.0, 4))
+    gate.offer(planned(time=0.0, num_decode=3))
+    gate.offer(planned(time=10.0, num_decode=4))
     copy = pickle.loads(pickle.dumps(gate))
     assert copy.advance(110.0) == gate.advance(110.0)
     assert copy.__dict__ == gate.__dict__

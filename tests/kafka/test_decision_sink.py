@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import time
 from pathlib import Path
 
 import bytewax.operators as op
@@ -22,7 +21,7 @@ from connectors.kafka import (
 from connectors.kafka.client import ensure_topic, topic_settings
 from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner
-from tests.kafka.samples import make_decision, topic_partitions, write_in_background, write_raw
+from tests.kafka.samples import sample_decision, topic_partitions, write_in_background, write_raw
 from tests.services.kafka import tansu_broker, tansu_process
 from tests.services.process import free_port, wait_until
 
@@ -35,7 +34,12 @@ def test_flow_writes_decisions_that_read_back_in_order(
     kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
     decisions = [
-        make_decision(deployment, decision_id, time=10.0 * decision_id, num_decode=decision_id)
+        sample_decision(
+            deployment=deployment,
+            decision_id=decision_id,
+            time=10.0 * decision_id,
+            num_decode=decision_id,
+        )
         for decision_id in range(1, 6)
         for deployment in ("llama", "qwen", "mistral")
     ]
@@ -66,8 +70,8 @@ def test_sink_creates_the_topic_with_the_requested_partitions(
     first = sink.build("out", 0, 2)
     second = sink.build("out", 1, 2)  # the topic exists now: no error, still 4 partitions
     assert topic_partitions(kafka_bootstrap, kafka_topic) == 4
-    first.write_batch([make_decision("a", 1)])
-    second.write_batch([make_decision("b", 1)])
+    first.write_batch([sample_decision(deployment="a", decision_id=1)])
+    second.write_batch([sample_decision(deployment="b", decision_id=1)])
     first.close()
     second.close()
     assert sorted(d.deployment for d in read_decisions(kafka_bootstrap, kafka_topic)) == ["a", "b"]
@@ -81,7 +85,7 @@ def test_sink_config_applies_to_the_topic_check_too(kafka_bootstrap: str, kafka_
         unreachable, kafka_topic, config={"bootstrap.servers": kafka_bootstrap}, timeout_s=30
     )
     part = sink.build("out", 0, 1)
-    part.write_batch([make_decision()])
+    part.write_batch([sample_decision()])
     part.close()
     assert [d.deployment for d in read_decisions(kafka_bootstrap, kafka_topic)] == ["llama"]
 
@@ -96,17 +100,17 @@ def test_sink_producer_is_idempotent(kafka_bootstrap: str, kafka_topic: str) -> 
         config={"statistics.interval.ms": 100, "stats_cb": lambda s: stats.append(json.loads(s))},
     )
     part = sink.build("out", 0, 1)
-    part.write_batch([make_decision()])
+    part.write_batch([sample_decision()])
 
     def assigned() -> list[dict]:  # (the sink's short-lived admin client reports no "eos")
         return [s["eos"] for s in stats if s.get("eos", {}).get("idemp_state") == "Assigned"]
 
-    deadline = time.monotonic() + 60
-    while not assigned():
-        assert time.monotonic() < deadline, stats[-1:]
-        part._producer.poll(0.1)
-    producer = assigned()[0]
-    assert producer["producer_id"] >= 0
+    def polled_assigned() -> list[dict]:
+        part._producer.poll(0.1)  # serves the statistics callback
+        return assigned()
+
+    producers = wait_until(polled_assigned, "an assigned producer id", timeout_s=60)
+    assert producers[0]["producer_id"] >= 0
     part.close()
 
 
@@ -119,10 +123,10 @@ def test_delivery_failure_raises_instead_of_dropping(kafka_topic: str) -> None:
     with tansu_broker() as bootstrap:
         sink.bootstrap = bootstrap
         part = sink.build("out", 0, 1)
-        part.write_batch([make_decision(decision_id=1)])
+        part.write_batch([sample_decision(decision_id=1)])
     # The broker is gone: the next decision cannot be delivered, and the sink must say so.
     with pytest.raises(KafkaConnectorError, match=r"1 decisions could not be written"):
-        part.write_batch([make_decision(decision_id=2)])
+        part.write_batch([sample_decision(decision_id=2)])
 
 
 def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
@@ -132,11 +136,11 @@ def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
     # waits, says so, and delivers everything in order once the broker is back.
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
-        part.write_batch([make_decision(decision_id=1)])
+        part.write_batch([sample_decision(decision_id=1)])
         broker.send_signal(signal.SIGSTOP)
         try:
             writer, outcome = write_in_background(
-                part, [make_decision(decision_id=2), make_decision(decision_id=3)]
+                part, [sample_decision(decision_id=2), sample_decision(decision_id=3)]
             )
             wait_until(
                 lambda: sum("decisions wait for" in r.getMessage() for r in caplog.records) >= 3,
@@ -162,9 +166,9 @@ def test_reader_reports_bad_messages_with_their_position(
     kafka_bootstrap: str, kafka_topic: str
 ) -> None:
     part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
-    part.write_batch([make_decision(decision_id=1)])
+    part.write_batch([sample_decision(decision_id=1)])
     write_raw(kafka_bootstrap, kafka_topic, [b"{not json", None, b'{"deployment": "x"}'])
-    part.write_batch([make_decision(decision_id=2)])
+    part.write_batch([sample_decision(decision_id=2)])
 
     messages = list(read_decision_messages(kafka_bootstrap, kafka_topic))
     assert [m.offset for m in messages] == [0, 1, 2, 3, 4]
@@ -180,10 +184,10 @@ def test_reader_reports_bad_messages_with_their_position(
 
 def test_reader_stops_at_the_end_seen_at_start(kafka_bootstrap: str, kafka_topic: str) -> None:
     part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
-    part.write_batch([make_decision(decision_id=i) for i in (1, 2, 3)])
+    part.write_batch([sample_decision(decision_id=i) for i in (1, 2, 3)])
     reader = read_decisions(kafka_bootstrap, kafka_topic)
     assert next(reader).decision_id == 1  # the end (offset 3) is fixed now
-    part.write_batch([make_decision(decision_id=4)])
+    part.write_batch([sample_decision(decision_id=4)])
     assert [d.decision_id for d in reader] == [2, 3]
     assert [d.decision_id for d in read_decisions(kafka_bootstrap, kafka_topic)] == [1, 2, 3, 4]
     new_only = read_decisions(kafka_bootstrap, kafka_topic, from_beginning=False)
@@ -192,9 +196,9 @@ def test_reader_stops_at_the_end_seen_at_start(kafka_bootstrap: str, kafka_topic
 
 def test_reader_follows_new_decisions(kafka_bootstrap: str, kafka_topic: str) -> None:
     part = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
-    part.write_batch([make_decision(decision_id=1)])
+    part.write_batch([sample_decision(decision_id=1)])
     follower = read_decisions(kafka_bootstrap, kafka_topic, follow=True, from_beginning=False)
-    part.write_batch([make_decision(decision_id=2), make_decision(decision_id=3)])
+    part.write_batch([sample_decision(decision_id=2), sample_decision(decision_id=3)])
     assert [next(follower).decision_id, next(follower).decision_id] == [2, 3]
     follower.close()
 
@@ -227,7 +231,9 @@ def test_delivered_passes_over_messages_that_are_no_planners_decisions(
     # they parsed as a ScalingDecision, then failed as a DeliveredDecision: delivered() raised,
     # and `flowplanner run` exited 1 at every restart while the topic held one
     sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic, timeout_s=5)
-    sink.build("out", 0, 1).write_batch([make_decision("llama", 3, time=30.0, num_decode=2)])
+    sink.build("out", 0, 1).write_batch(
+        [sample_decision(deployment="llama", decision_id=3, time=30.0, num_decode=2)]
+    )
     write_raw(kafka_bootstrap, kafka_topic, FOREIGN_DECISIONS)
     with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink"):
         held = sink.delivered()
@@ -239,7 +245,7 @@ def test_delivered_passes_over_messages_that_are_no_planners_decisions(
 
 def test_a_restart_behind_a_foreign_decision_resumes(kafka_bootstrap: str, kafka_topic: str):
     KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1).write_batch(
-        [make_decision("llama", 3, time=30.0, num_decode=2)]
+        [sample_decision(deployment="llama", decision_id=3, time=30.0, num_decode=2)]
     )
     write_raw(kafka_bootstrap, kafka_topic, FOREIGN_DECISIONS[:1])
     output = f"kafka://{kafka_bootstrap}/{kafka_topic}"
@@ -265,7 +271,9 @@ def test_a_decisions_topic_that_may_expire_decisions_is_named_in_a_warning(
     week = {"cleanup.policy": "delete", "retention.ms": "604800000"}
     ensure_topic(kafka_bootstrap, kafka_topic, topic_config=week)  # made by someone else
     sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic)
-    sink.build("out", 0, 1).write_batch([make_decision("llama", 1)])  # left as it is
+    sink.build("out", 0, 1).write_batch(
+        [sample_decision(deployment="llama", decision_id=1)]
+    )  # left as it is
     assert topic_settings(kafka_bootstrap, kafka_topic)["cleanup.policy"] == "delete"
     with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink"):
         assert [m.decision_id for m in sink.delivered()] == [1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from connectors.kafka import KafkaDecisionSink
-from tests.kafka.samples import make_decision, write_raw
+from tests.kafka.samples import sample_decision, write_raw
 from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
@@ -33,11 +33,19 @@ def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: s
     sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
     sink.write_batch(
         [
-            make_decision("qwen-72b", 2, time=1_780_000_060.0, num_prefill=None, num_decode=6),
-            make_decision("llama", 1, time=1_780_000_000.0, reason="scale_up"),
-            make_decision(
-                "llama",
-                2,
+            sample_decision(
+                deployment="qwen-72b",
+                decision_id=2,
+                time=1_780_000_060.0,
+                num_prefill=None,
+                num_decode=6,
+            ),
+            sample_decision(
+                deployment="llama", decision_id=1, time=1_780_000_000.0, reason="scale_up"
+            ),
+            sample_decision(
+                deployment="llama",
+                decision_id=2,
                 time=1_780_001_800.0,
                 num_prefill=2,
                 current_prefill=3,
@@ -70,7 +78,7 @@ def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: s
 
 def test_follow_prints_new_decisions_as_they_arrive(kafka_bootstrap: str, kafka_topic: str) -> None:
     sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
-    sink.write_batch([make_decision("llama", 1, time=60.0)])
+    sink.write_batch([sample_decision(deployment="llama", decision_id=1, time=60.0)])
     command = ["decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--follow"]
     process = subprocess.Popen(
         [FLOWPLANNER, *command],
@@ -82,7 +90,9 @@ def test_follow_prints_new_decisions_as_they_arrive(kafka_bootstrap: str, kafka_
     try:
         assert lines.next().startswith("TIME")
         assert lines.next().split()[:3] == ["60.0", "llama", "1"]
-        sink.write_batch([make_decision("llama", 2, time=120.0, num_decode=5)])
+        sink.write_batch(
+            [sample_decision(deployment="llama", decision_id=2, time=120.0, num_decode=5)]
+        )
         assert lines.next().split()[:5] == ["120.0", "llama", "2", "2->3", "4->5"]
         assert process.poll() is None, "still following"
     finally:
@@ -159,7 +169,9 @@ def test_reader_that_stops_early_ends_the_command_quietly(
     # `flowplanner decisions ... | head`: the table is far bigger than a pipe's buffer, so the
     # command is still writing when its reader goes away.
     sink = KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1)
-    sink.write_batch([make_decision("llama", i, time=float(i)) for i in range(1, 3001)])
+    sink.write_batch(
+        [sample_decision(deployment="llama", decision_id=i, time=float(i)) for i in range(1, 3001)]
+    )
     command = ["decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic]
     process = subprocess.Popen(
         [FLOWPLANNER, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -24,7 +24,7 @@ from connectors.kafka import KafkaDecisionSink, ensure_topic
 from connectors.stopping import stop_waiting
 from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
-from tests.kafka.samples import make_decision, topic_partitions, write_in_background
+from tests.kafka.samples import sample_decision, topic_partitions, write_in_background
 from tests.services.kafka import tansu_process, unique_topic
 from tests.services.process import wait_until
 
@@ -39,11 +39,11 @@ def test_stop_waiting_ends_a_wait_on_another_thread_and_close_reports_the_rest(
     caplog.set_level("INFO", logger="connectors.kafka.sink")
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
-        part.write_batch([make_decision(decision_id=1)])
+        part.write_batch([sample_decision(decision_id=1)])
         broker.send_signal(signal.SIGSTOP)
         try:
             writer, outcome = write_in_background(
-                part, [make_decision(decision_id=2), make_decision(decision_id=3)]
+                part, [sample_decision(decision_id=2), sample_decision(decision_id=3)]
             )
             wait_until(
                 lambda: any(WAITING in r.getMessage() for r in caplog.records),

@@ -18,7 +18,7 @@ from operators.ack_gate import AckGate
 from schemas import MAX_RAW_CHARS, DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
 from tests.flow.cluster import run_flow
-from tests.kafka.samples import make_decision, write_raw
+from tests.kafka.samples import sample_decision, write_raw
 from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
@@ -109,8 +109,13 @@ def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
     gate = AckGate(max_wait_seconds=1800)
 
     # Planner: the first decision goes out, the next one is held (1 not acknowledged yet).
-    sink.write_batch([gate.offer(make_decision("llama", 1, time=0.0, num_decode=5))])
-    assert gate.offer(make_decision("llama", 2, time=60.0, num_decode=6)) is None
+    sink.write_batch(
+        [gate.offer(sample_decision(deployment="llama", decision_id=1, time=0.0, num_decode=5))]
+    )
+    assert (
+        gate.offer(sample_decision(deployment="llama", decision_id=2, time=60.0, num_decode=6))
+        is None
+    )
     assert read_acks(kafka_bootstrap, acks_topic, workers) == []
 
     # Orchestrator: reads the decision, applies it, acknowledges it.
@@ -143,10 +148,10 @@ def test_without_acknowledgement_the_flow_proceeds_after_the_timeout(
     # No orchestrator answers. In a real bytewax run the gate holds decision 2, replaces it with
     # 3, and sends 3 once 1800 s of event time have passed since the hold began.
     inputs = [
-        make_decision("llama", 1, time=0.0, num_decode=5),
-        make_decision("llama", 2, time=100.0, num_decode=6),
+        sample_decision(deployment="llama", decision_id=1, time=0.0, num_decode=5),
+        sample_decision(deployment="llama", decision_id=2, time=100.0, num_decode=6),
         1000.0,
-        make_decision("llama", 3, time=200.0, num_decode=7),
+        sample_decision(deployment="llama", decision_id=3, time=200.0, num_decode=7),
         1899.0,
         1900.0,
         1960.0,

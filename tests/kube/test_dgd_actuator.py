@@ -20,7 +20,7 @@ from connectors.dgd import (
     kube_api_client,
 )
 from schemas import DeliveredDecision, WorkerCounts
-from tests.kube.decisions import decision
+from tests.decisions import decision
 
 from .apiserver import ApiServer
 from .conftest import DgdFixture, Sleeps, create_dgd, load_fixture
@@ -164,7 +164,7 @@ def test_inventory_follows_a_rollout(dgd, make_actuator):
     assert actuator.read_inventory() == WorkerCounts(
         ready_num_prefill=1, ready_num_decode=1, expected_num_prefill=1, expected_num_decode=1
     )
-    assert actuator.apply(decision(decode=3)).outcome == "applied"
+    assert actuator.apply(decision(num_decode=3)).outcome == "applied"
     rolling = actuator.read_inventory()
     assert (rolling.ready_num_decode, rolling.expected_num_decode) == (1, 3)
     assert rolling.decode_scaling_in_progress and not rolling.prefill_scaling_in_progress
@@ -205,7 +205,7 @@ def test_inventory_read_failure_raises_instead_of_reporting_zero(dgd, make_actua
 # ---------------------------------------------------------------------- applying decisions
 def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
     version = dgd.get()["metadata"]["resourceVersion"]
-    result = make_actuator().apply(decision(prefill=2, decode=1))
+    result = make_actuator().apply(decision(num_prefill=2, num_decode=1))
     assert result.outcome == "applied" and result.ok
     assert result.patch == {"VllmPrefillWorker": 2} and result.attempts == 1
     assert result.reason == "VllmPrefillWorker 1 → 2"
@@ -230,8 +230,10 @@ def test_apply_sends_one_merge_patch_of_the_changed_service(dgd, make_actuator):
 def test_a_restarted_actuator_reads_back_the_last_decision_it_applied(dgd, make_actuator):
     actuator = make_actuator()
     assert actuator.delivered() is None  # never patched by us
-    assert actuator.apply(decision(4, prefill=2)).outcome == "applied"
-    assert actuator.apply(decision(5, prefill=2)).outcome == "no_change"  # nothing written
+    assert actuator.apply(decision(decision_id=4, num_prefill=2)).outcome == "applied"
+    assert (
+        actuator.apply(decision(decision_id=5, num_prefill=2)).outcome == "no_change"
+    )  # nothing written
     delivered = make_actuator().delivered()
     assert delivered == DeliveredDecision(
         deployment="llama", decision_id=4, time=4.0, num_prefill=2
@@ -254,7 +256,7 @@ def test_an_annotation_that_does_not_parse_is_passed_over(dgd, make_actuator, ca
 
 def test_apply_changes_both_pools_in_one_atomic_patch(dgd, make_actuator):
     """A rebalance (spec §17 item 6) is one write: no state with one pool changed alone."""
-    result = make_actuator().apply(decision(prefill=2, decode=3))
+    result = make_actuator().apply(decision(num_prefill=2, num_decode=3))
     assert result.patch == {"VllmPrefillWorker": 2, "VllmDecodeWorker": 3}
     [patch] = dgd.patches()
     assert patch.body["spec"] == {
@@ -264,21 +266,21 @@ def test_apply_changes_both_pools_in_one_atomic_patch(dgd, make_actuator):
 
 
 def test_apply_without_precondition_sends_only_the_replicas(dgd, make_actuator):
-    make_actuator(resource_version_precondition=False).apply(decision(decode=2))
+    make_actuator(resource_version_precondition=False).apply(decision(num_decode=2))
     [patch] = dgd.patches()
     assert patch.body["spec"] == {"services": {"VllmDecodeWorker": {"replicas": 2}}}
     assert "resourceVersion" not in patch.body["metadata"]
 
 
 def test_apply_skips_equal_targets(dgd, make_actuator):
-    result = make_actuator().apply(decision(prefill=1, decode=1))
+    result = make_actuator().apply(decision(num_prefill=1, num_decode=1))
     assert result.outcome == "no_change" and result.ok
     assert dgd.patches() == []
 
 
 def test_apply_skips_while_dgd_is_not_ready(dgd, make_actuator):
     dgd.operator.set_not_ready("CrashLoop", "decode pod restarting")
-    result = make_actuator().apply(decision(decode=2))
+    result = make_actuator().apply(decision(num_decode=2))
     assert result.outcome == "skipped_not_ready" and not result.ok
     assert "Ready condition is False (CrashLoop: decode pod restarting)" in result.reason
     assert result.patch == {"VllmDecodeWorker": 2}
@@ -300,15 +302,20 @@ def test_apply_holds_a_second_change_while_one_is_in_flight(dgd, make_actuator):
         ready_during_rollout=True,
     )
     actuator = make_actuator(name="steady")
-    assert actuator.apply(decision(1, decode=2)).outcome == "applied"
+    assert actuator.apply(decision(decision_id=1, num_decode=2)).outcome == "applied"
     # The operator is rolling out (decode spec 2, ready 1) but reports Ready=True.
-    for i, held in enumerate([decision(2, decode=3), decision(3, prefill=2, decode=2)]):
+    for i, held in enumerate(
+        [
+            decision(decision_id=2, num_decode=3),
+            decision(decision_id=3, num_prefill=2, num_decode=2),
+        ]
+    ):
         result = actuator.apply(held)
         assert result.outcome == "skipped_in_flight", i
         assert "d: spec 2, updated 2, ready 1" in result.reason
     assert len(fixture.patches()) == 1
     fixture.operator.converge()
-    assert actuator.apply(decision(4, decode=3)).outcome == "applied"
+    assert actuator.apply(decision(decision_id=4, num_decode=3)).outcome == "applied"
     assert spec_replicas(fixture) == {"p": 1, "d": 3}
 
 
@@ -317,7 +324,7 @@ def test_apply_retries_409_by_rereading_then_repatching(dgd, make_actuator, slee
     actuator.validate()
     dgd.server.clear_requests()
     dgd.server.inject(dgd.path, 409, 409, method="PATCH")
-    result = actuator.apply(decision(decode=2))
+    result = actuator.apply(decision(num_decode=2))
     assert result.outcome == "applied" and result.attempts == 3
     assert sleeps == [0.5, 1.0]
     verbs = [(r.method, r.status) for r in dgd.server.requests if r.path == dgd.path]
@@ -345,7 +352,7 @@ def test_real_conflict_makes_the_actuator_recheck_before_writing(dgd, make_actua
             server.handle("PATCH", path, {"content-type": MERGE_PATCH}, body.encode(), client=False)
 
     server.before_request(other_writer)
-    result = make_actuator().apply(decision(decode=2))
+    result = make_actuator().apply(decision(num_decode=2))
     assert result.outcome == "skipped_not_ready"
     statuses = [r.status for r in dgd.patches()]
     assert statuses == [409]
@@ -354,14 +361,14 @@ def test_real_conflict_makes_the_actuator_recheck_before_writing(dgd, make_actua
 
 def test_apply_retries_5xx_with_exponential_backoff(dgd, make_actuator, sleeps):
     dgd.server.inject(dgd.path, 500, 502, 500, method="PATCH")
-    result = make_actuator().apply(decision(decode=2))
+    result = make_actuator().apply(decision(num_decode=2))
     assert result.outcome == "applied" and result.attempts == 4
     assert sleeps == [0.5, 1.0, 2.0]
 
 
 def test_apply_gives_up_after_bounded_retries_without_raising(dgd, make_actuator, sleeps):
     dgd.server.inject(dgd.path, *([500] * 10), method="PATCH")
-    result = make_actuator(max_attempts=5, max_backoff_s=1.5).apply(decision(decode=2))
+    result = make_actuator(max_attempts=5, max_backoff_s=1.5).apply(decision(num_decode=2))
     assert result.outcome == "failed" and result.status_code == 500
     assert result.attempts == 5 and "gave up after 5 attempts" in result.reason
     assert sleeps == [0.5, 1.0, 1.5, 1.5]
@@ -371,7 +378,7 @@ def test_apply_gives_up_after_bounded_retries_without_raising(dgd, make_actuator
 @pytest.mark.parametrize("code", [403, 422])
 def test_apply_does_not_retry_permanent_errors(dgd, make_actuator, sleeps, code):
     dgd.server.inject(dgd.path, code, method="PATCH")
-    result = make_actuator().apply(decision(decode=2))
+    result = make_actuator().apply(decision(num_decode=2))
     assert result.outcome == "failed" and result.status_code == code
     assert result.attempts == 1 and sleeps == []
 
@@ -383,18 +390,18 @@ def test_apply_survives_an_unreachable_api_server(sleeps):
     actuator = DgdActuator(
         kube_api_client(f"http://127.0.0.1:{port}"), "ns", "gone", sleep=sleeps, max_attempts=2
     )
-    result = actuator.apply(decision(decode=2))
+    result = actuator.apply(decision(num_decode=2))
     assert result.outcome == "failed" and "cannot read DGD ns/gone" in result.reason
     assert sleeps == [0.5]
 
 
 def test_apply_ignores_decisions_older_than_the_newest(dgd, make_actuator):
     actuator = make_actuator()
-    assert actuator.apply(decision(5, decode=1)).outcome == "no_change"
-    assert actuator.apply(decision(4, decode=2)).outcome == "stale"
-    assert actuator.apply(decision(5, decode=2)).outcome == "stale"
+    assert actuator.apply(decision(decision_id=5, num_decode=1)).outcome == "no_change"
+    assert actuator.apply(decision(decision_id=4, num_decode=2)).outcome == "stale"
+    assert actuator.apply(decision(decision_id=5, num_decode=2)).outcome == "stale"
     assert dgd.patches() == []
-    other = actuator.apply(decision(1, decode=2, deployment="other-key"))
+    other = actuator.apply(decision(decision_id=1, num_decode=2, deployment="other-key"))
     assert other.outcome == "applied"
 
 
@@ -418,13 +425,16 @@ def test_apply_retracts_an_unschedulable_scale_up(dgd, make_actuator):
     Giving the pending replica back is allowed; a further scale-up is not."""
     fixture = tight_dgd(dgd)
     actuator = make_actuator(name="tight")
-    assert actuator.apply(decision(1, decode=2, time=100.0)).outcome == "applied"
+    assert actuator.apply(decision(decision_id=1, num_decode=2, time=100.0)).outcome == "applied"
     fixture.operator.converge()
     stuck = actuator.read_inventory()
     assert (stuck.ready_num_decode, stuck.expected_num_decode) == (1, 2)
-    assert actuator.apply(decision(2, decode=3, time=200.0)).outcome == "skipped_not_ready"
+    assert (
+        actuator.apply(decision(decision_id=2, num_decode=3, time=200.0)).outcome
+        == "skipped_not_ready"
+    )
     strict = make_actuator(name="tight", allow_retraction=False)
-    retraction = decision(3, decode=1, time=200.0, expected=(None, 2))
+    retraction = decision(decision_id=3, num_decode=1, time=200.0, expected_decode=2)
     assert strict.apply(retraction).outcome == "skipped_not_ready"
     assert actuator.apply(retraction).outcome == "applied"
     fixture.operator.converge()
@@ -443,9 +453,14 @@ def test_a_foreign_scale_up_in_flight_is_not_retracted(
     actuator = make_actuator(name="tight")
     if ours_before:  # our last patch set decode to 1 (from 2): the annotation says 1
         fixture.operator.capacity["d"] = 2
-        assert actuator.apply(decision(1, decode=2, time=100.0)).outcome == "applied"
+        assert (
+            actuator.apply(decision(decision_id=1, num_decode=2, time=100.0)).outcome == "applied"
+        )
         fixture.operator.converge()
-        assert actuator.apply(decision(2, decode=1, expected=(None, 2))).outcome == "applied"
+        assert (
+            actuator.apply(decision(decision_id=2, num_decode=1, expected_decode=2)).outcome
+            == "applied"
+        )
         fixture.operator.converge()
         fixture.operator.capacity["d"] = 1
     k8s.CustomObjectsApi(dgd.client).patch_namespaced_custom_object(
@@ -458,7 +473,9 @@ def test_a_foreign_scale_up_in_flight_is_not_retracted(
     )  # the operator starts the rollout: 1 ready of 4
     inventory = actuator.read_inventory()
     assert (inventory.ready_num_decode, inventory.expected_num_decode) == (1, 4)
-    late = decision(10, decode=2, expected=(None, 4))  # newer than ours, and saw the 4
+    late = decision(
+        decision_id=10, num_decode=2, expected_decode=4
+    )  # newer than ours, and saw the 4
     strict = make_actuator(name="tight", allow_retraction=False).apply(late)
     result = actuator.apply(late)
     assert result.outcome == strict.outcome
@@ -477,14 +494,14 @@ def test_our_in_flight_scale_up_is_retracted_only_by_a_decision_made_after_seein
     inventory showing the stuck scale-up (4 asked for), gives 2 back."""
     fixture = tight_dgd(dgd)
     actuator = make_actuator(name="tight")
-    assert actuator.apply(decision(1, decode=4, time=100.0)).outcome == "applied"
+    assert actuator.apply(decision(decision_id=1, num_decode=4, time=100.0)).outcome == "applied"
     fixture.operator.converge()
-    stacked = actuator.apply(decision(2, decode=2, expected=(None, 1)))
+    stacked = actuator.apply(decision(decision_id=2, num_decode=2, expected_decode=1))
     assert stacked.outcome == "skipped_not_ready"
     assert "seeing 1 decode replicas asked for, not the 4 in flight" in stacked.reason
     assert spec_replicas(fixture)["d"] == 4
     restarted = make_actuator(name="tight")  # the rule reads the DGD, not the actuator's memory
-    retraction = restarted.apply(decision(3, decode=2, expected=(None, 4)))
+    retraction = restarted.apply(decision(decision_id=3, num_decode=2, expected_decode=4))
     assert retraction.outcome == "applied", retraction.reason
     assert spec_replicas(fixture)["d"] == 2
 
@@ -493,10 +510,10 @@ def test_a_decision_older_than_our_in_flight_patch_does_not_retract_it(dgd, make
     """Decision 5 scaled decode 1 → 4 (stuck). Decision 3 — older, e.g. replayed by another
     planner replica or delivered late — must not undo it, however it compares with ready."""
     fixture = tight_dgd(dgd)
-    assert make_actuator(name="tight").apply(decision(5, decode=4, time=500.0)).ok
+    assert make_actuator(name="tight").apply(decision(decision_id=5, num_decode=4, time=500.0)).ok
     fixture.operator.converge()
     other = make_actuator(name="tight")  # no memory of decision 5: only the DGD knows it
-    result = other.apply(decision(3, decode=2, expected=(None, 4)))
+    result = other.apply(decision(decision_id=3, num_decode=2, expected_decode=4))
     assert result.outcome == "skipped_not_ready"
     assert "decision 3 is not newer than decision 5" in result.reason
     assert spec_replicas(fixture)["d"] == 4
@@ -504,10 +521,10 @@ def test_a_decision_older_than_our_in_flight_patch_does_not_retract_it(dgd, make
 
 def test_a_retraction_must_target_the_deployment_that_scaled_up(dgd, make_actuator):
     fixture = tight_dgd(dgd)
-    assert make_actuator(name="tight").apply(decision(1, decode=4, time=100.0)).ok
+    assert make_actuator(name="tight").apply(decision(decision_id=1, num_decode=4, time=100.0)).ok
     fixture.operator.converge()
     result = make_actuator(name="tight").apply(
-        decision(2, decode=2, deployment="other", expected=(None, 4))
+        decision(decision_id=2, num_decode=2, deployment="other", expected_decode=4)
     )
     assert result.outcome == "skipped_not_ready"
     assert "for deployment 'llama'" in result.reason
@@ -518,8 +535,10 @@ def test_apply_in_agg_mode_scales_the_agg_worker(dgd, make_actuator):
     services = {"Frontend": {"replicas": 1}, "VllmWorker": {"replicas": 1}}
     fixture = create_dgd(dgd.server, dgd.client, manifest_with(services, name="agg"))
     actuator = make_actuator(name="agg", mode="agg")
-    assert actuator.apply(decision(1, prefill=4)).outcome == "no_change"  # no prefill role
-    assert actuator.apply(decision(2, decode=2)).outcome == "applied"
+    assert (
+        actuator.apply(decision(decision_id=1, num_prefill=4)).outcome == "no_change"
+    )  # no prefill role
+    assert actuator.apply(decision(decision_id=2, num_decode=2)).outcome == "applied"
     assert spec_replicas(fixture) == {"Frontend": 1, "VllmWorker": 2}
 
 
@@ -536,7 +555,9 @@ def test_operator_that_converges_at_once_lets_decisions_follow(dgd, make_actuato
     services = {"p": {"subComponentType": "prefill"}, "d": {"subComponentType": "decode"}}
     create_dgd(dgd.server, dgd.client, manifest_with(services, name="quick"), delay_s=0)
     actuator = make_actuator(name="quick")
-    outcomes = [actuator.apply(decision(i, decode=i + 1)).outcome for i in (1, 2, 3)]
+    outcomes = [
+        actuator.apply(decision(decision_id=i, num_decode=i + 1)).outcome for i in (1, 2, 3)
+    ]
     assert outcomes == ["applied"] * 3
     assert actuator.read_inventory().ready_num_decode == 4
 
@@ -545,7 +566,7 @@ def test_operator_with_a_delay_completes_the_rollout_by_itself(dgd, make_actuato
     services = {"p": {"subComponentType": "prefill"}, "d": {"subComponentType": "decode"}}
     fixture = create_dgd(dgd.server, dgd.client, manifest_with(services, name="slow"), delay_s=0.01)
     actuator = make_actuator(name="slow")
-    assert actuator.apply(decision(1, decode=3)).outcome == "applied"
+    assert actuator.apply(decision(decision_id=1, num_decode=3)).outcome == "applied"
     deadline = time.monotonic() + 10.0
     while actuator.read_inventory().decode_scaling_in_progress:
         assert time.monotonic() < deadline, "the delayed rollout never completed"
@@ -564,7 +585,7 @@ def test_apply_fails_clearly_when_a_service_disappears(dgd, make_actuator):
         json.dumps([{"op": "remove", "path": "/spec/services/VllmDecodeWorker"}]).encode(),
         client=False,
     )
-    result = actuator.apply(decision(decode=2))
+    result = actuator.apply(decision(num_decode=2))
     assert result.outcome == "failed"
     assert result.reason == "service(s) VllmDecodeWorker no longer in the DGD"
     assert dgd.patches() == []
@@ -616,7 +637,7 @@ def test_a_patch_whose_answer_is_lost_is_reported_applied(dgd, make_actuator, sl
     dgd.server.on_write(answer_late)
     actuator = make_actuator(request_timeout_s=0.5)
     actuator.sleep = backoff
-    result = actuator.apply(decision(decode=3))
+    result = actuator.apply(decision(num_decode=3))
     assert result.outcome == "applied" and result.ok
     assert result.patch == {"VllmDecodeWorker": 3} and result.attempts == 1
     assert result.reason.startswith("VllmDecodeWorker 1 → 3 (the PATCH response was lost: ")

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from schemas import DeadLetter, TickRecord, WorkerCounts
+from tests.decisions import decision
 from tests.flow.cluster import run_flow
-from tests.kube.decisions import decision
 
 from .conftest import DgdFixture, poll_inventory
 
@@ -45,7 +45,9 @@ def counter(name: str, **labels: str) -> float:
 def test_sink_applies_decisions_in_a_dataflow(dgd: DgdFixture, workers: int):
     results: list[ApplyResult] = []
     flow = Dataflow("dgd_sink")
-    ticks = [TickRecord(deployment="llama", time=1.0, decision=decision(1, decode=2))]
+    ticks = [
+        TickRecord(deployment="llama", time=1.0, decision=decision(decision_id=1, num_decode=2))
+    ]
     decisions = op.input("ticks", flow, TestingSource(ticks))
     op.output("dgd", decisions, DgdSink(factory(dgd), on_result=results.append))
     before = counter("flowplanner_dgd_actions_total", dgd="dynamo/vllm-disagg", outcome="applied")
@@ -67,10 +69,10 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
         [
             TickRecord(deployment="llama", time=1.0),  # no decision: passed over
             DeadLetter(source="x", reason="bad"),  # not for this sink: passed over
-            decision(3, decode=3),
-            ("llama", decision(4, decode=4)),  # keyed items are accepted too
-            decision(2, decode=2),
-            decision(9, decode=9, deployment="someone-else"),
+            decision(decision_id=3, num_decode=3),
+            ("llama", decision(decision_id=4, num_decode=4)),  # keyed items are accepted too
+            decision(decision_id=2, num_decode=2),
+            decision(decision_id=9, num_decode=9, deployment="someone-else"),
             "not a decision",
         ]
     )
@@ -87,7 +89,7 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
 
 def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture, workers: int):
     flow = Dataflow("dgd_sink_missing")
-    decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+    decisions = op.input("decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)]))
     missing = lambda: DgdActuator(kube_api_client(dgd.server.url), dgd.namespace, "nope")  # noqa: E731
     op.output("dgd", decisions, DgdSink(missing))
     with pytest.raises(Exception) as err:

@@ -23,8 +23,8 @@ from connectors.dgd import (
     kube_api_client,
 )
 from connectors.dgd_dataflow import DgdSink
+from tests.decisions import decision
 from tests.flow.cluster import run_flow
-from tests.kube.decisions import decision
 
 from .conftest import DgdFixture, Sleeps, poll_inventory
 from .scripted_server import HANG, Reply, ScriptedServer
@@ -80,7 +80,7 @@ def test_malformed_dgd_reads_are_unavailable_not_crashes(dgd: DgdFixture, kind: 
         with pytest.raises(DgdUnavailableError, match="malformed response"):
             planner.read_inventory(retry=False)
 
-        result = planner.apply(decision(decode=2))
+        result = planner.apply(decision(num_decode=2))
         assert result.outcome == "failed" and "malformed response" in result.reason
         assert result.attempts == 0 and sleeps == [0.5, 1.0]  # three reads, no PATCH
         assert [m for m, _ in server.requests].count("PATCH") == 0
@@ -113,7 +113,9 @@ def test_sink_reports_a_malformed_read_as_failed(dgd: DgdFixture, workers: int):
     # each worker builds its sink partition, and each validates the DGD with one read
     with ScriptedServer(*[Reply.json(good)] * workers, default=html) as server:
         flow = Dataflow("dgd_sink_malformed")
-        decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+        decisions = op.input(
+            "decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)])
+        )
         op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
         run_flow(flow, workers)
         assert "PATCH" not in [m for m, _ in server.requests]
@@ -132,7 +134,7 @@ def test_a_hung_read_is_sent_once_per_actuator_attempt(dgd: DgdFixture):
         with pytest.raises(DgdUnavailableError, match="timed out"):
             planner.read_inventory(retry=False)
         assert len(server.requests) == 2  # the validation, and one poll
-        result = planner.apply(decision(decode=2))
+        result = planner.apply(decision(num_decode=2))
         assert result.outcome == "failed" and "timed out" in result.reason
         assert len(server.requests) == 4 and sleeps == [0.5]
 
@@ -141,7 +143,7 @@ def test_non_integer_replicas_fail_the_apply_and_leave_inventory_unknown(dgd: Dg
     text = with_changes(dgd.get(), spec__services__VllmDecodeWorker__replicas="1")
     with ScriptedServer(default=Reply.json(text)) as server:
         planner = actuator(server)
-        result = planner.apply(decision(decode=2))
+        result = planner.apply(decision(num_decode=2))
         assert result.outcome == "failed"
         assert result.reason == "VllmDecodeWorker: spec replicas '1' is not a non-negative integer"
         with caplog.at_level(logging.WARNING, logger="connectors.dgd"):
@@ -160,7 +162,7 @@ def test_null_spec_leaves_expected_replicas_unknown(dgd: DgdFixture):
         counts = planner.read_inventory()
         assert (counts.expected_num_prefill, counts.expected_num_decode) == (None, None)
         assert counts.ready_num_decode == 1 and counts.decode_scaling_in_progress
-        result = planner.apply(decision(decode=2))
+        result = planner.apply(decision(num_decode=2))
         assert result.outcome == "failed"
         assert result.reason == (
             "service(s) VllmPrefillWorker, VllmDecodeWorker no longer in the DGD"
@@ -190,7 +192,7 @@ def test_a_malformed_status_is_not_ready_and_never_raises(dgd: DgdFixture, kind:
     with ScriptedServer(default=Reply.json(bad)) as server:
         planner = actuator(server)
         with caplog.at_level(logging.WARNING, logger="connectors.dgd"):
-            result = planner.apply(decision(decode=2))
+            result = planner.apply(decision(num_decode=2))
         assert result.outcome == "skipped_not_ready", result.reason
         assert "Ready condition is Unknown" in result.reason
         assert "malformed status" in result.reason
@@ -204,7 +206,9 @@ def test_sink_survives_a_malformed_status(dgd: DgdFixture, workers: int):
     results: list[ApplyResult] = []
     with ScriptedServer(default=Reply.json(bad)) as server:
         flow = Dataflow("dgd_sink_malformed_status")
-        decisions = op.input("decisions", flow, TestingSource([decision(1, decode=2)]))
+        decisions = op.input(
+            "decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)])
+        )
         op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
         run_flow(flow, workers)
         assert "PATCH" not in [m for m, _ in server.requests]

@@ -28,8 +28,8 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from connectors.dgd import ApplyResult, DgdActuator, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
 from schemas import InventoryEvent
+from tests.decisions import decision
 from tests.flow.cluster import run_flow
-from tests.kube.decisions import decision
 
 from .conftest import DgdFixture
 
@@ -160,7 +160,9 @@ def test_a_hanging_apply_does_not_stop_the_other_input(dgd: DgdFixture):
     # One input feeds both outputs (so the sink's input lasts as long as the ticks): tick 1
     # becomes a decision for the DGD, every tick goes to the watched output.
     ticks = op.input("ticks", flow, Ticks(hold.released))
-    decisions = op.filter_map("decide", ticks, lambda n: decision(1, decode=2) if n == 1 else None)
+    decisions = op.filter_map(
+        "decide", ticks, lambda n: decision(decision_id=1, num_decode=2) if n == 1 else None
+    )
     op.output("dgd", decisions, DgdSink(factory(dgd), on_result=results.append))
     watch = Watch(hold)
     op.output("out", ticks, watch)
@@ -184,11 +186,11 @@ def test_a_decision_waiting_on_a_hanging_apply_gives_way_to_a_newer_one(dgd: Dgd
             dgd.operator.converge()  # the rollout ends, so decision 3 may follow
 
     partition = DgdSink(factory(dgd), on_result=report).build("dgd", 0, 1)
-    partition.write_batch([decision(1, decode=2)])
+    partition.write_batch([decision(decision_id=1, num_decode=2)])
     hold.holding.wait(SAFETY_S)
-    partition.write_batch([decision(2, decode=5)])  # waits behind decision 1 ...
-    partition.write_batch([decision(4, decode=3)])  # ... and gives way to this one
-    partition.write_batch([decision(3, decode=7)])  # older than the one waiting
+    partition.write_batch([decision(decision_id=2, num_decode=5)])  # waits behind decision 1 ...
+    partition.write_batch([decision(decision_id=4, num_decode=3)])  # ... and gives way to this one
+    partition.write_batch([decision(decision_id=3, num_decode=7)])  # older than the one waiting
     hold.release()
     partition.close()
 
@@ -207,6 +209,6 @@ def test_an_error_on_the_applier_thread_reaches_the_dataflow(dgd: DgdFixture):
         raise RuntimeError(f"on_result failed on decision {result.decision_id}")
 
     partition = DgdSink(factory(dgd), on_result=report).build("dgd", 0, 1)
-    partition.write_batch([decision(1, decode=2)])
+    partition.write_batch([decision(decision_id=1, num_decode=2)])
     with pytest.raises(RuntimeError, match="on_result failed on decision 1"):
         partition.close()

@@ -29,7 +29,7 @@ from connectors.dgd_dataflow import DgdSink
 from connectors.stopping import stop_waiting
 from flows.commands.run import _StopRequest
 from schemas import ScalingDecision
-from tests.kube.decisions import decision
+from tests.decisions import decision
 from tests.kube.test_dgd_hang import SAFETY_S, Hold, factory, threads_named
 
 from .conftest import DgdFixture
@@ -69,9 +69,16 @@ def test_after_a_stop_close_does_not_wait_for_a_held_apply(
 ):
     results: list[ApplyResult] = []
     partition = DgdSink(factory(dgd), on_result=results.append).build("dgd", 0, 1)
-    partition.write_batch([decision(1, decode=2)])  # in flight, held by the API server
+    partition.write_batch(
+        [decision(decision_id=1, num_decode=2)]
+    )  # in flight, held by the API server
     assert hold.holding.wait(SAFETY_S)
-    partition.write_batch([decision(2, decode=3), decision(3, decode=4, deployment="d")])
+    partition.write_batch(
+        [
+            decision(decision_id=2, num_decode=3),
+            decision(decision_id=3, num_decode=4, deployment="d"),
+        ]
+    )
     before = stopped_count()
 
     with caplog.at_level(logging.WARNING, logger="connectors.dgd_dataflow"):
@@ -102,7 +109,7 @@ def test_a_stop_ends_the_wait_of_a_sink_closing_at_the_end_of_its_input(
     dgd: DgdFixture, hold: Hold, caplog: pytest.LogCaptureFixture
 ):
     partition = DgdSink(factory(dgd)).build("dgd", 0, 1)
-    partition.write_batch([decision(1, decode=2)])
+    partition.write_batch([decision(decision_id=1, num_decode=2)])
     assert hold.holding.wait(SAFETY_S)
     closing = threading.Event()
     closed = threading.Event()
@@ -131,9 +138,11 @@ def test_the_end_of_the_input_still_waits_for_every_apply(dgd: DgdFixture, hold:
     results: list[ApplyResult] = []
     partition = DgdSink(factory(dgd), on_result=results.append).build("dgd", 0, 1)
     before = stopped_count()
-    partition.write_batch([decision(1, decode=2)])  # held ...
+    partition.write_batch([decision(decision_id=1, num_decode=2)])  # held ...
     assert hold.holding.wait(SAFETY_S)
-    partition.write_batch([decision(3, prefill=2, deployment="d")])  # ... and one queued
+    partition.write_batch(
+        [decision(decision_id=3, num_prefill=2, deployment="d")]
+    )  # ... and one queued
     threading.Thread(target=hold.release).start()  # while (or before) close() waits
 
     partition.close()
@@ -152,7 +161,10 @@ class _TwoDecisions(StatelessSourcePartition[ScalingDecision]):
         if self.sent:
             return []  # never ends: only the stop ends the run
         self.sent = True
-        return [decision(1, decode=2), decision(2, decode=3, deployment="d")]
+        return [
+            decision(decision_id=1, num_decode=2),
+            decision(decision_id=2, num_decode=3, deployment="d"),
+        ]
 
     def next_awake(self) -> datetime:
         return datetime.now(UTC) + timedelta(milliseconds=20)

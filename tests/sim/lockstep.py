@@ -38,17 +38,3 @@ def fpm_batches(events: Sequence[Event]) -> dict[str, list[FpmBatch]]:
         if isinstance(e, FpmBatchEvent):
             out.setdefault(e.payload.worker_id, []).append(e.payload)
     return out
-
-
-def decision(
-    t: float, num_prefill: int | None = None, num_decode: int | None = None, decision_id: int = 1
-) -> ScalingDecision:
-    return ScalingDecision(
-        deployment="sim",
-        decision_id=decision_id,
-        time=t,
-        num_prefill=num_prefill,
-        num_decode=num_decode,
-        source="load",
-        reason="test",
-    )

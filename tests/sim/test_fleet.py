@@ -21,7 +21,8 @@ from schemas.profile import PerformanceProfile
 from schemas.trace import TraceRequest
 from sim.fleet import FleetSim, FleetSpec
 from sim.workload import LengthSampler, poisson_load, scale_load
-from tests.sim.lockstep import decision, fpm_batches, run
+from tests.decisions import decision
+from tests.sim.lockstep import fpm_batches, run
 
 
 def _check_rows(events: list[Event], spec: FleetSpec, sim: FleetSim) -> dict[str, list[tuple]]:
@@ -159,8 +160,8 @@ def test_startup_delay_drain_and_gpu_hours(h200: PerformanceProfile) -> None:
     spec = FleetSpec(profile=h200, prefill_replicas=1, decode_replicas=1, startup_delay_s=60.0)
     sim = FleetSim(spec, reqs)
     plan = {
-        100.0: decision(100.0, num_decode=3),
-        400.0: decision(400.0, num_decode=1, decision_id=2),
+        100.0: decision(deployment="sim", time=100.0, num_decode=3, reason="test"),
+        400.0: decision(deployment="sim", time=400.0, num_decode=1, decision_id=2, reason="test"),
     }
     events = run(sim, tick_s=5.0, decide=lambda t, _: plan.get(t))
     inv = [
@@ -198,7 +199,10 @@ def test_startup_delay_drain_and_gpu_hours(h200: PerformanceProfile) -> None:
 def test_cancelled_start_costs_gpu_time_but_never_serves(h200: PerformanceProfile) -> None:
     reqs = poisson_load(1.0, 200.0, seed=5)
     sim = FleetSim(FleetSpec(profile=h200, mode="agg", decode_replicas=1), reqs)
-    plan = {10.0: decision(10.0, num_decode=3), 30.0: decision(30.0, num_decode=1, decision_id=2)}
+    plan = {
+        10.0: decision(deployment="sim", time=10.0, num_decode=3, reason="test"),
+        30.0: decision(deployment="sim", time=30.0, num_decode=1, decision_id=2, reason="test"),
+    }
     events = run(sim, tick_s=5.0, decide=lambda t, _: plan.get(t))
     ready = [e.payload.ready_num_decode for e in events if isinstance(e, InventoryEvent)]
     assert ready == [1, 1, 1]  # expected went 1 -> 3 -> 1, no replica ever became ready
@@ -212,7 +216,11 @@ def test_requests_wait_for_a_replica(h200: PerformanceProfile) -> None:
         FleetSpec(profile=h200, mode="agg", decode_replicas=0, startup_delay_s=30.0), reqs
     )
     events = run(
-        sim, tick_s=5.0, decide=lambda t, _: decision(t, num_decode=1) if t == 5.0 else None
+        sim,
+        tick_s=5.0,
+        decide=lambda t, _: (
+            decision(deployment="sim", time=t, num_decode=1, reason="test") if t == 5.0 else None
+        ),
     )
     assert sim.done
     ttfts = sorted(r.first_token - r.arrival for r in sim.requests)
@@ -314,7 +322,13 @@ def test_same_inputs_and_seed_give_identical_results(
         reqs = scale_load(base, 3, seed=42)
         sim = FleetSim(FleetSpec(profile=h200, prefill_replicas=2, decode_replicas=2), reqs, seed=9)
         events = run(
-            sim, tick_s=5.0, decide=lambda t, _: decision(t, num_prefill=1) if t == 60.0 else None
+            sim,
+            tick_s=5.0,
+            decide=lambda t, _: (
+                decision(deployment="sim", time=t, num_prefill=1, reason="test")
+                if t == 60.0
+                else None
+            ),
         )
         outs.append((sim.result().to_json(), _digest(events), sim.timeline()))
     assert outs[0][0] == outs[1][0]
@@ -379,7 +393,12 @@ def test_a_backlog_is_spread_over_every_replica_ready_at_that_instant(
         profile=h200, mode=mode, prefill_replicas=1 if mode == "disagg" else 0, decode_replicas=0
     )
     sim = FleetSim(spec, reqs)
-    run(sim, decide=lambda t, _: decision(t, num_decode=4) if t == 5.0 else None)
+    run(
+        sim,
+        decide=lambda t, _: (
+            decision(deployment="sim", time=t, num_decode=4, reason="test") if t == 5.0 else None
+        ),
+    )
     assert sim.done
     role = "agg" if mode == "agg" else "decode"
     finished = [rep.engine.finished for rep in sim._replicas[role] if rep.engine]

@@ -26,7 +26,8 @@ from schemas import (
 from schemas.profile import PerformanceProfile
 from schemas.trace import TraceRequest
 from sim.fleet import FleetSim, FleetSpec
-from tests.sim.lockstep import decision, run
+from tests.decisions import decision
+from tests.sim.lockstep import run
 
 
 def _ticks(n: int) -> list[TickRecord]:
@@ -80,7 +81,13 @@ def _svgs(page: str) -> list[ET.Element]:
 def test_closed_loop_report_is_self_contained(tmp_path: Path, h200: PerformanceProfile) -> None:
     reqs = [TraceRequest(arrival_s=0.2 * i, isl=2000, osl=100) for i in range(300)]
     sim = FleetSim(FleetSpec(profile=h200, prefill_replicas=1, decode_replicas=1), reqs)
-    run(sim, tick_s=5.0, decide=lambda t, _: decision(t, num_decode=2) if t == 20.0 else None)
+    run(
+        sim,
+        tick_s=5.0,
+        decide=lambda t, _: (
+            decision(deployment="sim", time=t, num_decode=2, reason="test") if t == 20.0 else None
+        ),
+    )
     panels = closed_loop_panels(
         sim.timeline(5.0), _ticks(12), ttft_ms=500, itl_ms=50, max_kv_tokens=945_029
     )
