@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from connectors.metrics import PlannerMetrics
 from schemas import TickRecord
@@ -22,6 +24,7 @@ from tests.services.process import free_port, wait_until
 from tests.services.prometheus import PrometheusServer, StartPrometheus
 
 SECONDS = 40
+T = TypeVar("T")
 
 
 def stream_with_bad_inputs(deployment: str) -> list[dict]:
@@ -60,7 +63,7 @@ def wait_for_last_window(ticks: Path, end: float) -> list[dict]:
     return wait_until(through_end, f"a tick record at {end} s in {ticks}", timeout_s=120)
 
 
-def last_known(records: list[dict], get) -> float | None:  # type: ignore[no-untyped-def]
+def last_known(records: list[dict], get: Callable[[dict], T | None]) -> T | None:
     values = [v for v in map(get, records) if v is not None]
     return values[-1] if values else None
 
@@ -122,6 +125,7 @@ def test_exported_metrics_match_the_tick_records_of_the_run(
         on = prometheus.query(f"dynamo_planner_load_scaling_decision{sel} == 1")
         assert [s["metric"]["dynamo_planner_load_scaling_decision"] for s in on] == [reason]
         engines = last_known(records, lambda r: r["engines"] if r["ran_load"] else None)
+        assert engines is not None, "a load tick records its engines"
         inflight = prometheus.query(f"dynamo_planner_engine_inflight_decode_kv_tokens{sel}")
         assert {s["metric"]["worker_id"]: float(s["value"][1]) for s in inflight} == {
             e["worker_id"]: e["inflight_decode_kv_tokens"] for e in engines
