@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from connectors.dgd import (
 )
 from schemas import DeliveredDecision, WorkerCounts
 from tests.decisions import decision
+from tests.services.process import wait_until
 
 from .apiserver import ApiServer
 from .conftest import DgdFixture, Sleeps, create_dgd, load_fixture
@@ -567,10 +567,12 @@ def test_operator_with_a_delay_completes_the_rollout_by_itself(dgd, make_actuato
     fixture = create_dgd(dgd.server, dgd.client, manifest_with(services, name="slow"), delay_s=0.01)
     actuator = make_actuator(name="slow")
     assert actuator.apply(decision(decision_id=1, num_decode=3)).outcome == "applied"
-    deadline = time.monotonic() + 10.0
-    while actuator.read_inventory().decode_scaling_in_progress:
-        assert time.monotonic() < deadline, "the delayed rollout never completed"
-        time.sleep(0.01)
+    wait_until(
+        lambda: not actuator.read_inventory().decode_scaling_in_progress,
+        "the delayed rollout to complete",
+        timeout_s=10.0,
+        interval_s=0.01,
+    )
     assert actuator.read_inventory().ready_num_decode == 3
     assert fixture.operator.rollouts == 2  # the creation and the scale-up
 
