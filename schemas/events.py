@@ -57,7 +57,12 @@ InputEventTime = Annotated[EventTime, Field(strict=True)]
 """An input's event time: a JSON number, never a string or a bool (``"30"`` is refused, as
 FPM payloads refuse strings), so a producer's type bug is a dead letter, not a guess."""
 
-_PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid")
+_PAYLOAD_CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True)
+"""Payload models take values strictly, as FPM payloads, event times and the config do: a
+count is a JSON integer, a length or rate a JSON number (an integer is a number), a flag
+``true``/``false`` — never a string (``"12"``), nor a boolean for a number (``true`` is not 1),
+so a producer's type bug is a dead letter, not a guess. (In Python, rows of an
+:class:`FpmBatch` are tuples.)"""
 
 MAX_REQUEST_TOKENS = 2**27
 """*ours*: the longest prompt (ISL) or output (OSL) one request may report, and the largest
@@ -387,7 +392,7 @@ class FpmBatch(BaseModel):
     4000
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _PAYLOAD_CONFIG
 
     role: Role
     worker_id: WorkerId = ""
