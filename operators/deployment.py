@@ -12,6 +12,15 @@ A forward pass the reporting engine cannot have run — beyond its role's known 
 models' training nor the engine's latest state, and becomes a :class:`schemas.DeadLetter`
 (:meth:`DeploymentPlanner.take_dead_letters`).
 
+Each input is used once. Within one tick window, a forward pass of an engine whose
+``counter_id`` *and* event time repeat one already in the window (the same pass delivered
+twice), and a request whose ``request_id`` repeats one already in the window, are dead letters
+(``duplicate: …``); the first copy in the window's (event-time) order is used. This is per
+window, not forever: an engine that restarts counts again from its first ``counter_id`` in
+later windows, and engines that predate ``counter_id`` leave it at 0 (their passes differ by
+time). A request without a ``request_id`` cannot be recognised as a copy and is always used.
+Nothing is remembered across windows, so recovery snapshots hold no extra state.
+
 Decisions get consecutive ids per deployment, starting at 1. With an :class:`AckGate` (the
 virtual connector), a decision is only sent once the previous one is acknowledged — or after
 ``scaling_max_wait_seconds`` of event time without acknowledgement — and the gate numbers them.
@@ -27,9 +36,12 @@ ids.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from river import stats
@@ -112,6 +124,10 @@ class RequestStats:
         self.hits += other.hits
         self.sum_accept += other.sum_accept
         self.accepts += other.accepts
+
+
+def _beyond_limits(breach: str, fpm: str, _row: FpmRow) -> str:
+    return f"invalid {fpm}: {breach}"
 
 
 GRID_SLACK_S = 1e-6
@@ -213,15 +229,7 @@ class DeploymentPlanner:
             for acked in window.acks:
                 self._released = self.gate.acknowledge(acked, now=end_s) or self._released
                 for reason in self.gate.take_refused():  # an id never issued
-                    raw = {"deployment": self.deployment, "acked_decision_id": acked}
-                    self.dead_letters.append(
-                        DeadLetter(
-                            source="acks",
-                            reason=reason,
-                            raw=json.dumps(raw),
-                            deployment=self.deployment,
-                        )
-                    )
+                    self._refuse_ack(acked, reason)
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
@@ -231,6 +239,7 @@ class DeploymentPlanner:
         # different input partitions arrive in either order.
         for key, rows in sorted(window.rows.items()):
             role, worker_id, dp_rank = key
+            rows = self._first_copies(key, rows)
             caps: EngineCapabilities | None = getattr(self.machine.capabilities, role)
             if caps is not None and not within_scheduler_limits(rows, caps):
                 rows = self._within_limits(key, rows, caps)
@@ -253,7 +262,7 @@ class DeploymentPlanner:
         for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]
         stats_ = RequestStats(end_s)
-        for request in window.requests:
+        for request in self._first_requests(end_s, window.requests):
             stats_.add(request)
             for quantile in self.quantiles["isl"]:
                 quantile.update(request.isl)
@@ -263,31 +272,98 @@ class DeploymentPlanner:
         self.request_windows.append(stats_)
         self.traffic_events.extend(window.traffic)
 
-    def _within_limits(
-        self, engine: EngineId, rows: list[FpmRow], caps: EngineCapabilities
-    ) -> list[FpmRow]:
-        """``rows`` without the passes beyond ``caps``, each of which is dead-lettered."""
-        kept = []
+    def _refuse_ack(self, acked: int, reason: str) -> None:
+        raw = {"deployment": self.deployment, "acked_decision_id": acked}
+        self.dead_letters.append(
+            DeadLetter(
+                source="acks", reason=reason, raw=json.dumps(raw), deployment=self.deployment
+            )
+        )
+
+    def _refuse_rows(
+        self, engine: EngineId, rows: list[FpmRow], why: Callable[[str, FpmRow], str]
+    ) -> None:
+        """Dead-letter ``rows`` of ``engine``; ``why(name, row)`` is the reason (``name``
+        names the forward pass: role, worker, rank and event time)."""
         role, worker_id, dp_rank = engine
         for row in rows:
-            breach = engine_limit_breach(row, caps, kv=False)  # prefix caching: see its docs
-            if breach is None:
-                kept.append(row)
-                continue
             time = row[FPM_COLUMN["time"]]
             fpm = fpm_from_row(worker_id, dp_rank, row).model_dump(exclude_defaults=True)
             event = {"type": "fpm", "deployment": self.deployment, "time": time}
             self.dead_letters.append(
                 DeadLetter(
                     source="planner",
-                    reason=f"invalid fpm of {role} engine {worker_id!r} (dp_rank {dp_rank}) "
-                    f"at {time!r}: {breach}",
+                    reason=why(
+                        f"fpm of {role} engine {worker_id!r} (dp_rank {dp_rank}) at {time!r}", row
+                    ),
                     raw=json.dumps(
                         event | {"payload": {"role": role, "fpm": fpm}}, separators=(",", ":")
                     ),
                     deployment=self.deployment,
                 )
             )
+
+    def _first_copies(self, engine: EngineId, rows: list[FpmRow]) -> list[FpmRow]:
+        """``rows`` without the repeats of a pass (same ``counter_id`` and event time) already
+        among them; each repeat is dead-lettered."""
+        time, counter = FPM_COLUMN["time"], FPM_COLUMN["counter_id"]
+        if all(a[time] < b[time] for a, b in itertools.pairwise(rows)):
+            return rows  # the usual case: no two passes at one time, so no repeat
+        seen: set[tuple[float, float]] = set()
+        kept: list[FpmRow] = []
+        repeats: list[FpmRow] = []
+        for row in rows:
+            pass_id = (row[time], row[counter])
+            (repeats if pass_id in seen else kept).append(row)
+            seen.add(pass_id)
+        self._refuse_rows(
+            engine,
+            repeats,
+            lambda fpm, row: (
+                f"duplicate: {fpm} repeats counter_id {row[counter]} of a pass "
+                "already used in this window"
+            ),
+        )
+        return kept
+
+    def _first_requests(self, end_s: float, requests: list[RequestRecord]) -> list[RequestRecord]:
+        """``requests`` without the repeats of a ``request_id`` already among them; each repeat
+        is dead-lettered. Requests without an id are all kept."""
+        seen: set[str] = set()
+        kept = []
+        for request in requests:
+            request_id = request.request_id
+            if request_id is None or request_id not in seen:
+                kept.append(request)
+                if request_id is not None:
+                    seen.add(request_id)
+                continue
+            event = {"type": "request", "deployment": self.deployment}
+            self.dead_letters.append(
+                DeadLetter(
+                    source="planner",
+                    reason=f"duplicate: request {request_id!r} repeats one already used in the "
+                    f"window ending at {end_s!r}",
+                    raw=json.dumps(
+                        event | {"payload": request.model_dump(exclude_none=True)},
+                        separators=(",", ":"),
+                    ),
+                    deployment=self.deployment,
+                )
+            )
+        return kept
+
+    def _within_limits(
+        self, engine: EngineId, rows: list[FpmRow], caps: EngineCapabilities
+    ) -> list[FpmRow]:
+        """``rows`` without the passes beyond ``caps``, each of which is dead-lettered."""
+        kept = []
+        for row in rows:
+            breach = engine_limit_breach(row, caps, kv=False)  # prefix caching: see its docs
+            if breach is None:
+                kept.append(row)
+            else:
+                self._refuse_rows(engine, [row], functools.partial(_beyond_limits, breach))
         return kept
 
     # --- ticks ---------------------------------------------------------------------------
