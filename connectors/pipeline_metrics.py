@@ -24,6 +24,7 @@ DEAD_LETTER_KINDS = frozenset(
         "malformed",
         "undecodable",
         "duplicate",
+        "ignored",
     )
 )
 """The ``kind`` label of a dead letter: the first word of its reason when it is one of these

@@ -21,6 +21,9 @@ later windows, and engines that predate ``counter_id`` leave it at 0 (their pass
 time). A request without a ``request_id`` cannot be recognised as a copy and is always used.
 Nothing is remembered across windows, so recovery snapshots hold no extra state.
 
+Acknowledgements are only used by the virtual connector's gate; without one (the output is
+not ``virtual+kafka://``) each is a dead letter (``ignored: …``).
+
 Decisions get consecutive ids per deployment, starting at 1. With an :class:`AckGate` (the
 virtual connector), a decision is only sent once the previous one is acknowledged — or after
 ``scaling_max_wait_seconds`` of event time without acknowledgement — and the gate numbers them.
@@ -130,6 +133,9 @@ def _beyond_limits(breach: str, fpm: str, _row: FpmRow) -> str:
     return f"invalid {fpm}: {breach}"
 
 
+NO_GATE = "no acknowledgement gate: only a virtual+kafka:// output's decisions await one"
+"""Why an acknowledgement is refused by a planner whose output is not the virtual connector."""
+
 GRID_SLACK_S = 1e-6
 """Float error allowed between a tick's time and the window end on which it falls (windows
 are the gcd of the intervals on a 10 ms grid, so a tick time is always some window's end)."""
@@ -225,7 +231,10 @@ class DeploymentPlanner:
     def _absorb(self, end_s: float, window: TickWindow) -> None:
         if window.inventory is not None:
             self.inventory = window.inventory
-        if self.gate is not None:
+        if self.gate is None:
+            for acked in window.acks:
+                self._refuse_ack(acked, f"ignored: {NO_GATE}")
+        else:
             for acked in window.acks:
                 self._released = self.gate.acknowledge(acked, now=end_s) or self._released
                 for reason in self.gate.take_refused():  # an id never issued

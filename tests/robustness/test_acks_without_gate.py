@@ -1,0 +1,34 @@
+"""An acknowledgement only means something to the virtual connector's gate: in a run whose
+output is not ``virtual+kafka://`` each ``ack`` event is a dead letter (``ignored: …``),
+counted, and changes nothing (they were dropped without a trace)."""
+
+from __future__ import annotations
+
+from schemas import PlannerConfig
+from tests.flow.streams import DECODE_CONFIG, decode_ramp
+from tests.robustness.inline_flow import run_lines
+
+CONFIG = PlannerConfig(**DECODE_CONFIG)
+
+
+def test_acks_without_an_acknowledgement_gate_are_dead_letters():
+    ramp = decode_ramp("llama", engines=2, seconds=60)
+    acks = [
+        {"type": "ack", "deployment": "llama", "time": t, "payload": {"acked_decision_id": i}}
+        for i, t in enumerate((12.0, 31.0, 47.5), start=1)
+    ]
+    clean = run_lines({"llama": CONFIG}, ramp)
+    mixed = run_lines({"llama": CONFIG}, sorted(ramp + acks, key=lambda e: e["time"]))
+
+    assert [(d.reason, d.deployment, d.raw) for d in mixed.dead] == [
+        (
+            "ignored: no acknowledgement gate: only a virtual+kafka:// output's decisions "
+            "await one",
+            "llama",
+            f'{{"deployment": "llama", "acked_decision_id": {i}}}',
+        )
+        for i in (1, 2, 3)
+    ]
+    assert mixed.counted == {"ignored": 3}
+    assert clean.decisions
+    assert mixed.decisions == clean.decisions
