@@ -23,10 +23,13 @@ from flows.scenario import (
     run_planner,
 )
 from schemas import ConfigError, PlannerConfig, load_config
+from schemas.events import MAX_REPLICAS
 
 RATE_RPS, DURATION_S = 5.0, 3600.0
 """Defaults of ``--rate`` and ``--duration`` (synthetic workloads only)."""
 MAX_RATE_RPS = 100_000.0
+REPLICA_COUNT = bounded(int, 0, MAX_REPLICAS)
+"""Argument type of ``--prefill``/``--decode``: as many replicas as an inventory may report."""
 MAX_DURATION_S = 30 * 86400.0
 SPEEDUP_RANGE = (1e-3, 1e6)
 MAX_LOAD_SCALE = 1000
@@ -75,19 +78,19 @@ def add_scenario_args(parser: argparse.ArgumentParser, initial_fleet: bool = Tru
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="seed of the time shifts, synthetic arrivals and the simulator (default: %(default)s)",
     )
     if initial_fleet:
         parser.add_argument(
             "--prefill",
-            type=non_negative_int,
+            type=REPLICA_COUNT,
             help="initial prefill replicas, disagg deployments only (default: 1)",
         )
         parser.add_argument(
             "--decode",
-            type=non_negative_int,
+            type=REPLICA_COUNT,
             default=1,
             help="initial decode (or agg) replicas (default: %(default)s)",
         )

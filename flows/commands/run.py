@@ -29,7 +29,7 @@ from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
 from connectors.stopping import stop_waiting
 from connectors.traces import read_warmup_trace
-from flows.cli import port_number, positive_int
+from flows.cli import MAX_WORKERS, port_number, worker_count
 from flows.display import format_time
 from flows.endpoints import EndpointError, wire
 from flows.planner import PlannerSinks, build_flow
@@ -299,8 +299,8 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "-w",
         "--workers",
-        type=positive_int,
+        type=worker_count,
         default=1,
-        help="bytewax worker threads (default: %(default)s)",
+        help=f"bytewax worker threads, at most {MAX_WORKERS} (default: %(default)s)",
     )
     parser.set_defaults(func=run)
