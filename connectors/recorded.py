@@ -20,6 +20,9 @@ reads).
 
 The resume state is the number of lines consumed from each file (by path), so a recovered run
 continues where it stopped, with the same merge order.
+
+A recording is a backlog (:data:`connectors.backlog.BACKLOG`) until its end: joined with live
+inputs, the run's clock keeps to its data while it is read, however slowly the host reads it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
+from connectors.backlog import BACKLOG
 from connectors.pipeline_metrics import EVENTS_IN
 from schemas import DeadLetter, RawEvent, parse_event
 
@@ -127,10 +131,12 @@ class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeSt
         timed = len(paths) > 1  # one file needs no merge, so no parsing here
         self._files = [_read_file(p, i, self._consumed[str(p)], timed) for i, p in enumerate(paths)]
         self._merged = heapq.merge(*self._files, key=lambda keyed: keyed[0])
+        BACKLOG.behind(self)
 
     def next_batch(self) -> list[RawEvent | DeadLetter]:
         batch = list(itertools.islice(self._merged, BATCH_LINES))
         if not batch:
+            BACKLOG.caught_up(self)  # the flow has had every line
             raise StopIteration
         for (_time, index, line_no), _item in batch:
             self._consumed[self._paths[index]] = line_no
@@ -141,6 +147,7 @@ class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeSt
         return dict(self._consumed)
 
     def close(self) -> None:
+        BACKLOG.forget(self)
         for file in self._files:
             file.close()
 

@@ -6,7 +6,12 @@ the host's speed. A live run adds one rule: when no newer event has arrived for 
 of system time, the watermark advances with the system clock from there, so windows close (and
 the planner ticks) while inputs are quiet. A live backlog — a Kafka topic read behind its
 producers — keeps the data-driven watermark as long as it flows, so none of it is dropped as
-late (bytewax's ``EventClock`` would let the system clock run ahead between batches).
+late (bytewax's ``EventClock`` would let the system clock run ahead between batches). Inputs
+still reading what they held at start (:mod:`connectors.backlog`: a followed topic read back
+from its beginning, a recording joined with live inputs) are not quiet, however long the host
+stalls between two of their events: while one is behind, the system clock moves nothing, and
+quiet time counts from when the last one caught up at the earliest — so a restarted worker
+rebuilds from its history what an uninterrupted one decided, at any host speed.
 
 The end of the input is not the end of event time: a window still open then is incomplete and
 does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
@@ -27,6 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bytewax.operators.windowing import Clock, ClockLogic
+
+from connectors.backlog import Backlog
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -91,8 +98,11 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         if idle is None:
             return None
         # the system time at which quiet inputs would move the watermark past ``timestamp``
+        # (inputs behind: look again one idle period from now at the earliest)
         state = self.state
-        return state.seen_at + idle + (timestamp - (state.newest - self.lateness))
+        quiet_from = self._quiet_from()
+        start = self._now if quiet_from is None else quiet_from
+        return start + idle + (timestamp - (state.newest - self.lateness))
 
     def snapshot(self) -> ClockState:
         return ClockState(self.state.newest, self.state.seen_at, self.state.watermark)
@@ -105,10 +115,22 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         state = self.state
         watermark = state.newest - self.lateness
         idle = self.clock.idle_after
-        if idle is not None and self._now - state.seen_at > idle:
-            watermark += self._now - state.seen_at - idle
+        if idle is not None:
+            quiet_from = self._quiet_from()
+            if quiet_from is not None and self._now - quiet_from > idle:
+                watermark += self._now - quiet_from - idle
         state.watermark = max(state.watermark, watermark)
         return state.watermark
+
+    def _quiet_from(self) -> datetime | None:
+        """Since when the inputs have been quiet (system time); ``None`` while one is behind."""
+        backlog = self.clock.backlog
+        if backlog is None:
+            return self.state.seen_at
+        if backlog.is_behind:
+            return None
+        caught_up_at = backlog.caught_up_at
+        return self.state.seen_at if caught_up_at is None else max(self.state.seen_at, caught_up_at)
 
 
 @dataclass
@@ -125,6 +147,28 @@ class PlannerClock(Clock[Any, ClockState]):
     ...                        lateness_of=lambda t: timedelta(seconds=t % 2))
     >>> [per_key.build(None).on_item(t)[1].second for t in (10, 13)]  # 0 s and 1 s late
     [10, 12]
+
+    Live (``idle_after``), the host clock moves the watermark once the inputs are quiet — not
+    while one of them is still reading its backlog (``backlog``):
+
+    >>> from connectors.backlog import Backlog
+    >>> host = [EPOCH]
+    >>> def at(seconds):
+    ...     host[0] = EPOCH + timedelta(seconds=seconds)
+    >>> backlog = Backlog(now=lambda: host[0])
+    >>> live = PlannerClock(clock.ts_getter, timedelta(0), timedelta(seconds=5),
+    ...                     now_getter=lambda: host[0], backlog=backlog)
+    >>> logic = live.build(None)
+    >>> backlog.behind("topic")
+    >>> _ = logic.on_item(100); at(60)  # the worker stalls for a minute in the backlog
+    >>> def watermark():
+    ...     return (logic.on_notify() - EPOCH).seconds
+    >>> watermark()  # no quieter for it: event time is the data's
+    100
+    >>> backlog.caught_up("topic"); at(63); watermark()  # quiet since 60 s
+    100
+    >>> at(68); watermark()  # quiet for 8 s: 3 s past the idle period
+    103
     """
 
     ts_getter: Callable[[Any], datetime]
@@ -133,6 +177,9 @@ class PlannerClock(Clock[Any, ClockState]):
     now_getter: Callable[[], datetime] = _system_now
     is_state: Callable[[Any], bool] = lambda _value: False
     lateness_of: Callable[[Any], timedelta] | None = None
+    backlog: Backlog | None = None
+    """Live: the inputs' backlog (:data:`connectors.backlog.BACKLOG`); ``None``: quiet time
+    counts from the newest event alone."""
 
     def build(self, resume_state: ClockState | None) -> _PlannerClockLogic:
         logic = _PlannerClockLogic(self, resume_state or ClockState())

@@ -15,7 +15,8 @@ partial data). With ``live=False`` (recorded streams, bounded Kafka reads, the s
 watermark is the newest event time seen minus the allowed lateness and nothing depends on the
 host clock, so a replay reproduces its decisions bit for bit at any speed and with any number
 of workers. With ``live=True`` the watermark also follows the system clock once inputs have
-been quiet for five seconds, so windows close (and the planner ticks) when nothing arrives.
+been quiet for five seconds, so windows close (and the planner ticks) when nothing arrives —
+not while an input is still reading its backlog (:mod:`connectors.backlog`).
 
 The window length is the greatest common divisor of every deployment's tick intervals (load,
 and throughput when enabled), at millisecond resolution; a deployment whose cadence is longer
@@ -25,9 +26,9 @@ simply folds several windows into one tick.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import TypeGuard, cast
 
 import bytewax.operators as op
@@ -36,6 +37,7 @@ from bytewax.inputs import Source
 from bytewax.operators.windowing import TumblingWindower, fold_window
 from bytewax.outputs import FixedPartitionedSink, Sink
 
+from connectors.backlog import BACKLOG
 from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT, dead_letter_kind
 from flows.clock import EPOCH, PlannerClock
 from flows.horizon import (
@@ -202,6 +204,7 @@ def build_flow(
     delivered: dict[str, DeliveredDecision] | None = None,
     in_flight: dict[str, DeliveredDecision] | None = None,
     name: str = "flowplanner",
+    host_clock: Callable[[], datetime] | None = None,
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
 
@@ -213,6 +216,7 @@ def build_flow(
     is, per deployment, the newest decision the outputs already hold: a restarted planner
     resumes after it (see :mod:`operators.deployment`). ``in_flight`` is the newest decision
     the virtual connector's topic holds: behind ``acks`` it awaits its acknowledgement.
+    ``host_clock`` is the system clock of a live run (tests give their own).
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -237,7 +241,10 @@ def build_flow(
         idle_after,
         is_state=is_state_snapshot,
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
+        backlog=BACKLOG if live else None,
     )
+    if host_clock is not None:
+        clock = replace(clock, now_getter=host_clock)
     horizon = EventHorizon(clock, live, window_s).apply("event_horizon", keyed)
     on_time = op.branch("on_time", horizon, _is_keyed_event)
     windows = fold_window(

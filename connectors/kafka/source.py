@@ -14,6 +14,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import ValidationError
 
+from connectors.backlog import BACKLOG
 from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
@@ -94,6 +95,11 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     A partition with :data:`MERGE_QUEUE` messages queued stops fetching until it drains.
     Until the topic exists (following only), the reader asks for it every
     :data:`TOPIC_POLL_S`, without holding up the flow's other inputs.
+
+    While its backlog is not all handed on, the reader counts as behind in
+    :data:`connectors.backlog.BACKLOG` (a live run's clock then keeps to the data's time); it
+    says it caught up in the first :meth:`next_batch` after it handed on the last of it, so
+    the flow has had that batch by then.
     """
 
     def __init__(
@@ -122,6 +128,8 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             self._lanes[partition] = _Lane(
                 partition, offset, time_, end, end if source.until_end else None
             )
+        if not self._backlog_read():
+            BACKLOG.behind(self)
         # end-of-partition events in both modes: a backlog that ends in a transaction marker
         # is read when the partition says so, not when a message beyond it arrives
         config = {"enable.partition.eof": True, **source.config}
@@ -166,10 +174,10 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         if self._consumer is None and not self._find_topic():
             return []
         assert self._consumer is not None
-        if self._source.until_end and all(
-            lane.caught_up and not lane.queue for lane in self._lanes.values()
-        ):
-            raise StopIteration
+        if self._backlog_read():  # handed on in an earlier batch: the flow has it
+            BACKLOG.caught_up(self)
+            if self._source.until_end:
+                raise StopIteration
         messages = self._consumer.consume(self._source.batch_size, 0)
         self._check_errors()
         for message in messages:
@@ -180,6 +188,10 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             EVENTS_IN.labels(source="kafka").inc(len(batch))
         self._awake = None if messages else datetime.now(UTC) + IDLE_POLL
         return batch
+
+    def _backlog_read(self) -> bool:
+        """Every partition's backlog is read and handed on."""
+        return all(lane.caught_up and not lane.queue for lane in self._lanes.values())
 
     def _queue(self, message: Message) -> None:
         partition, offset = message_position(message)
@@ -234,6 +246,7 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         return {p: (lane.next_offset, lane.handed_time) for p, lane in self._lanes.items()}
 
     def close(self) -> None:
+        BACKLOG.forget(self)
         if self._consumer is not None:
             self._consumer.close()
 
