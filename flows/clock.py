@@ -155,17 +155,17 @@ class PlannerClock(Clock[Any, ClockState]):
     >>> host = [EPOCH]
     >>> def at(seconds):
     ...     host[0] = EPOCH + timedelta(seconds=seconds)
-    >>> backlog = Backlog(now=lambda: host[0])
+    >>> backlog, topic = Backlog(now=lambda: host[0]), type("Reader", (), {})()
     >>> live = PlannerClock(clock.ts_getter, timedelta(0), timedelta(seconds=5),
     ...                     now_getter=lambda: host[0], backlog=backlog)
     >>> logic = live.build(None)
-    >>> backlog.behind("topic")
+    >>> backlog.behind(topic)
     >>> _ = logic.on_item(100); at(60)  # the worker stalls for a minute in the backlog
     >>> def watermark():
     ...     return (logic.on_notify() - EPOCH).seconds
     >>> watermark()  # no quieter for it: event time is the data's
     100
-    >>> backlog.caught_up("topic"); at(63); watermark()  # quiet since 60 s
+    >>> backlog.caught_up(topic); at(63); watermark()  # quiet since 60 s
     100
     >>> at(68); watermark()  # quiet for 8 s: 3 s past the idle period
     103
