@@ -18,7 +18,9 @@ does not tick. A recorded stream that should end with a tick ends with a ``clock
 
 A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements) is not
 dropped: it describes the present, not a past instant, so it is placed at the watermark and
-applies from the next tick. Late measurements (forward passes, requests) stay late.
+applies from the next tick. Late measurements (forward passes, requests) stay late. Live, a
+snapshot never moves event time (its time is another host's clock): the newest event time is
+the measurements', and a snapshot may open a window ahead of them without closing any.
 
 Each key (deployment) has its own clock; ``lateness_of`` gives the allowed lateness of the key
 an item belongs to (``lateness`` until the first item of a key, e.g. right after a resume).
@@ -78,11 +80,12 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
             self._lateness = self.clock.lateness_of(value)
         timestamp = self.clock.ts_getter(value)
         state = self.state
+        is_state = self.clock.is_state(value)
         self._advance()  # what quiet inputs let the host clock close already, before this item
-        if timestamp > state.newest:
-            state.newest, state.seen_at = timestamp, self._now
+        if timestamp > state.newest and not (is_state and self.clock.idle_after is not None):
+            state.newest, state.seen_at = timestamp, self._now  # (live, snapshots do not count)
         watermark = self._advance()
-        if timestamp < watermark and self.clock.is_state(value):
+        if timestamp < watermark and is_state:
             timestamp = watermark  # a late snapshot still tells the current state
         return timestamp, watermark
 

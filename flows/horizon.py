@@ -19,7 +19,10 @@ deployment for as long as the run lasts, and in front of the windows:
   traffic observation may be minutes from its second);
 * a state snapshot (inventory, capabilities, acknowledgement) describes the present: it is
   placed at the watermark if it is older. Live, its own time is another host's clock: it never
-  moves event time (one ahead is placed at the newest event), and the ones that come before
+  moves event time — it keeps its own time up to one tick window past the newest measurement
+  (so it lands in the window a replay puts it in, whether it comes just before or just after
+  the measurements of its time: a topic's partitions merged on equal times may hand on either
+  first), one further ahead is placed at the newest measurement — and the ones that come before
   the deployment's first measurement wait for it and are placed at its time (an untimed
   snapshot — time 0 — would otherwise open a window at the Unix epoch); while they wait they
   collapse to one of each kind (the newest inventory and acknowledgement, the capabilities
@@ -269,7 +272,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             state.waiting = _collapsed(state.waiting, event)
             return []
         watermark = _seconds(self.clock.on_notify())
-        return [_at(event, max(watermark, min(event.time, state.newest)))]
+        ahead = 0.0 if self.window is None else self.window.total_seconds()
+        at = event.time if event.time <= state.newest + ahead else state.newest
+        return [_at(event, max(watermark, at))]
 
 
 def _confirms(event: Event, held: Event) -> bool:
