@@ -12,9 +12,9 @@ A forward pass the reporting engine cannot have run — beyond its role's known 
 models' training nor the engine's latest state, and becomes a :class:`schemas.DeadLetter`
 (:meth:`DeploymentPlanner.take_dead_letters`).
 
-Each input is used once. Within one tick window, a forward pass of an engine whose
-``counter_id`` *and* event time repeat one already in the window (the same pass delivered
-twice), and a request whose ``request_id`` repeats one already in the window, are dead letters
+Each input is used once. Within one tick window, a forward pass identical to one already in
+the window — same engine, ``counter_id``, event time and values: the same pass delivered twice
+— and a request whose ``request_id`` repeats one already in the window are dead letters
 (``duplicate: …``); the first copy in the window's (event-time) order is used. This is per
 window, not forever: an engine that restarts counts again from its first ``counter_id`` in
 later windows, and engines that predate ``counter_id`` leave it at 0 (their passes differ by
@@ -318,24 +318,23 @@ class DeploymentPlanner:
             )
 
     def _first_copies(self, engine: EngineId, rows: list[FpmRow]) -> list[FpmRow]:
-        """``rows`` without the repeats of a pass (same ``counter_id`` and event time) already
-        among them; each repeat is dead-lettered."""
+        """``rows`` without the copies of a pass (an identical row: same ``counter_id``, event
+        time and values) already among them; each copy is dead-lettered."""
         time, counter = FPM_COLUMN["time"], FPM_COLUMN["counter_id"]
         if all(a[time] < b[time] for a, b in itertools.pairwise(rows)):
-            return rows  # the usual case: no two passes at one time, so no repeat
-        seen: set[tuple[float, float]] = set()
+            return rows  # the usual case: no two passes at one time, so no copy
+        seen: set[FpmRow] = set()
         kept: list[FpmRow] = []
-        repeats: list[FpmRow] = []
+        copies: list[FpmRow] = []
         for row in rows:
-            pass_id = (row[time], row[counter])
-            (repeats if pass_id in seen else kept).append(row)
-            seen.add(pass_id)
+            (copies if row in seen else kept).append(row)
+            seen.add(row)
         self._refuse_rows(
             engine,
-            repeats,
+            copies,
             lambda fpm, row: (
-                f"duplicate: {fpm} repeats counter_id {row[counter]} of a pass "
-                "already used in this window"
+                f"duplicate: {fpm} (counter_id {row[counter]}) repeats a pass already used in "
+                "this window"
             ),
         )
         return kept

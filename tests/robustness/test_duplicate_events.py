@@ -1,5 +1,5 @@
 """Each input is used once: within one tick window, a repeated request (same ``request_id``)
-and a repeated forward pass (same engine, ``counter_id`` and event time) are dead letters
+and a repeated forward pass (same engine, ``counter_id``, event time and values) are dead letters
 (``duplicate: …``), counted, and the run decides as if each had come once. Counter ids an engine
 reuses in a later window (a restart), or passes at different times that all leave
 ``counter_id`` at 0 (producers that predate it), are not copies. (Repeated request lines added
