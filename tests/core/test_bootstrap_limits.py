@@ -81,6 +81,22 @@ def test_within_engine_limits(fpm: ForwardPassMetrics, inside: bool) -> None:
     assert within_engine_limits(fpm, EngineCapabilities()) is True  # unknown limits: keep
 
 
+@pytest.mark.parametrize(("prefill", "inside"), [(156, True), (200, False)])
+def test_prefill_and_decode_requests_share_the_batch_slots(prefill: int, inside: bool) -> None:
+    # protects: max_num_seqs bounds prefill + decode requests of one pass, not decode alone:
+    # 156 + 100 = 256 fits the 256 slots, 200 + 100 = 300 does not (tokens and KV fit either way)
+    mixed = ForwardPassMetrics(
+        wall_time=0.05,
+        scheduled_requests=ScheduledRequestMetrics(
+            num_prefill_requests=prefill,
+            sum_prefill_tokens=10 * prefill,
+            num_decode_requests=100,
+            sum_decode_kv_tokens=100_000,
+        ),
+    )
+    assert within_engine_limits(mixed, ENGINE) is inside
+
+
 # -- the store and the regressor ---------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import math
 
 from operators.load_scaling import (
     ScaleDownCheck,
+    flat_scale_down,
     sla_agg_proposals,
     sla_decode_proposal,
     sla_step,
@@ -119,3 +120,43 @@ def test_a_survivor_filling_exactly_its_batch_slots_may_scale_down():
 
     assert itl_reason(128) == "scale_down"
     assert itl_reason(127) == "scale_down_refused_consolidation"
+
+
+def test_a_survivor_needing_half_a_batch_slot_more_than_it_has_is_refused():
+    # protects: a survivor's share of requests is rounded UP (a half request still takes a
+    # slot): 3 → 2 engines, c = 1.5, 4 running + 1 queued each → ceil(5 × 1.5) = 8 slots
+    fpm = ForwardPassMetrics(
+        wall_time=0.02,
+        scheduled_requests=ScheduledRequestMetrics(num_decode_requests=4, sum_decode_kv_tokens=KV),
+        queued_requests=QueuedRequestMetrics(num_decode_requests=1),
+    )
+
+    def itl_reason(max_num_seqs: int) -> str:
+        _, itl = sla_agg_proposals(
+            agg_model(),
+            {(f"w{i}", 0): fpm for i in range(3)},
+            3,
+            max_num_batched_tokens=None,
+            ttft_sla_ms=1000.0,
+            itl_sla_ms=1000.0,
+            sensitivity=SENS,
+            rule="consolidation",
+            max_kv_tokens=1_000_000,
+            kv_hit_rate=None,
+            accept_length=1.0,
+            min_endpoint=1,
+            max_num_seqs=max_num_seqs,
+            queue_aware=True,
+        )
+        return itl.reason
+
+    assert itl_reason(7) == "scale_down_refused_consolidation"
+    assert itl_reason(8) == "scale_down"
+
+
+def test_an_estimate_equal_to_sla_times_sensitivity_does_not_scale_down():
+    # protects: the flat rule (§4.5) scales down only when every estimate is strictly below
+    # SLA × sensitivity; 64 × 0.5 = 32 exactly
+    assert flat_scale_down([32.0, 32.0], 64.0, SENS) == ScaleDownCheck(False, False)
+    below = math.nextafter(32.0, 0.0)
+    assert flat_scale_down([below, below], 64.0, SENS) == ScaleDownCheck(True, False)

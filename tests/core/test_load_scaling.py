@@ -252,6 +252,14 @@ class TestReasons:
         )
         assert settle_reason(current=2, proposal=veto, post_floor=4, final=4) == "scale_up"
 
+    def test_a_floor_lift_the_budget_refuses_is_no_change_when_no_scale_down_was_asked(self):
+        # protects: 'scale_down_capped_by_throughput' needs a proposed scale-down; a rule with
+        # no opinion (or holding at current) whose floor lift the budget undoes is no_change
+        for proposal in (LoadProposal(None, "no_change"), LoadProposal(2, "no_change")):
+            assert settle_reason(current=2, proposal=proposal, post_floor=3, final=2) == (
+                "no_change"
+            )
+
     def test_aggregate_priority(self):
         assert aggregate_reason(["scale_down", "scale_down_capped_by_throughput"], True) == (
             "scale_down_capped_by_throughput"

@@ -262,6 +262,23 @@ class TestWithTheGpuFloor:
         gpu = GpuBudget(config, {"prefill": None, "decode": 1}, {"decode": 4}, power=budget)
         assert gpu.guard_single("decode", 4, 4) == (6, "power_budget_clamp")  # reconcile to 8
 
+    def test_a_cut_landing_within_the_floor_tolerance_goes_ahead(self):
+        # protects: the band's floor is min_gpu_budget less its tolerance (spec §8.2) when the
+        # power budget cuts a rebalance, so the cut is not held back at a fleet over the limit
+        power = PowerBudget(5 * H200, watts(), ENDPOINTS)  # funds 5 one-GPU replicas
+        config = PlannerConfig(
+            mode="disagg", gpu_budget_rule="band", min_gpu_budget=6, max_gpu_budget=20
+        )
+        gpu = GpuBudget(config, watts(1, 1), watts(4, 2), power=power)
+        # (4, 2) draws 4 200 W; (2, 5) is cut to (2, 3) = 5 GPUs >= floor 6 - tolerance 1
+        assert gpu.guard_pair((4, 2), (2, 5)) == (2, 3, "power_budget_clamp")
+        # without a ceiling there is no tolerance (§8.2): 5 < 6 leaves the band, the move waits
+        floor_only = PlannerConfig(
+            mode="disagg", gpu_budget_rule="band", min_gpu_budget=6, max_gpu_budget=-1
+        )
+        held = GpuBudget(floor_only, watts(1, 1), watts(4, 2), power=power)
+        assert held.guard_pair((4, 2), (2, 5)) == (4, 2, "power_budget_clamp")
+
 
 class TestConfig:
     def test_off_by_default(self):

@@ -103,3 +103,25 @@ def test_throughput_floor_uses_the_batched_rate() -> None:
     # one prompt per pass: 25 rps/engine -> 4; eight per 180 ms pass: 44.4 rps -> 3
     assert floors[False] == pytest.approx((4, 25.0))
     assert floors[True] == pytest.approx((3, 8 / 0.18))
+
+
+def test_throughput_floor_batches_at_most_max_num_seqs_prompts() -> None:
+    # protects: the engine's max_num_seqs caps the prompts per prefill pass in the state
+    # machine's capacity (not only the token budget, which would fit 8 prompts of 1 000)
+    traffic = TrafficObservation(duration_s=60, num_req=11_400, isl=1000, osl=100)  # 190 rps
+    caps = WorkerCapabilities(
+        prefill=EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192, max_num_seqs=2),
+        decode=EngineCapabilities(num_gpu=1, max_num_seqs=256),
+    )
+    training = [
+        fpm(prefill_tokens=t, prefill_requests=1, wall_time=0.02 + 2e-5 * t)
+        for t in (1000, 2000, 4000, 6000, 8000)
+    ]
+    machine = core(caps, mode="prefill", prefill_capacity_batching=True)
+    machine.load_benchmark_fpms("prefill", training)
+    diag = run_tick(
+        machine, now_s=60.0, traffic=traffic, counts=WorkerCounts(ready_num_prefill=1)
+    ).diagnostics
+    # two prompts per 20 + 20·2 = 60 ms pass: 2 / 0.06 = 33.3 rps/engine; 190 / 33.3 = 5.7 -> 6
+    assert diag.engine_rps_prefill == pytest.approx(2 / 0.06)
+    assert diag.throughput_lower_bound_prefill == 6

@@ -123,6 +123,30 @@ class TestCadence:
         machine.cadence.next_throughput_s = 60.6
         assert not machine.cadence.next_tick(machine.config).run_throughput_scaling
 
+    def test_a_load_tick_due_within_the_tolerance_after_a_throughput_tick_merges_into_it(self):
+        # protects: the merge tolerance applies to the later load cadence too (one tick, both)
+        machine = core()
+        machine.initial_tick(0.0)
+        machine.cadence.next_throughput_s = 60.0
+        machine.cadence.next_load_s = 60.3
+        tick = machine.cadence.next_tick(machine.config)
+        assert (tick.at_s, tick.run_load_scaling, tick.run_throughput_scaling) == (60.0, True, True)
+        machine.cadence.next_load_s = 60.6  # past the 0.5 s tolerance: a tick of its own
+        tick = machine.cadence.next_tick(machine.config)
+        assert (tick.run_load_scaling, tick.run_throughput_scaling) == (False, True)
+
+    def test_after_a_late_tick_the_next_load_tick_is_one_interval_after_it_ran(self):
+        # protects: a tick run late (due 55 s, run at 205 s) reschedules from when it ran, not
+        # from when it was due (which would leave the load loop 150 s behind, firing at once)
+        machine = core()
+        machine.initial_tick(0.0)
+        machine.cadence.next_load_s = 55.0
+        tick = machine.cadence.next_tick(machine.config, due_by_s=205.0)
+        assert tick.at_s == 55.0 and tick.run_load_scaling and tick.run_throughput_scaling
+        machine.cadence.advance(machine.config, tick, now_s=205.0)
+        assert machine.cadence.next_load_s == 205.0 + 5.0
+        assert machine.cadence.next_throughput_s == 205.0 + 60.0
+
 
 # --- cases 3-9, 15, 16: load scaling -------------------------------------------------------
 
@@ -763,6 +787,27 @@ class TestBudget:
             counts=WorkerCounts(ready_num_prefill=1, ready_num_decode=1),
         )
         assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == expected
+
+    def test_a_role_only_raised_to_its_minimum_endpoint_keeps_its_own_reason(self):
+        # protects: the budget's reason tags only a role the budget moved off what it asked
+        # for; prefill, below its minimum endpoint (1 < 2) and without FPMs, is lifted to 2 by
+        # the endpoint floor, while decode's scale-up to 3 is held at 2 by the 4-GPU ceiling
+        machine = core(min_endpoint=2, max_gpu_budget=4, enable_throughput_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        # ITL 1e-5 · 10 000 + 0.001 = 101 ms > the 50 ms SLA on both engines: decode wants 3
+        hot = engines(2, decode_kv=10_000, decode_requests=10, wall_time=0.101)
+        effects = run_tick(
+            machine,
+            decode=hot,
+            prefill={},
+            counts=WorkerCounts(ready_num_prefill=1, ready_num_decode=2),
+        )
+        target = effects.scale_to
+        assert (target.num_prefill, target.num_decode) == (2, 2)
+        assert target.prefill_reason == "scale_up"
+        assert target.decode_reason == target.reason
+        assert target.reason.startswith("gpu_budget")
 
 
 class TestBudgetBand:
