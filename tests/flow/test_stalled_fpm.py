@@ -37,8 +37,9 @@ def load_reasons(ticks: list[dict]) -> dict[float, str]:
 def test_a_stall_is_set_aside_and_changes_nothing(tmp_path: Path) -> None:
     # The baseline holds the same pass unchanged: one more pass in a tick window shifts which
     # of an engine's passes train the model (fpm_samples_per_engine_per_tick, evenly spaced).
+    # Its counter_id differs: an identical copy would be a duplicate, dead-lettered.
     events = read_jsonl(EXAMPLES / "decode_burst.jsonl")
-    twin, _line = with_outlier(events, 49.75, {})
+    twin, _line = with_outlier(events, 49.75, {"counter_id": 10**6})
     stalled, _line = with_outlier(events, 49.75, {"wall_time": 5.0})
     screened = config_with(tmp_path, 4.0)
 
