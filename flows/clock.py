@@ -82,8 +82,12 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         state = self.state
         is_state = self.clock.is_state(value)
         self._advance()  # what quiet inputs let the host clock close already, before this item
-        if timestamp > state.newest and not (is_state and self.clock.idle_after is not None):
-            state.newest, state.seen_at = timestamp, self._now  # (live, snapshots do not count)
+        # live, a snapshot does not move the measurements' newest time — unless there is none
+        # yet (bytewax starts a key's clock afresh once all its windows closed: a snapshot then,
+        # an acknowledgement, must still open a window that the idle rule closes)
+        live_snapshot = is_state and self.clock.idle_after is not None and state.newest > EPOCH
+        if timestamp > state.newest and not live_snapshot:
+            state.newest, state.seen_at = timestamp, self._now
         watermark = self._advance()
         if timestamp < watermark and is_state:
             timestamp = watermark  # a late snapshot still tells the current state
