@@ -10,10 +10,13 @@ deployment for as long as the run lasts, and in front of the windows:
 * live, a measurement behind the watermark is a dead letter (``late``), as the window's would
   be (a replay never drops a key's windows before its end: there the window step's clock is
   the one that counts);
-* one stray timestamp must not move event time: a measurement more than :data:`MAX_JUMP_S`
-  past the deployment's newest (and, in a replay, the very first one) is held until the next
-  measurement confirms it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real
-  gap in the data); if the next one disagrees, the held one is a dead letter (``stray``).
+* one stray timestamp must not move event time: live, a measurement more than
+  :data:`MAX_JUMP_S` past the deployment's newest is held until the next measurement confirms
+  it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the data); if
+  the next one disagrees, the held one is a dead letter (``stray``). In a replay the very first
+  measurement is held the same way, and any later one more than :data:`REPLAY_JUMP_S` (or the
+  deployment's allowed lateness) past the newest is held until the next measurement shows the
+  stream did not go back behind it by more than that.
   Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
   letter at once (``ahead``), and the first one is used at once (a live source's first
   traffic observation may be minutes from its second);
@@ -28,11 +31,11 @@ deployment for as long as the run lasts, and in front of the windows:
   collapse to one of each kind (the newest inventory and acknowledgement, the capabilities
   merged), so a deployment polled for hours before its first measurement holds three at most.
   In a replay a snapshot's time is data, so one stray timestamp there must not move event time
-  either: a snapshot more than :data:`MAX_JUMP_S` past the newest measurement is held like a
-  measurement, used if the next measurement confirms it and a dead letter (``stray``) if not;
+  either: a snapshot more than :data:`REPLAY_JUMP_S` past the newest measurement is held like
+  a measurement, used if the next measurement confirms it and a dead letter (``stray``) if not;
   and a snapshot never overtakes a held measurement (nor the first one): it waits behind it,
-  then is used, or is a ``stray`` dead letter if it lies more than :data:`MAX_JUMP_S` past the
-  measurements that came after all;
+  then is used, or is a ``stray`` dead letter if it lies more than :data:`REPLAY_JUMP_S` past
+  the measurements that came after all;
 * a forward-pass batch (``fpm_batch``) whose rows span several tick windows is split into one
   batch per window, each at the time of its last row (the piece in the batch's own window keeps
   the batch's time; if none of its rows are in that window, a clock event carries the batch's
@@ -59,7 +62,7 @@ and so are the snapshots waiting behind it.
 ...     print(item.time if isinstance(item, ClockEvent) else item.reason)
 100.0
 101.0
-stray: event time 90000000000.0 is more than 604800 s from the events around it
+stray: event time 90000000000.0 is more than 60 s ahead of the events before and after it
 102.0
 """
 
@@ -93,6 +96,13 @@ healthy hosts agree within well under a second; this is a broken clock or a wron
 MAX_JUMP_S = 7 * 24 * 3600.0
 """*ours*: a measurement more than 7 days from its deployment's newest needs the next one to
 confirm it (a stream of one deployment does not jump by a week for a single event)."""
+
+REPLAY_JUMP_S = 60.0
+"""*ours*: in a replay, an event more than a minute (or its deployment's allowed lateness, if
+longer) past the newest measurement is held until the next measurement confirms it by not
+going back behind it by more than that: one mistyped timestamp an hour ahead would otherwise
+make the rest of the recording late. A recording that really jumps ahead goes on from there,
+so holding costs nothing but one event's wait."""
 
 
 def untimed() -> float:
@@ -168,6 +178,8 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         self.live = horizon.live
         self.window = None if horizon.window_s is None else timedelta(seconds=horizon.window_s)
         self.clock = horizon.clock.build(state.clock)
+        self.lateness_of = horizon.clock.lateness_of
+        self.lateness = horizon.clock.lateness
         self.state = state
 
     def on_item(self, event: Event) -> tuple[Iterable[Event | DeadLetter], bool]:
@@ -217,7 +229,7 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             if state.held is not None or state.newest is None:
                 state.waiting.append(event)  # behind the held event, or the first measurement
                 return []
-            if event.time > state.newest + MAX_JUMP_S:
+            if event.time > state.newest + self._jump(event):
                 state.held, state.ahead_of_held = event, 0  # nothing waits when nothing is held
                 return []
             return [event]
@@ -226,8 +238,13 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         used: list[Event | DeadLetter] = []
         if state.held is not None:
             held, state.held = state.held, None
-            used = self._use(held) if _confirms(event, held) else [_stray(held)]
-        hold = state.newest is None or event.time > state.newest + MAX_JUMP_S
+            if state.newest is None:  # the very first: either way, by up to a week
+                used = self._use(held) if _confirms(event, held) else [_stray(held)]
+            elif event.time >= held.time - self._jump(held):  # the stream did not go back
+                used = self._use(held)
+            else:
+                used = [self._stray_ahead(held)]
+        hold = state.newest is None or event.time > state.newest + self._jump(event)
         now = [] if hold else self._use(event)  # far behind is merely late (the window step's)
         out = self._settle(waiting[:before], hold) + used + self._settle(waiting[before:], hold)
         if hold:
@@ -240,15 +257,24 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         newest = self.state.newest
         out: list[Event | DeadLetter] = []
         for snapshot in snapshots:
-            if newest is not None and snapshot.time <= newest + MAX_JUMP_S:
+            if newest is not None and snapshot.time <= newest + self._jump(snapshot):
                 out.append(snapshot)
             elif hold:
                 self.state.waiting.append(snapshot)
             elif newest is None:  # the input ended before any measurement: nothing to judge by
                 out.append(snapshot)
             else:
-                out.append(_stray(snapshot))
+                out.append(self._stray_ahead(snapshot))
         return out
+
+    def _jump(self, event: Event) -> float:
+        """Replay: how far past the newest measurement ``event`` may lie without confirmation."""
+        lateness = self.lateness if self.lateness_of is None else self.lateness_of(event)
+        return max(REPLAY_JUMP_S, lateness.total_seconds())
+
+    def _stray_ahead(self, event: Event) -> DeadLetter:
+        ahead = f"{self._jump(event):g} s ahead of the events before and after it"
+        return _refused(event, "stray", ahead)
 
     def _use(self, event: Event) -> list[Event | DeadLetter]:
         state = self.state

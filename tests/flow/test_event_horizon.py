@@ -48,15 +48,31 @@ DAY = 24 * 3600.0
 
 
 @pytest.mark.parametrize(
-    ("case", "shift", "stray_at", "stray_time"),
+    ("case", "shift", "stray_at", "stray_time", "how_far"),
     [
-        ("mid-stream, far ahead", 0.0, 500, 9e10),
-        ("the first pass, far ahead", 0.0, 2, 9e10),
-        ("the first pass, far behind", 1.78e9, 2, 1.0),
+        ("mid-stream, far ahead", 0.0, 500, 9e10, "60 s ahead of the events before and after it"),
+        # an hour and six days ahead were used (all that followed was late) before the replay
+        # held events more than a minute ahead, not only a week
+        (
+            "mid-stream, an hour ahead",
+            0.0,
+            500,
+            3600.0,
+            "60 s ahead of the events before and after it",
+        ),
+        (
+            "mid-stream, six days ahead",
+            0.0,
+            500,
+            6 * 24 * 3600.0,
+            "60 s ahead of the events before and after it",
+        ),
+        ("the first pass, far ahead", 0.0, 2, 9e10, "604800 s from the events around it"),
+        ("the first pass, far behind", 1.78e9, 2, 1.0, "604800 s from the events around it"),
     ],
 )
 def test_one_stray_timestamp_is_refused_and_changes_nothing(
-    tmp_path, case, shift, stray_at, stray_time
+    tmp_path, case, shift, stray_at, stray_time, how_far
 ):
     lines = shifted((EXAMPLE / "decode_burst.jsonl").read_text().splitlines(), shift)
     assert json.loads(lines[stray_at])["type"] == "fpm"
@@ -70,9 +86,7 @@ def test_one_stray_timestamp_is_refused_and_changes_nothing(
     decisions, dead = run(tmp_path, poisoned, "poisoned")
     assert decisions == clean
     [letter] = dead
-    assert letter["reason"] == (
-        f"stray: event time {stray_time} is more than 604800 s from the events around it"
-    )
+    assert letter["reason"] == f"stray: event time {stray_time} is more than {how_far}"
     assert dead_letter_kind(letter["reason"]) == "stray"  # a metric label of its own
 
 
@@ -85,6 +99,19 @@ def test_a_real_gap_of_days_is_crossed(tmp_path):
     assert dead == []
     assert decisions[: len(once)] == once
     assert any(d["time"] > 8 * DAY for d in decisions)  # the planner goes on after the gap
+
+
+def test_a_sparse_recording_that_moves_on_by_minutes_loses_nothing(tmp_path):
+    # every event more than a minute past the one before is held, and the next one confirms it
+    lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
+    once, _ = run(tmp_path, EXAMPLE / "decode_burst.jsonl", "once")
+    spread = [*lines, *shifted(lines, 600.0), *shifted(lines, 1300.0)]
+    sparse = tmp_path / "sparse.jsonl"
+    sparse.write_text("\n".join(spread) + "\n")
+    decisions, dead = run(tmp_path, sparse, "sparse")
+    assert dead == []
+    assert decisions[: len(once)] == once
+    assert any(d["time"] > 1300.0 for d in decisions)
 
 
 def fpm_event(counter: int, at: float) -> bytes:

@@ -64,7 +64,7 @@ def test_a_stray_snapshot_is_refused_and_changes_nothing(tmp_path, clean, where)
     decisions, dead = run(tmp_path, lines, "stray")
     assert decisions == clean
     assert [letter["reason"] for letter in dead] == [
-        "stray: event time 90000000000.0 is more than 604800 s from the events around it"
+        "stray: event time 90000000000.0 is more than 60 s ahead of the events before and after it"
     ]
 
 
