@@ -1,0 +1,176 @@
+"""The throughput loop of one deployment's planner (reference spec §5).
+
+Each throughput tick feeds the traffic forecaster the tick's observation, forecasts the next
+interval and sizes every role for it with the perf models (:meth:`EngineFleet.capacity`). With
+load scaling on, the sizes only become the replica floors the load loop applies
+(:attr:`ThroughputLoop.lower_bounds`); otherwise they are a throughput decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from operators.engine_fleet import EngineFleet
+from operators.throughput_scaling import idle_capacity, sizing_lengths
+from operators.tick import ScaleTarget
+from operators.traffic_intake import TrafficForecaster
+from schemas import Role, ThroughputReason, TickDiagnostics, TrafficObservation
+
+
+class ThroughputLoop:
+    """Forecast-based sizing of one deployment's roles; owns the forecaster and the replica
+    floors (1 per role until the first sizing; agg uses ``decode``).
+
+    >>> from schemas import PlannerConfig
+    >>> config = PlannerConfig(mode="decode", optimization_target="sla")
+    >>> loop = ThroughputLoop(EngineFleet(config), TrafficForecaster.from_config(config))
+    >>> diag = TickDiagnostics()
+    >>> loop.tick(None, diag), diag.throughput_decision_reason
+    (None, 'no_traffic_data')
+    >>> loop.lower_bounds, loop.bound_for("decode"), loop.bound_for("prefill")
+    ({'prefill': 1, 'decode': 1}, 1, None)
+    """
+
+    def __init__(self, fleet: EngineFleet, forecaster: TrafficForecaster | None) -> None:
+        self.fleet = fleet
+        self.forecaster = forecaster
+        self.lower_bounds: dict[Role, int] = {"prefill": 1, "decode": 1}
+
+    def bound_for(self, role: Role) -> int | None:
+        """The replica floor of ``role``, or ``None`` for a role the deployment lacks."""
+        return self.lower_bounds[role] if role in self.fleet.config.roles else None
+
+    def _set_reason(self, diag: TickDiagnostics, reason: ThroughputReason) -> None:
+        diag.throughput_decision_reason = reason
+        for role in self.fleet.config.roles:
+            self._set_role_reason(diag, role, reason)
+
+    @staticmethod
+    def _set_role_reason(diag: TickDiagnostics, role: Role, reason: ThroughputReason) -> None:
+        if role == "prefill":
+            diag.throughput_decision_reason_prefill = reason
+        else:
+            diag.throughput_decision_reason_decode = reason
+
+    def tick(self, traffic: TrafficObservation | None, diag: TickDiagnostics) -> ScaleTarget | None:
+        """One throughput tick on ``traffic``: a decision (throughput-only deployments) or
+        ``None``; the floors and ``diag`` are updated."""
+        fleet, config = self.fleet, self.fleet.config
+        if not config.enable_throughput_scaling or self.forecaster is None:
+            self._set_reason(diag, "disabled")
+            return None
+        if traffic is None or not traffic.duration_s > 0:
+            self._set_reason(diag, "no_traffic_data")
+            return None
+        self.forecaster.observe(traffic)
+        try:
+            forecast = self.forecaster.forecast()
+        except Exception:  # any predictor failure only skips this tick (spec §5.3)
+            self._set_reason(diag, "predict_failed")
+            return None
+        if not all(math.isfinite(v) for v in (forecast.num_req, forecast.isl, forecast.osl)):
+            self._set_reason(diag, "predict_failed")
+            return None
+        diag.predicted_num_req = forecast.num_req
+        diag.predicted_isl = forecast.isl
+        diag.predicted_osl = forecast.osl
+        diag.predicted_kv_hit_rate = fleet.metadata.kv_hit_rate
+        demand_rps = forecast.num_req / traffic.duration_s
+        isl, osl = sizing_lengths(
+            forecast.isl,
+            forecast.osl,
+            self.forecaster.last_shape,
+            isl_quantile=config.capacity_isl_quantile,
+            osl_quantile=config.capacity_osl_quantile,
+        )
+        sized = {role: fleet.capacity(role, demand_rps, isl, osl) for role in config.roles}
+        if config.zero_demand_to_min_endpoint and not demand_rps > 0:
+            # ours: no requests need the endpoint floor, whatever the models can answer (the
+            # zero lengths forecast before any traffic make every capacity query answer 0)
+            sized = {role: idle_capacity(c, fleet.min_endpoint(role)) for role, c in sized.items()}
+        if sized.get("prefill") is not None:
+            diag.engine_rps_prefill = sized["prefill"].engine_rps
+        if sized.get("decode") is not None:
+            diag.engine_rps_decode = sized["decode"].engine_rps
+            if config.mode == "agg":
+                diag.engine_rps_prefill = sized["decode"].engine_rps
+
+        if any(c.replicas is None for c in sized.values()):
+            for role, c in sized.items():
+                self._set_role_reason(
+                    diag, role, "model_not_ready" if c.replicas is None else "partner_not_ready"
+                )
+            diag.throughput_decision_reason = "model_not_ready"
+            return self._hold_at_min_endpoints(diag)
+
+        targets = {
+            role: self._change_capped(role, c.replicas)
+            for role, c in sized.items()
+            if c.replicas is not None
+        }
+        if config.enable_load_scaling:
+            bounds, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=True)
+            self.lower_bounds.update(bounds)
+            self._set_reason(diag, budget_reason or "set_lower_bound")
+            return None
+        targets, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=False)
+        in_effect = all(fleet.inventory.current_target(role) == n for role, n in targets.items())
+        if budget_reason is not None and (
+            budget_reason == "gpu_budget_guard_hold"  # nothing moves (not even back to ready)
+            or (budget_reason == "power_budget_clamp" and in_effect)  # the power budget held
+        ):
+            self._set_reason(diag, budget_reason)
+            return None
+        return self._target(targets, budget_reason or "scale", diag)
+
+    def _change_capped(self, role: Role, desired: int) -> int:
+        """Spec §5.4: one observation moves a role at most ``max_throughput_scaling_replicas``
+        from its ready count, then the endpoint floor (which may exceed the cap). The cap is
+        taken from the ready count each time, so re-evaluating an observation never ratchets;
+        with no count known there is nothing to cap against."""
+        current = self.fleet.inventory.ready(role)
+        if current is None:
+            return desired
+        cap = self.fleet.config.max_throughput_scaling_replicas
+        bounded = min(max(desired, max(0, current - cap)), current + cap)
+        return max(bounded, self.fleet.min_endpoint(role))
+
+    def _hold_at_min_endpoints(self, diag: TickDiagnostics) -> ScaleTarget | None:
+        """Model not ready: hold the current counts, but never below the min endpoints
+        (throughput-only deployments; with load scaling on, its own floors apply)."""
+        if self.fleet.config.enable_load_scaling:
+            return None
+        targets: dict[Role, int] = {}
+        for role in self.fleet.config.roles:
+            current = self.fleet.inventory.current_target(role)
+            if current is not None:
+                targets[role] = max(current, self.fleet.min_endpoint(role))
+        return self._target(targets, "model_not_ready", diag, keep_reasons=True)
+
+    def _target(
+        self,
+        targets: Mapping[Role, int],
+        reason: ThroughputReason,
+        diag: TickDiagnostics,
+        *,
+        keep_reasons: bool = False,
+    ) -> ScaleTarget | None:
+        """A throughput decision, or ``None`` (``no_change``) when every target equals the
+        count already in effect (expected, else ready)."""
+        inventory = self.fleet.inventory
+        unchanged = all(inventory.current_target(r) == n for r, n in targets.items())
+        if not targets or unchanged:
+            if not keep_reasons:
+                self._set_reason(diag, "no_change")
+            return None
+        if not keep_reasons:
+            self._set_reason(diag, reason)
+        return ScaleTarget(
+            num_prefill=targets.get("prefill"),
+            num_decode=targets.get("decode"),
+            source="throughput",
+            reason=reason,
+            prefill_reason=diag.throughput_decision_reason_prefill,
+            decode_reason=diag.throughput_decision_reason_decode,
+        )
