@@ -13,10 +13,13 @@ deployment for as long as the run lasts, and in front of the windows:
 * one stray timestamp must not move event time: live, a measurement more than
   :data:`MAX_JUMP_S` past the deployment's newest is held until the next measurement confirms
   it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the data); if
-  the next one disagrees, the held one is a dead letter (``stray``). In a replay the very first
-  measurement is held the same way, and any later one more than :data:`REPLAY_JUMP_S` (or the
-  deployment's allowed lateness) past the newest is held until the next measurement shows the
-  stream did not go back behind it by more than that.
+  the next one disagrees, the held one is a dead letter (``stray``). In a replay (and live,
+  while the inputs read back their history: :mod:`connectors.backlog`) any measurement more
+  than :data:`REPLAY_JUMP_S` (or the deployment's allowed lateness) past the newest is held
+  until the next one shows the stream did not go back behind it by more than that; the very
+  first measurement of a replay is held too, and is also a stray if the next one lies a week
+  or more past it. The closed loop's simulator, in order by construction, is never held
+  (``ordered``).
   Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
   letter at once (``ahead``), and the first one is used at once (a live source's first
   traffic observation may be minutes from its second);
@@ -165,6 +168,10 @@ class EventHorizon:
     window_s: float | None = None
     """The tick window's length: forward-pass batches that span several are split (``None``:
     batches pass whole)."""
+    ordered: bool = False
+    """The input is in event-time order by construction (the closed loop's own simulator): a
+    replay holds nothing for confirmation — the simulator waits for the tick its last event
+    closes, so a held event would never be confirmed."""
 
     def apply(
         self, step_id: str, keyed: op.KeyedStream[Event]
@@ -176,6 +183,8 @@ class EventHorizon:
 class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
     def __init__(self, horizon: EventHorizon, state: HorizonState) -> None:
         self.live = horizon.live
+        self.ordered = horizon.ordered
+        self.backlog = horizon.clock.backlog
         self.window = None if horizon.window_s is None else timedelta(seconds=horizon.window_s)
         self.clock = horizon.clock.build(state.clock)
         self.lateness_of = horizon.clock.lateness_of
@@ -194,15 +203,18 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
 
     def _one(self, event: Event) -> list[Event | DeadLetter]:
         if not self.live:
-            return self._replayed(event)
+            return self._use(event) if self.ordered else self._replayed(event)
         if is_state_snapshot(event):
             return self._snapshot(event)
         out: list[Event | DeadLetter] = []
         state = self.state
+        # reading back its history, a live run judges it as its replay would
+        rebuilding = self.backlog is not None and self.backlog.is_behind
         if state.held is not None:
             held, state.held = state.held, None
-            out += self._use(held) if _confirms(event, held) else [_stray(held)]
-        if state.newest is not None and event.time > state.newest + MAX_JUMP_S:
+            out += self._decide(held, event, first=False, short=rebuilding)
+        jump = self._jump(event) if rebuilding else MAX_JUMP_S
+        if state.newest is not None and event.time > state.newest + jump:
             state.held = event  # (far behind is merely late)
             return out
         return out + self._use(event)  # live, the host clock bounds the first one
@@ -238,12 +250,7 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         used: list[Event | DeadLetter] = []
         if state.held is not None:
             held, state.held = state.held, None
-            if state.newest is None:  # the very first: either way, by up to a week
-                used = self._use(held) if _confirms(event, held) else [_stray(held)]
-            elif event.time >= held.time - self._jump(held):  # the stream did not go back
-                used = self._use(held)
-            else:
-                used = [self._stray_ahead(held)]
+            used = self._decide(held, event, first=state.newest is None, short=True)
         hold = state.newest is None or event.time > state.newest + self._jump(event)
         now = [] if hold else self._use(event)  # far behind is merely late (the window step's)
         out = self._settle(waiting[:before], hold) + used + self._settle(waiting[before:], hold)
@@ -266,6 +273,19 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             else:
                 out.append(self._stray_ahead(snapshot))
         return out
+
+    def _decide(
+        self, held: Event, event: Event, *, first: bool, short: bool
+    ) -> list[Event | DeadLetter]:
+        """The held event, now that ``event`` follows it: used, or a ``stray`` dead letter.
+        ``short`` (a replay, or a live run reading back its history): stray if the stream goes
+        back behind it by more than :meth:`_jump`; the very first measurement of a replay, and
+        any held live one, is also stray if ``event`` lies a week or more from it."""
+        if short and event.time < held.time - self._jump(held):
+            return [self._stray_ahead(held)]
+        if (first or not short) and abs(event.time - held.time) > MAX_JUMP_S:
+            return [_stray(held)]
+        return self._use(held)
 
     def _jump(self, event: Event) -> float:
         """Replay: how far past the newest measurement ``event`` may lie without confirmation."""
@@ -301,10 +321,6 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         ahead = 0.0 if self.window is None else self.window.total_seconds()
         at = event.time if event.time <= state.newest + ahead else state.newest
         return [_at(event, max(watermark, at))]
-
-
-def _confirms(event: Event, held: Event) -> bool:
-    return abs(event.time - held.time) <= MAX_JUMP_S
 
 
 def _stray(event: Event) -> DeadLetter:

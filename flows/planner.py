@@ -205,6 +205,7 @@ def build_flow(
     in_flight: dict[str, DeliveredDecision] | None = None,
     name: str = "flowplanner",
     host_clock: Callable[[], datetime] | None = None,
+    ordered: bool = False,
 ) -> Dataflow:
     """Build the planner dataflow for ``configs`` (deployment name → config).
 
@@ -217,6 +218,8 @@ def build_flow(
     resumes after it (see :mod:`operators.deployment`). ``in_flight`` is the newest decision
     the virtual connector's topic holds: behind ``acks`` it awaits its acknowledgement.
     ``host_clock`` is the system clock of a live run (tests give their own).
+    ``ordered`` says the inputs are in event-time order by construction (the closed loop's own
+    simulator): the event horizon then holds nothing for confirmation.
     """
     if not configs:
         raise ValueError("no deployments configured")
@@ -245,7 +248,7 @@ def build_flow(
     )
     if host_clock is not None:
         clock = replace(clock, now_getter=host_clock)
-    horizon = EventHorizon(clock, live, window_s).apply("event_horizon", keyed)
+    horizon = EventHorizon(clock, live, window_s, ordered).apply("event_horizon", keyed)
     on_time = op.branch("on_time", horizon, _is_keyed_event)
     windows = fold_window(
         "tick_window",

@@ -156,8 +156,9 @@ def closed_loop_flow(
 ) -> Dataflow:
     """The production planner flow with the fleet as its only input and actuator.
 
-    ``config``'s ``allowed_lateness_seconds`` is set to 0 (see the module docs: the simulator's
-    events are in order, and the lock step would deadlock on any lateness).
+    ``config``'s ``allowed_lateness_seconds`` is set to 0, and no event is held for
+    confirmation (see the module docs: the simulator's events are in order, and the lock step
+    would deadlock on any lateness or hold).
     """
     deployment = loop.fleet.deployment
     in_order = config.model_copy(update={"allowed_lateness_seconds": 0.0})
@@ -168,6 +169,7 @@ def closed_loop_flow(
         live=False,
         bootstrap={deployment: bootstrap} if bootstrap else None,
         name="flowplanner_replay",
+        ordered=True,
     )
 
 

@@ -57,3 +57,22 @@ def test_a_host_stall_in_the_backlog_changes_nothing(
     assert got == expected
     assert clock.jumped_while_behind is True  # the stall did happen in the backlog
     assert not BACKLOG.is_behind  # the interrupted run left nothing behind in the registry
+
+
+@pytest.mark.services
+def test_a_stray_event_in_the_history_is_judged_as_its_replay_judges_it(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    # a forward pass stamped an hour ahead in a followed topic's history: the replay dead-letters
+    # it as a stray; a live rebuild used it and found everything after it late (0 decisions)
+    events = decode_ramp("alpha", engines=2, seconds=150.0)
+    stray = events[100] | {"time": 3600.0}
+    events.insert(101, stray)
+    configs = {"alpha": PlannerConfig.model_validate(DECODE_CONFIG)}
+    publish(kafka_bootstrap, kafka_topic, events)
+    expected = replay(configs, KafkaEventSource(kafka_bootstrap, kafka_topic, until_end=True))
+    decisions, ticks, dead = expected
+    assert decisions and [reason.split(":")[0] for reason in dead] == ["stray"]
+
+    live = [KafkaEventSource(kafka_bootstrap, kafka_topic)]
+    assert live_until(configs, live, HostClock(), ticks[-1]["time"], last_event=150.0) == expected

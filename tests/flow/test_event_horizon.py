@@ -12,6 +12,7 @@ from pathlib import Path
 
 import bytewax.operators as op
 import pytest
+import yaml
 from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Producer
@@ -21,7 +22,13 @@ from flows.clock import PlannerClock
 from flows.horizon import EventHorizon, event_time
 from schemas import ClockEvent, InventoryEvent
 from tests.flow.cluster import run_flow
-from tests.flow.runner import read_jsonl, run_recorded, start_flowplanner, write_config
+from tests.flow.runner import (
+    flowplanner,
+    read_jsonl,
+    run_recorded,
+    start_flowplanner,
+    write_config,
+)
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.process import wait_until
 
@@ -67,7 +74,15 @@ DAY = 24 * 3600.0
             6 * 24 * 3600.0,
             "60 s ahead of the events before and after it",
         ),
-        ("the first pass, far ahead", 0.0, 2, 9e10, "604800 s from the events around it"),
+        ("the first pass, far ahead", 0.0, 2, 9e10, "60 s ahead of the events before and after it"),
+        # a first pass an hour ahead was confirmed by the next (within a week): 0 decisions
+        (
+            "the first pass, an hour ahead",
+            0.0,
+            2,
+            3600.0,
+            "60 s ahead of the events before and after it",
+        ),
         ("the first pass, far behind", 1.78e9, 2, 1.0, "604800 s from the events around it"),
     ],
 )
@@ -99,6 +114,22 @@ def test_a_real_gap_of_days_is_crossed(tmp_path):
     assert dead == []
     assert decisions[: len(once)] == once
     assert any(d["time"] > 8 * DAY for d in decisions)  # the planner goes on after the gap
+
+
+def test_a_closed_loop_with_sparse_steps_does_not_wait_on_a_held_event(tmp_path):
+    # the simulator waits for the tick its last event closes: a step of two minutes with no
+    # measurement in it held that clock event for a confirmation that never came (it hung)
+    config = yaml.safe_load((EXAMPLE / "planner.yaml").read_text())
+    planner = next(iter(config["deployments"].values()))
+    planner |= {
+        "load_adjustment_interval_seconds": 120,
+        "throughput_adjustment_interval_seconds": 240,
+    }
+    path = tmp_path / "sparse.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ("--synthetic", "poisson", "--rate", "0.005", "--duration", "900", "--quiet")
+    done = flowplanner("replay", "--config", str(path), *args, "--decode", "0", "--prefill", "0")
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_sparse_recording_that_moves_on_by_minutes_loses_nothing(tmp_path):
