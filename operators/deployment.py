@@ -21,9 +21,6 @@ later windows, and engines that predate ``counter_id`` leave it at 0 (their pass
 time). A request without a ``request_id`` cannot be recognised as a copy and is always used.
 Nothing is remembered across windows, so recovery snapshots hold no extra state.
 
-A worker's role is fixed: a forward pass of ``(worker_id, dp_rank)`` in one role while that
-engine is live in the other is a dead letter (``role: …``).
-
 Acknowledgements are only used by the virtual connector's gate; without one (the output is
 not ``virtual+kafka://``) each is a dead letter (``ignored: …``).
 
@@ -252,8 +249,6 @@ class DeploymentPlanner:
         for key, rows in sorted(window.rows.items()):
             role, worker_id, dp_rank = key
             rows = self._first_copies(key, rows)
-            if self._role_changed(key, rows):
-                continue
             caps: EngineCapabilities | None = getattr(self.machine.capabilities, role)
             if caps is not None and not within_scheduler_limits(rows, caps):
                 rows = self._within_limits(key, rows, caps)
@@ -338,21 +333,6 @@ class DeploymentPlanner:
             ),
         )
         return kept
-
-    def _role_changed(self, engine: EngineId, rows: list[FpmRow]) -> bool:
-        """Whether ``engine``'s worker is live in the other role (then ``rows`` are refused)."""
-        role, worker_id, dp_rank = engine
-        other: Role = "decode" if role == "prefill" else "prefill"
-        if (other, worker_id, dp_rank) not in self.latest:
-            return False
-        self._refuse_rows(
-            engine,
-            rows,
-            lambda fpm, _row: (
-                f"role: {fpm} comes from a live {other} engine (a worker's role is fixed)"
-            ),
-        )
-        return True
 
     def _first_requests(self, end_s: float, requests: list[RequestRecord]) -> list[RequestRecord]:
         """``requests`` without the repeats of a ``request_id`` already among them; each repeat
