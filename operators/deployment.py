@@ -17,8 +17,9 @@ the window — same engine, ``counter_id``, event time and values: the same pass
 — and a request whose ``request_id`` repeats one already in the window are dead letters
 (``duplicate: …``); the first copy in the window's (event-time) order is used. This is per
 window, not forever: an engine that restarts counts again from its first ``counter_id`` in
-later windows, and engines that predate ``counter_id`` leave it at 0 (their passes differ by
-time). A request without a ``request_id`` cannot be recognised as a copy and is always used.
+later windows, and a pass whose ``counter_id`` is 0 (engines that predate it) is never taken
+for a copy. A request without a ``request_id`` cannot be recognised as a copy and is always
+used.
 Nothing is remembered across windows, so recovery snapshots hold no extra state.
 
 Acknowledgements are only used by the virtual connector's gate; without one (the output is
@@ -133,8 +134,11 @@ def _beyond_limits(breach: str, fpm: str, _row: FpmRow) -> str:
     return f"invalid {fpm}: {breach}"
 
 
-NO_GATE = "no acknowledgement gate: only a virtual+kafka:// output's decisions await one"
-"""Why an acknowledgement is refused by a planner whose output is not the virtual connector."""
+NO_GATE = (
+    "no acknowledgement gate: only the decisions a virtual+kafka:// output sends (not an "
+    "advisory deployment's) await one"
+)
+"""Why an acknowledgement is refused by a planner without the virtual connector's gate."""
 
 GRID_SLACK_S = 1e-6
 """Float error allowed between a tick's time and the window end on which it falls (windows
@@ -314,7 +318,10 @@ class DeploymentPlanner:
 
     def _first_copies(self, engine: EngineId, rows: list[FpmRow]) -> list[FpmRow]:
         """``rows`` without the copies of a pass (an identical row: same ``counter_id``, event
-        time and values) already among them; each copy is dead-lettered."""
+        time and values) already among them; each copy is dead-lettered. A pass whose
+        ``counter_id`` is 0 (a producer that does not count) is never taken for a copy: a live
+        source stamps the passes it drains in one poll with one time, so two idle heartbeats of
+        such an engine are identical rows."""
         time, counter = FPM_COLUMN["time"], FPM_COLUMN["counter_id"]
         if all(a[time] < b[time] for a, b in itertools.pairwise(rows)):
             return rows  # the usual case: no two passes at one time, so no copy
@@ -322,7 +329,7 @@ class DeploymentPlanner:
         kept: list[FpmRow] = []
         copies: list[FpmRow] = []
         for row in rows:
-            (copies if row in seen else kept).append(row)
+            (copies if row in seen and row[counter] != 0 else kept).append(row)
             seen.add(row)
         self._refuse_rows(
             engine,

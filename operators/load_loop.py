@@ -366,6 +366,7 @@ class LoadLoop:
             max_num_seqs=caps.max_num_seqs,
             queue_aware=cfg.queue_aware_estimates,
             max_step=cfg.max_load_step,
+            needs_both=cfg.agg_scale_down_needs_both,
         )
         diag.estimated_ttft_ms = prefill.estimate_ms if prefill is not None else None
         diag.estimated_itl_ms = decode.estimate_ms

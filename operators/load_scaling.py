@@ -632,12 +632,13 @@ def sla_agg_proposals(
     max_num_seqs: int | None = None,
     queue_aware: bool = False,
     max_step: int = 1,
+    needs_both: bool = True,
 ) -> tuple[LoadProposal | None, LoadProposal]:
     """Agg TTFT and ITL sub-proposals (the TTFT one is ``None`` without
-    ``max_num_batched_tokens``). A hold with estimates — a consolidation refusal, or a TTFT
-    between ``sens × SLA`` and the SLA under the flat rule — proposes ``n`` (not ``None``) so
-    :func:`combine_agg` never mistakes it for a missing signal and lets decode alone scale down
-    (§4.7: down only if BOTH agree). With ``queue_aware``
+    ``max_num_batched_tokens``). A consolidation refusal proposes ``n`` (not ``None``) so
+    :func:`combine_agg` never mistakes a veto for a missing signal; with ``needs_both`` (ours)
+    so does any hold with estimates — a TTFT between ``sens × SLA`` and the SLA — so decode
+    alone cannot scale down (§4.7: down only if BOTH agree). With ``queue_aware``
     (ours) the TTFT consolidation check also hands the survivors the queued decode KV."""
     if not model.has_sufficient_data() or n == 0:
         return None, LoadProposal(None, "insufficient_data")
@@ -673,7 +674,7 @@ def sla_agg_proposals(
             min_endpoint,
             max_step,
         )
-        prefill = _hold_as_n(proposal, n)
+        prefill = _hold_as_n(proposal, n, needs_both)
 
     # The ITL consolidation check has no steady-state (Little's law) variant here, unlike
     # decode's: that check needs a cost per request in flight (``itl = a + s·B``), and the agg
@@ -697,11 +698,15 @@ def sla_agg_proposals(
         min_endpoint,
         max_step,
     )
-    return prefill, _hold_as_n(proposal, n)
+    return prefill, _hold_as_n(proposal, n, needs_both)
 
 
-def _hold_as_n(proposal: LoadProposal, n: int) -> LoadProposal:
-    if proposal.desired is None and proposal.reason != "insufficient_data":
+def _hold_as_n(proposal: LoadProposal, n: int, every_hold: bool) -> LoadProposal:
+    """``proposal`` with a hold proposing ``n``: a consolidation refusal always, any hold
+    with estimates when ``every_hold``."""
+    refused = proposal.reason == "scale_down_refused_consolidation"
+    held = every_hold and proposal.reason != "insufficient_data"
+    if proposal.desired is None and (refused or held):
         return LoadProposal(n, proposal.reason, proposal.estimate_ms)
     return proposal
 

@@ -118,6 +118,7 @@ class ConfigError(ValueError):
 REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "scale_down_rule": "flat",
     "queue_aware_estimates": False,
+    "agg_scale_down_needs_both": False,
     "bootstrap_within_engine_limits": False,
     "in_progress_guard": "deployment",
     "max_load_step": 1,
@@ -298,6 +299,11 @@ class PlannerConfig(BaseModel):
     queue_aware_estimates: bool = True
     """*ours*: decode/agg ITL estimates include the wait for a batch slot, and a scale-down
     must leave every survivor within its ``max_num_seqs`` (the reference sees neither)."""
+    agg_scale_down_needs_both: bool = True
+    """*ours*: an aggregated deployment scales down only when both its TTFT and its ITL rule
+    agree (the design's rule, spec §4.7). The reference treats a TTFT rule that holds without
+    a consolidation refusal — a TTFT between ``sens × SLA`` and the SLA — as a missing signal
+    and lets the ITL rule scale down alone, into a TTFT over its target."""
     fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
     """*ours*: how many of an engine's forward passes in a tick window train the perf model
     (evenly spaced; an aggregated engine trains on the window's mean pass instead). Reference:

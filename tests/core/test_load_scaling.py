@@ -217,7 +217,13 @@ class TestAggCombine:
     def test_agg_ttft_near_its_target_holds_a_decode_scale_down(self, rule):
         # The TTFT estimate sits between sens × SLA and the SLA: the prefill rule holds, and
         # decode alone (ITL far below its target) must not drop a replica (§4.7: BOTH agree).
-        machine = core(mode="agg", ttft_ms=240.0, itl_ms=1000.0, scale_down_rule=rule)
+        machine = core(
+            mode="agg",
+            ttft_ms=240.0,
+            itl_ms=1000.0,
+            scale_down_rule=rule,
+            agg_scale_down_needs_both=True,
+        )
         machine.load_benchmark_fpms("decode", AGG_TRAINING)
         effects = run_tick(
             machine,
@@ -234,6 +240,27 @@ class TestAggCombine:
         ttft, itl = effects.diagnostics.estimated_ttft_ms, effects.diagnostics.estimated_itl_ms
         assert 0.8 * 240.0 < ttft < 240.0 and itl < 0.8 * 1000.0
         assert effects.scale_to is None
+
+    def test_the_reference_lets_decode_alone_scale_agg_down_past_a_ttft_hold(self):
+        # the reference's agg TTFT rule returns "no signal" for a plain hold (only a refusal
+        # proposes N), so its ITL rule scales down alone (agg_scale_down_needs_both off, as in
+        # this fixture's reference behaviour)
+        machine = core(mode="agg", ttft_ms=240.0, itl_ms=1000.0, scale_down_rule="flat")
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        effects = run_tick(
+            machine,
+            decode=engines(
+                2,
+                prefill_tokens=100,
+                prefill_requests=1,
+                decode_kv=1000,
+                decode_requests=10,
+                wall_time=0.201,
+            ),
+            counts=WorkerCounts(ready_num_decode=2),
+        )
+        assert 0.8 * 240.0 < effects.diagnostics.estimated_ttft_ms < 240.0
+        assert effects.scale_to.num_decode == 1
 
 
 class TestReasons:

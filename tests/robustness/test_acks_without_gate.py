@@ -22,8 +22,8 @@ def test_acks_without_an_acknowledgement_gate_are_dead_letters():
 
     assert [(d.reason, d.deployment, d.raw) for d in mixed.dead] == [
         (
-            "ignored: no acknowledgement gate: only a virtual+kafka:// output's decisions "
-            "await one",
+            "ignored: no acknowledgement gate: only the decisions a virtual+kafka:// output "
+            "sends (not an advisory deployment's) await one",
             "llama",
             f'{{"deployment": "llama", "acked_decision_id": {i}}}',
         )

@@ -24,7 +24,7 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["run", "-w", "100000"], "argument -w/--workers: must be <= 128, got 100000"),
         (["run", "--workers", "129"], "argument -w/--workers: must be <= 128, got 129"),
         (["replay", "--seed", "-1"], "argument --seed: must be >= 0, got -1"),
-        (["replay", "--decode", "65537"], "argument --decode: must be <= 65536, got 65537"),
+        (["replay", "--decode", "1025"], "argument --decode: must be <= 1024, got 1025"),
         (["replay", "--prefill", "1e9"], "argument --prefill: expected int, got '1e9'"),
     ],
 )
@@ -36,5 +36,5 @@ def test_the_bounds_themselves_are_accepted():
     run = ["run", "--config", "c.yaml", "--input", "in.jsonl"]
     args = build_parser().parse_args([*run, "-w", str(MAX_WORKERS)])
     assert args.workers == MAX_WORKERS == 128
-    args = build_parser().parse_args(["replay", "--seed", "0", "--decode", "65536"])
-    assert (args.seed, args.decode) == (0, 65536)
+    args = build_parser().parse_args(["replay", "--seed", "0", "--decode", "1024"])
+    assert (args.seed, args.decode) == (0, 1024)

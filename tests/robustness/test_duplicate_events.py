@@ -111,3 +111,14 @@ def test_requests_repeated_in_a_later_window_or_without_an_id_are_used():
     assert not outputs.dead
     traffic = next(r.observed_traffic for r in outputs.ticks if r.time == 45.0)
     assert traffic is not None and traffic.num_req == 4  # the load tick's 30 s window
+
+
+def test_identical_passes_of_an_engine_that_does_not_count_are_not_copies():
+    # a live source stamps the passes it drains in one poll with one time: two idle heartbeats
+    # of an engine that leaves counter_id at 0 are identical rows, and neither is a copy
+    ramp = decode_ramp("llama", engines=2, seconds=60)
+    for event in ramp[2:]:
+        del event["payload"]["fpm"]["counter_id"]
+    twice = [*ramp[:40], ramp[40], copy.deepcopy(ramp[40]), *ramp[41:]]
+    outputs = run_lines({"llama": CONFIG}, twice)
+    assert not outputs.dead and not outputs.counted
