@@ -13,13 +13,18 @@ def has_host_port(netloc: str) -> bool:
     Every ``HOST:PORT`` of our addresses is one we connect to (a Kafka broker, an engine's FPM
     publisher), never one we bind, so what only means something to ``bind`` is refused: an
     empty host or ``*`` (ZeroMQ's "all interfaces"; ``connect`` rejects it once running) and
-    port 0 ("any free port"; a connect to it never reaches a publisher).
+    port 0 ("any free port"; a connect to it never reaches a publisher). So are a user part
+    (``user@host``: neither Kafka nor ZeroMQ takes one) and blanks.
 
     >>> has_host_port("127.0.0.1:9092"), has_host_port("[::1]:20380"), has_host_port("b1:1")
     (True, True, True)
     >>> [has_host_port(n) for n in ("h", ":9092", "*:9092", "h:0", "h:x", "h:70000", "")]
     [False, False, False, False, False, False, False]
+    >>> has_host_port("u@h:80"), has_host_port("h :80")
+    (False, False)
     """
+    if "@" in netloc or any(c.isspace() for c in netloc):
+        return False
     try:
         parts = urlsplit(f"//{netloc}")
         port = parts.port

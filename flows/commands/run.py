@@ -148,20 +148,22 @@ def metrics_port(
     flag: int | None, configs: Mapping[str, PlannerConfig], env: Mapping[str, str]
 ) -> int | None:
     """The exporter's port, ``None`` for none: ``--metrics-port`` (0 = any free port), else the
-    largest configured ``metric_reporting_prometheus_port``, else ``PLANNER_PROMETHEUS_PORT``
-    (spec §9.6); 0 in the config or the environment means off.
+    largest ``metric_reporting_prometheus_port`` a config sets, else ``PLANNER_PROMETHEUS_PORT``
+    (spec §9.6: the field's default); 0 in the config or the environment means off.
 
     >>> metrics_port(None, {}, {"PLANNER_PROMETHEUS_PORT": "9085"})
     9085
-    >>> metrics_port(None, {}, {"PLANNER_PROMETHEUS_PORT": "0"}) is None
+    >>> off = {"d": PlannerConfig(metric_reporting_prometheus_port=0)}
+    >>> metrics_port(None, off, {"PLANNER_PROMETHEUS_PORT": "9085"}) is None  # set: off
     True
     """
     if flag is not None:
         return flag
-    configured = max((c.metric_reporting_prometheus_port for c in configs.values()), default=0)
+    field = "metric_reporting_prometheus_port"
+    configured = [c.metric_reporting_prometheus_port for c in configs.values()]
     text = env.get("PLANNER_PROMETHEUS_PORT", "").strip()
-    if configured or not text:
-        return configured or None
+    if any(field in c.model_fields_set for c in configs.values()) or not text:
+        return max(configured, default=0) or None
     try:
         return port_number(text) or None
     except argparse.ArgumentTypeError as exc:

@@ -46,6 +46,10 @@ def test_an_fpm_publisher_must_belong_to_a_configured_deployment_and_role(addres
         ("zmq+tcp://:9090?deployment=split&role=decode", "give the publisher's HOST:PORT"),
         ("zmq+tcp://*:9090?deployment=split&role=decode", "give the publisher's HOST:PORT"),
         ("zmq+tcp://h:0?deployment=split&role=decode", "give the publisher's HOST:PORT"),
+        (
+            "zmq+tcp://u@127.0.0.1:5555?deployment=split&role=decode",
+            "give the publisher's HOST:PORT",
+        ),
         ("zmq+tcp://h:70000?deployment=split&role=decode", "give the publisher's HOST:PORT"),
         (
             "zmq+tcp://127.0.0.1:29999?deployment=split",
