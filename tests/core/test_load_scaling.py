@@ -192,24 +192,27 @@ class TestAggCombine:
         assert combine_agg(none, none, 2).reason == "insufficient_data"
         assert combine_agg(self.hold, none, 2).reason == "no_change"
 
+    @staticmethod
+    def light_pair_tick(machine):
+        """A load tick of two agg engines, trained on §16.2 case 12, each running one
+        100-token prompt beside 10 decodes (1000 KV tokens) in 201 ms."""
+        machine.load_benchmark_fpms("decode", AGG_TRAINING)
+        pair = engines(
+            2,
+            prefill_tokens=100,
+            prefill_requests=1,
+            decode_kv=1000,
+            decode_requests=10,
+            wall_time=0.201,
+        )
+        return run_tick(machine, decode=pair, counts=WorkerCounts(ready_num_decode=2))
+
     def test_agg_without_batched_tokens_uses_the_decode_signal_alone(self):
         from schemas import EngineCapabilities, WorkerCapabilities
 
         caps = WorkerCapabilities(decode=EngineCapabilities(num_gpu=1))
         machine = core(caps, mode="agg", ttft_ms=500.0, itl_ms=1000.0)
-        machine.load_benchmark_fpms("decode", AGG_TRAINING)
-        effects = run_tick(
-            machine,
-            decode=engines(
-                2,
-                prefill_tokens=100,
-                prefill_requests=1,
-                decode_kv=1000,
-                decode_requests=10,
-                wall_time=0.201,
-            ),
-            counts=WorkerCounts(ready_num_decode=2),
-        )
+        effects = self.light_pair_tick(machine)
         assert effects.diagnostics.estimated_ttft_ms is None
         assert effects.scale_to.num_decode == 1
 
@@ -224,19 +227,7 @@ class TestAggCombine:
             scale_down_rule=rule,
             agg_scale_down_needs_both=True,
         )
-        machine.load_benchmark_fpms("decode", AGG_TRAINING)
-        effects = run_tick(
-            machine,
-            decode=engines(
-                2,
-                prefill_tokens=100,
-                prefill_requests=1,
-                decode_kv=1000,
-                decode_requests=10,
-                wall_time=0.201,
-            ),
-            counts=WorkerCounts(ready_num_decode=2),
-        )
+        effects = self.light_pair_tick(machine)
         ttft, itl = effects.diagnostics.estimated_ttft_ms, effects.diagnostics.estimated_itl_ms
         assert 0.8 * 240.0 < ttft < 240.0 and itl < 0.8 * 1000.0
         assert effects.scale_to is None
@@ -246,19 +237,7 @@ class TestAggCombine:
         # proposes N), so its ITL rule scales down alone (agg_scale_down_needs_both off, as in
         # this fixture's reference behaviour)
         machine = core(mode="agg", ttft_ms=240.0, itl_ms=1000.0, scale_down_rule="flat")
-        machine.load_benchmark_fpms("decode", AGG_TRAINING)
-        effects = run_tick(
-            machine,
-            decode=engines(
-                2,
-                prefill_tokens=100,
-                prefill_requests=1,
-                decode_kv=1000,
-                decode_requests=10,
-                wall_time=0.201,
-            ),
-            counts=WorkerCounts(ready_num_decode=2),
-        )
+        effects = self.light_pair_tick(machine)
         assert 0.8 * 240.0 < effects.diagnostics.estimated_ttft_ms < 240.0
         assert effects.scale_to.num_decode == 1
 
