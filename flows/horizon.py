@@ -152,6 +152,9 @@ class HorizonState:
     clock: ClockState | None = None
     newest: float | None = None
     held: Event | None = None
+    held_short: bool = False
+    """Live: the held event was held while the inputs read back their history, and is judged
+    by the replay's rule when the next one comes, whenever that is."""
     waiting: list[Event] = field(default_factory=list)
     ahead_of_held: int = 0
 
@@ -212,10 +215,10 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         rebuilding = self.backlog is not None and self.backlog.is_behind
         if state.held is not None:
             held, state.held = state.held, None
-            out += self._decide(held, event, first=False, short=rebuilding)
+            out += self._decide(held, event, first=False, short=state.held_short)
         jump = self._jump(event) if rebuilding else MAX_JUMP_S
         if state.newest is not None and event.time > state.newest + jump:
-            state.held = event  # (far behind is merely late)
+            state.held, state.held_short = event, rebuilding  # (far behind is merely late)
             return out
         return out + self._use(event)  # live, the host clock bounds the first one
 
@@ -225,10 +228,10 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         waiting, state.waiting = state.waiting, []
         if self.live:
             return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
+        # nothing follows to contradict them: the held event and the snapshots waiting are used
         before = state.ahead_of_held if held is not None else len(waiting)
         used = self._use(held) if held is not None else []
-        out = self._settle(waiting[:before], hold=False)
-        return out + used + self._settle(waiting[before:], hold=False), StatefulLogic.RETAIN
+        return waiting[:before] + used + waiting[before:], StatefulLogic.RETAIN
 
     def snapshot(self) -> HorizonState:
         self.state.clock = self.clock.snapshot()
@@ -268,8 +271,6 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
                 out.append(snapshot)
             elif hold:
                 self.state.waiting.append(snapshot)
-            elif newest is None:  # the input ended before any measurement: nothing to judge by
-                out.append(snapshot)
             else:
                 out.append(self._stray_ahead(snapshot))
         return out

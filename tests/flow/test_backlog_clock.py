@@ -11,6 +11,7 @@ readings, which the test checks happened while the backlog was being read.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from connectors.recorded import RecordedSource
 from schemas import PlannerConfig
 from tests.flow.live_run import HostClock, live_until, publish, replay
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
+from tests.services.process import wait_until
 
 SECONDS = 300.0
 """Of forward passes: 2 400 events, more than two of a source's batches."""
@@ -76,3 +78,35 @@ def test_a_stray_event_in_the_history_is_judged_as_its_replay_judges_it(
 
     live = [KafkaEventSource(kafka_bootstrap, kafka_topic)]
     assert live_until(configs, live, HostClock(), ticks[-1]["time"], last_event=150.0) == expected
+
+
+@pytest.mark.services
+def test_a_stray_held_at_the_end_of_the_history_is_still_judged_by_the_replay_rule(
+    tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    # the history's last event is a stray an hour ahead; the next measurement comes live, after
+    # the history is read: judged then by the live week rule, the stray was used (0 decisions)
+    events = decode_ramp("alpha", engines=2, seconds=200.0)
+    history = [e for e in events if e["time"] <= 150.0]
+    later = [e for e in events if e["time"] > 150.0]
+    history.append(history[-1] | {"time": 3600.0})
+    configs = {"alpha": PlannerConfig.model_validate(DECODE_CONFIG)}
+    recording = write_stream(tmp_path / "all.jsonl", history + later)
+    expected = replay(configs, RecordedSource([recording]))
+    assert [reason.split(":")[0] for reason in expected[2]] == ["stray"]
+    publish(kafka_bootstrap, kafka_topic, history)
+    before = BACKLOG.caught_up_at  # (an earlier flow of this process may have set it)
+
+    def publish_once_caught_up() -> None:
+        def caught_up() -> bool:
+            return BACKLOG.caught_up_at != before and not BACKLOG.is_behind
+
+        wait_until(caught_up, "the history read", timeout_s=120, interval_s=0.01)
+        publish(kafka_bootstrap, kafka_topic, later)
+
+    publisher = threading.Thread(target=publish_once_caught_up, daemon=True)
+    publisher.start()
+    live = [KafkaEventSource(kafka_bootstrap, kafka_topic)]
+    got = live_until(configs, live, HostClock(), expected[1][-1]["time"], last_event=200.0)
+    publisher.join(timeout=5)
+    assert got == expected

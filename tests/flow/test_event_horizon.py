@@ -132,6 +132,18 @@ def test_a_closed_loop_with_sparse_steps_does_not_wait_on_a_held_event(tmp_path)
     assert done.returncode == 0, done.stderr
 
 
+def test_snapshots_waiting_behind_a_held_event_at_the_end_are_used(tmp_path):
+    # the input ends on a clock event minutes past the data (held) and an inventory after it
+    # (waiting behind it): nothing follows to contradict either, so neither is a dead letter
+    lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
+    inventory = json.loads(lines[1]) | {"time": 400.0}
+    ending = [json.dumps({"type": "clock", "deployment": "llama", "time": 300.0})]
+    stream = tmp_path / "ending.jsonl"
+    stream.write_text("\n".join([*lines, *ending, json.dumps(inventory)]) + "\n")
+    _, dead = run(tmp_path, stream, "ending")
+    assert dead == []
+
+
 def test_a_sparse_recording_that_moves_on_by_minutes_loses_nothing(tmp_path):
     # every event more than a minute past the one before is held, and the next one confirms it
     lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
