@@ -280,8 +280,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
     ) -> list[Event | DeadLetter]:
         """The held event, now that ``event`` follows it: used, or a ``stray`` dead letter.
         ``short`` (a replay, or a live run reading back its history): stray if the stream goes
-        back behind it by more than :meth:`_jump`; the very first measurement of a replay, and
-        any held live one, is also stray if ``event`` lies a week or more from it."""
+        back behind it by more than :meth:`_jump`. The very first measurement of a replay, and
+        a live one held by the week rule (not ``short``), is stray if ``event`` lies more than
+        :data:`MAX_JUMP_S` from it."""
         if short and event.time < held.time - self._jump(held):
             return [self._stray_ahead(held)]
         if (first or not short) and abs(event.time - held.time) > MAX_JUMP_S:
