@@ -70,6 +70,29 @@ def decode_consolidation(*, itl_sla_ms: float = 1000.0, max_kv_tokens: int = 1_0
     ).reason
 
 
+def agg_itl_reason(fpms: dict[tuple[str, int], ForwardPassMetrics], max_num_seqs: int) -> str:
+    """The reason of the queue-aware agg ITL rule for ``fpms`` (one engine goes), each engine
+    holding ``max_num_seqs`` batch slots."""
+    ttft, itl = sla_agg_proposals(
+        agg_model(),
+        fpms,
+        len(fpms),
+        max_num_batched_tokens=None,
+        ttft_sla_ms=1000.0,
+        itl_sla_ms=1000.0,
+        sensitivity=SENS,
+        rule="consolidation",
+        max_kv_tokens=1_000_000,
+        kv_hit_rate=None,
+        accept_length=1.0,
+        min_endpoint=1,
+        max_num_seqs=max_num_seqs,
+        queue_aware=True,
+    )
+    assert ttft is None  # no max_num_batched_tokens: the ITL rule alone decides
+    return itl.reason
+
+
 def test_an_estimate_equal_to_the_sla_does_not_scale_up():
     # §4.5/§4.6: scale up only if ALL estimates are > SLA
     hold = ScaleDownCheck(False, False)
@@ -99,24 +122,7 @@ def test_a_survivor_filling_exactly_its_batch_slots_may_scale_down():
     # Ours (queue-aware): the survivors' decode requests, running + queued, × c must fit
     # max_num_seqs; exactly filling the slots fits. 48 running + 16 queued → ceil(64 × 2) = 128.
     def itl_reason(max_num_seqs: int) -> str:
-        ttft, itl = sla_agg_proposals(
-            agg_model(),
-            engines(running=48, queued=16),
-            2,
-            max_num_batched_tokens=None,
-            ttft_sla_ms=1000.0,
-            itl_sla_ms=1000.0,
-            sensitivity=SENS,
-            rule="consolidation",
-            max_kv_tokens=1_000_000,
-            kv_hit_rate=None,
-            accept_length=1.0,
-            min_endpoint=1,
-            max_num_seqs=max_num_seqs,
-            queue_aware=True,
-        )
-        assert ttft is None  # no max_num_batched_tokens: the ITL rule alone decides
-        return itl.reason
+        return agg_itl_reason(engines(running=48, queued=16), max_num_seqs)
 
     assert itl_reason(128) == "scale_down"
     assert itl_reason(127) == "scale_down_refused_consolidation"
@@ -132,23 +138,7 @@ def test_a_survivor_needing_half_a_batch_slot_more_than_it_has_is_refused():
     )
 
     def itl_reason(max_num_seqs: int) -> str:
-        _, itl = sla_agg_proposals(
-            agg_model(),
-            {(f"w{i}", 0): fpm for i in range(3)},
-            3,
-            max_num_batched_tokens=None,
-            ttft_sla_ms=1000.0,
-            itl_sla_ms=1000.0,
-            sensitivity=SENS,
-            rule="consolidation",
-            max_kv_tokens=1_000_000,
-            kv_hit_rate=None,
-            accept_length=1.0,
-            min_endpoint=1,
-            max_num_seqs=max_num_seqs,
-            queue_aware=True,
-        )
-        return itl.reason
+        return agg_itl_reason({(f"w{i}", 0): fpm for i in range(3)}, max_num_seqs)
 
     assert itl_reason(7) == "scale_down_refused_consolidation"
     assert itl_reason(8) == "scale_down"

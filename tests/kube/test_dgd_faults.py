@@ -106,20 +106,25 @@ def test_inventory_source_skips_a_malformed_poll(dgd: DgdFixture, workers: int):
     assert errors_after == errors_before + 1
 
 
+def sink_result(server: ScriptedServer, workers: int) -> ApplyResult:
+    """The one result of a DGD sink flow that applies one decision against ``server``, which
+    must not have been patched."""
+    results: list[ApplyResult] = []
+    flow = Dataflow("dgd_sink_one_decision")
+    decisions = op.input("decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)]))
+    op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
+    run_flow(flow, workers)
+    assert "PATCH" not in [m for m, _ in server.requests]
+    [result] = results
+    return result
+
+
 def test_sink_reports_a_malformed_read_as_failed(dgd: DgdFixture, workers: int):
     good = dgd.get()
     html = Reply(200, b"<html>proxy error</html>", "text/html")
-    results: list[ApplyResult] = []
     # each worker builds its sink partition, and each validates the DGD with one read
     with ScriptedServer(*[Reply.json(good)] * workers, default=html) as server:
-        flow = Dataflow("dgd_sink_malformed")
-        decisions = op.input(
-            "decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)])
-        )
-        op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
-        run_flow(flow, workers)
-        assert "PATCH" not in [m for m, _ in server.requests]
-    [result] = results
+        result = sink_result(server, workers)
     assert result.outcome == "failed" and "malformed response" in result.reason
 
 
@@ -203,14 +208,6 @@ def test_a_malformed_status_is_not_ready_and_never_raises(dgd: DgdFixture, kind:
 def test_sink_survives_a_malformed_status(dgd: DgdFixture, workers: int):
     """The apply runs on the sink's applier thread; an exception there would stop the flow."""
     bad = malformed_statuses(dgd.get())["conditions int"]
-    results: list[ApplyResult] = []
     with ScriptedServer(default=Reply.json(bad)) as server:
-        flow = Dataflow("dgd_sink_malformed_status")
-        decisions = op.input(
-            "decisions", flow, TestingSource([decision(decision_id=1, num_decode=2)])
-        )
-        op.output("dgd", decisions, DgdSink(lambda: actuator(server), on_result=results.append))
-        run_flow(flow, workers)
-        assert "PATCH" not in [m for m, _ in server.requests]
-    [result] = results
+        result = sink_result(server, workers)
     assert result.outcome == "skipped_not_ready" and "malformed status" in result.reason
