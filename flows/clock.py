@@ -11,7 +11,11 @@ still reading what they held at start (:mod:`connectors.backlog`: a followed top
 from its beginning, a recording joined with live inputs) are not quiet, however long the host
 stalls between two of their events: while one is behind, the system clock moves nothing, and
 quiet time counts from when the last one caught up at the earliest — so a restarted worker
-rebuilds from its history what an uninterrupted one decided, at any host speed.
+rebuilds from its history what an uninterrupted one decided, at any host speed. Nor is an input
+quiet that nobody reads: a followed topic not read for a second (the worker stopped, its host
+paused or busy) is stalled, and quiet time counts from the read that ends the stall, so the
+events that queued meanwhile are judged by their own time, not made late by the host clock
+that ran on.
 
 The end of the input is not the end of event time: a window still open then is incomplete and
 does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
@@ -35,9 +39,7 @@ from typing import Any
 
 from bytewax.operators.windowing import Clock, ClockLogic
 
-from connectors.backlog import Backlog
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from connectors.backlog import EPOCH, Backlog
 
 
 def _system_now() -> datetime:
@@ -130,14 +132,13 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         return state.watermark
 
     def _quiet_from(self) -> datetime | None:
-        """Since when the inputs have been quiet (system time); ``None`` while one is behind."""
+        """Since when the inputs have been quiet (system time); ``None`` while one is behind
+        or stalled."""
         backlog = self.clock.backlog
         if backlog is None:
             return self.state.seen_at
-        if backlog.is_behind:
-            return None
-        caught_up_at = backlog.caught_up_at
-        return self.state.seen_at if caught_up_at is None else max(self.state.seen_at, caught_up_at)
+        since = backlog.quiet_since
+        return None if since is None else max(self.state.seen_at, since)
 
 
 @dataclass

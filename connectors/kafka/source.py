@@ -99,7 +99,9 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     While its backlog is not all handed on, the reader counts as behind in
     :data:`connectors.backlog.BACKLOG` (a live run's clock then keeps to the data's time); it
     says it caught up in the first :meth:`next_batch` after it handed on the last of it, so
-    the flow has had that batch by then.
+    the flow has had that batch by then. Every :meth:`next_batch` tells the registry the topic
+    is being read (:meth:`~connectors.backlog.Backlog.polled`), so a worker that stalls is
+    known to have stalled.
     """
 
     def __init__(
@@ -171,12 +173,14 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
                 log.warning("Kafka trouble on %s (retrying): %s", self._where, error)
 
     def next_batch(self) -> list[X]:
+        BACKLOG.polled(self)
         if self._consumer is None and not self._find_topic():
             return []
         assert self._consumer is not None
         if self._backlog_read():  # handed on in an earlier batch: the flow has it
             BACKLOG.caught_up(self)
             if self._source.until_end:
+                BACKLOG.forget(self)  # read no more
                 raise StopIteration
         messages = self._consumer.consume(self._source.batch_size, 0)
         self._check_errors()
