@@ -17,7 +17,15 @@ from typing import Any
 from confluent_kafka import Message
 from pydantic import ValidationError
 
-from connectors.kafka import DEFAULT_TIMEOUT_S, KafkaTopicSource, message_position, produce_json
+from connectors.kafka import (
+    DEFAULT_TIMEOUT_S,
+    KafkaConnectorError,
+    KafkaTopicSource,
+    TopicNotFoundError,
+    last_decision_messages,
+    message_position,
+    produce_json,
+)
 from schemas.decision import DeadLetter, DecisionAck
 from schemas.errors import describe_validation_error
 
@@ -34,13 +42,30 @@ def send_ack(
 ) -> DecisionAck:
     """Acknowledge that ``deployment``'s decisions up to ``decision_id`` were applied.
 
-    Writes one DecisionAck (key = deployment) with an idempotent producer, creating the topic
-    if missing; returns it once the broker acknowledged it, raises
-    :class:`connectors.kafka.KafkaConnectorError` otherwise. Invalid arguments raise
-    ``pydantic.ValidationError`` before anything is sent.
+    Writes one DecisionAck (key = deployment) with an idempotent producer; returns it once the
+    broker acknowledged it, raises :class:`connectors.kafka.KafkaConnectorError` otherwise.
+    The topic must exist — the planner creates its acknowledgement topic when it starts, so a
+    missing one is a wrong name — and must not hold decisions: an acknowledgement written to
+    the decisions topic would reach no planner, be read back as a foreign decision, and, the
+    topic being compacted by deployment, could one day replace the deployment's newest
+    decision. Invalid arguments raise ``pydantic.ValidationError`` before anything is sent.
     """
     ack = DecisionAck(deployment=deployment, acked_decision_id=decision_id, time=time)
-    produce_json(bootstrap, topic, [(deployment, ack)], config=config, timeout_s=timeout_s)
+    try:
+        last = last_decision_messages(bootstrap, topic, config=config, timeout_s=timeout_s)
+    except TopicNotFoundError as error:
+        raise TopicNotFoundError(
+            f"{error}; the planner creates its acknowledgement topic (the ?acks= of its "
+            "virtual+kafka:// output) when it starts"
+        ) from None
+    if any(message.decision is not None for message in last):
+        raise KafkaConnectorError(
+            f"Kafka topic {topic} at {bootstrap} holds scaling decisions: acknowledgements go "
+            "to the topic named by the output's ?acks="
+        )
+    produce_json(
+        bootstrap, topic, [(deployment, ack)], create=False, config=config, timeout_s=timeout_s
+    )
     return ack
 
 

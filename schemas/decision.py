@@ -1,4 +1,13 @@
-"""What the planner emits: scaling decisions, their diagnostics, and dead letters."""
+"""What the planner emits: scaling decisions, their diagnostics, and dead letters.
+
+What the planner writes is read forward-compatibly: a reader ignores fields it does not know
+(``_WRITTEN``), so a newer planner may add fields within a ``schema_version`` and an older
+one — rolled back, resuming from a decisions topic or a tick file the newer one wrote — still
+reads them, and so does a consumer validating with ``flowplanner schema`` (no
+``additionalProperties: false``). What the planner reads from others (events, acknowledgements,
+its config) stays strict: an unknown field there is a mistake, refused by name — except in an
+engine's forward-pass record, which newer engines extend (:mod:`schemas.fpm`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import EventTime, Role, TrafficObservation
+
+_WRITTEN = ConfigDict(frozen=True, extra="ignore")
+"""The config of what the planner writes (module docstring); the type checker still refuses an
+unknown keyword where the planner builds one."""
 
 LoadReason = Literal[
     "unset",
@@ -64,7 +77,7 @@ class TickDiagnostics(BaseModel):
     True
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # written: read forward-compatibly
 
     estimated_ttft_ms: float | None = None
     estimated_itl_ms: float | None = None
@@ -103,12 +116,17 @@ class ScalingDecision(BaseModel):
     True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _WRITTEN
 
     schema_version: Literal[1] = 1
     deployment: str
-    decision_id: int = Field(ge=1)
-    time: float
+    decision_id: int = Field(
+        ge=1, description="Counts the deployment's decisions from 1; unique across restarts"
+    )
+    time: float = Field(
+        description="Event time of the tick that decided (its window's end), in seconds: Unix "
+        "time live, the recording's time in a replay"
+    )
     num_prefill: int | None = Field(
         default=None,
         ge=0,
@@ -134,10 +152,12 @@ class ScalingDecision(BaseModel):
         default=None, description="Decode replicas asked for as the planner saw it (see above)"
     )
     source: Literal["load", "throughput"]
-    reason: str
+    reason: str = Field(description="The deciding loop's reason: a LoadReason or ThroughputReason")
     prefill_reason: str | None = None
     decode_reason: str | None = None
-    note: str | None = None
+    note: str | None = Field(
+        default=None, description="Free text for people, e.g. how long the decision was held"
+    )
     diagnostics: TickDiagnostics = Field(default_factory=TickDiagnostics)
 
 
@@ -155,7 +175,7 @@ class DeliveredDecision(BaseModel):
     True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _WRITTEN
 
     deployment: str = Field(min_length=1)
     decision_id: int = Field(ge=1)
@@ -224,7 +244,7 @@ class DeadLetter(BaseModel):
     True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _WRITTEN
 
     source: str
     position: int | None = None
@@ -245,7 +265,7 @@ class EngineLoad(BaseModel):
     0
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _WRITTEN
 
     role: Literal["prefill", "decode"]
     worker_id: str
@@ -262,7 +282,7 @@ class TickRecord(BaseModel):
     True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _WRITTEN
 
     deployment: str
     time: float

@@ -37,7 +37,12 @@ from connectors.kafka.client import (
     produce_json,
     producer_config,
 )
-from connectors.kafka.decisions import DecisionMessage, read_decision_messages, read_decisions
+from connectors.kafka.decisions import (
+    DecisionMessage,
+    last_decision_messages,
+    read_decision_messages,
+    read_decisions,
+)
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTopicSource, KafkaTraceSource
 from connectors.kafka.url import KafkaUrl
@@ -56,6 +61,7 @@ __all__ = [
     "TopicNotFoundError",
     "consumer_config",
     "ensure_topic",
+    "last_decision_messages",
     "list_partitions",
     "message_position",
     "partition_bounds",

@@ -417,15 +417,17 @@ def produce_json(
     records: Iterable[tuple[str, BaseModel]],
     *,
     partitions: int = 1,
+    create: bool = True,
     config: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> int:
     """Write ``(key, model)`` pairs as JSON with an idempotent producer; returns the count.
 
-    Creates the topic if missing and raises :class:`KafkaConnectorError` unless every record
-    was acknowledged.
+    Creates the topic if missing (unless ``create`` is false: the caller checked it exists) and
+    raises :class:`KafkaConnectorError` unless every record was acknowledged.
     """
-    ensure_topic(bootstrap, topic, partitions=partitions, config=config, timeout_s=timeout_s)
+    if create:
+        ensure_topic(bootstrap, topic, partitions=partitions, config=config, timeout_s=timeout_s)
     producer = Producer(producer_config(bootstrap, config))
     failures: list[str] = []
 

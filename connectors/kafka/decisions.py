@@ -73,19 +73,48 @@ def read_decision_messages(
     bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
     starts = {p: bounds[p].first if from_beginning else bounds[p].end for p in partitions}
     ends = {p: b.end for p, b in bounds.items()}
-    if not follow:
+    return _read(bootstrap, topic, starts, None if follow else ends, config, timeout_s)
+
+
+def last_decision_messages(
+    bootstrap: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[DecisionMessage]:
+    """The last message of each partition of an existing topic, parsed as a decision (none of
+    an empty partition)."""
+    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
+    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    starts = {p: max(b.first, b.end - 1) for p, b in bounds.items()}
+    ends = {p: b.end for p, b in bounds.items()}
+    return list(_read(bootstrap, topic, starts, ends, config, timeout_s))
+
+
+def _read(
+    bootstrap: str,
+    topic: str,
+    starts: dict[int, int],
+    ends: dict[int, int] | None,
+    config: Mapping[str, Any] | None,
+    timeout_s: float,
+) -> Iterator[DecisionMessage]:
+    # ``ends`` None = follow forever from ``starts``; otherwise read up to ``ends``
+    partitions = list(starts)
+    if ends is not None:
         partitions = [p for p in partitions if starts[p] < ends[p]]
         if not partitions:
             return iter(())
     errors: list[KafkaError] = []
     consumer = Consumer(
         consumer_config(
-            bootstrap, {**(config or {}), "error_cb": errors.append}, partition_eof=not follow
+            bootstrap, {**(config or {}), "error_cb": errors.append}, partition_eof=ends is not None
         )
     )
     consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
     where = f"{topic} at {bootstrap}"
-    return _consume(consumer, errors, where, None if follow else ends, set(partitions), timeout_s)
+    return _consume(consumer, errors, where, ends, set(partitions), timeout_s)
 
 
 def _consume(

@@ -47,7 +47,8 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "ack",
         help="acknowledge a deployment's applied decisions (virtual connector)",
         description="Tell the planner that a deployment's decisions up to --decision-id have "
-        "been applied, by writing to the acknowledgement topic (created if missing).",
+        "been applied, by writing to the acknowledgement topic (which the planner creates when "
+        "it starts).",
     )
     parser.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka broker")
     parser.add_argument("--topic", required=True, help="acknowledgement topic")

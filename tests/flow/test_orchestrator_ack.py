@@ -15,6 +15,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
+from connectors.kafka import ensure_topic
 from connectors.virtual import AckSource
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, parse_event
@@ -47,6 +48,7 @@ def test_default_cli_ack_leaves_event_time_to_the_data(
     tmp_path, kafka_bootstrap, kafka_topic, workers
 ):
     acks = f"{kafka_topic}-acks"
+    ensure_topic(kafka_bootstrap, acks)  # as the planner does when it starts
     done = flowplanner(
         "ack",
         *("--bootstrap", kafka_bootstrap, "--topic", acks),
@@ -79,6 +81,7 @@ def test_default_cli_ack_leaves_event_time_to_the_data(
 
 
 def test_explicit_time_is_still_sent(kafka_bootstrap, kafka_topic):
+    ensure_topic(kafka_bootstrap, kafka_topic)
     done = flowplanner(
         "ack",
         *("--bootstrap", kafka_bootstrap, "--topic", kafka_topic),

@@ -57,6 +57,23 @@ def test_every_wire_type_has_a_schema():
     assert "scale_down_refused_consolidation" in json.dumps(reasons["load_decision_reason"])
 
 
+def test_what_the_planner_writes_is_open_to_new_fields_and_what_it_reads_is_closed():
+    schemas = json.loads(flowplanner("schema").stdout)
+
+    def closed(schema: dict) -> bool:
+        return schema.get("additionalProperties") is False
+
+    # a consumer validating decisions, ticks or dead letters keeps working when fields are added
+    # (a tick's traffic observation is also an input, and as strict as one)
+    for written in ("ScalingDecision", "TickRecord", "DeadLetter"):
+        assert not closed(schemas[written])
+        parts = schemas[written].get("$defs", {})
+        assert not [n for n, d in parts.items() if closed(d) and n != "TrafficObservation"]
+    # an unknown field in what the planner reads is a mistake, refused by name
+    for read in ("DecisionAck", "TrafficObservation", "PlannerFile"):
+        assert closed(schemas[read]), read
+
+
 def test_one_type_prints_its_schema_itself():
     done = flowplanner("schema", "ScalingDecision")
     schema = json.loads(done.stdout)

@@ -243,6 +243,21 @@ def test_delivered_passes_over_messages_that_are_no_planners_decisions(
     assert "partition/offset 0/1: deployment: String should have at least 1 character" in warning
 
 
+def test_a_newer_planners_decisions_are_read_back(kafka_bootstrap: str, kafka_topic: str):
+    # a newer build added fields (to the decision and to its diagnostics): a rolled-back worker
+    # read none of its decisions and numbered from #1 again, reusing ids consumers hold
+    newer = json.loads(
+        sample_decision(deployment="llama", decision_id=7, time=70.0).model_dump_json()
+    )
+    newer["added_later"] = {"any": "value"}
+    newer["diagnostics"]["also_added_later"] = 1.5
+    write_raw(kafka_bootstrap, kafka_topic, [json.dumps(newer).encode()])
+    held = KafkaDecisionSink(kafka_bootstrap, kafka_topic, timeout_s=5).delivered()
+    assert [(m.deployment, m.decision_id, m.time) for m in held] == [("llama", 7, 70.0)]
+    (decision,) = read_decisions(kafka_bootstrap, kafka_topic)
+    assert decision.decision_id == 7 and "added_later" not in decision.model_dump()
+
+
 def test_a_restart_behind_a_foreign_decision_resumes(kafka_bootstrap: str, kafka_topic: str):
     KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1).write_batch(
         [sample_decision(deployment="llama", decision_id=3, time=30.0, num_decode=2)]

@@ -54,6 +54,7 @@ def read_acks(bootstrap: str, topic: str, workers: int) -> list[DecisionAck | De
 def test_ack_command_reaches_the_ack_source(
     kafka_bootstrap: str, kafka_topic: str, workers: int
 ) -> None:
+    ensure_topic(kafka_bootstrap, kafka_topic)  # as the planner does when it starts
     ack_cli(kafka_bootstrap, kafka_topic, "llama", 1, at=1000.5)
     ack_cli(kafka_bootstrap, kafka_topic, "qwen", 3, at=1001.0)
     write_raw(kafka_bootstrap, kafka_topic, [b'{"deployment": "llama", "acked_decision_id": -1}'])
@@ -98,6 +99,29 @@ def test_ack_command_rejects_bad_arguments_and_unreachable_brokers(kafka_topic: 
     assert down.returncode == 1
     assert f"cannot reach Kafka at {bootstrap}" in down.stderr
     assert "Traceback" not in bad.stderr + down.stderr
+
+
+def test_ack_command_refuses_a_missing_topic_and_a_decisions_topic(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    # both were "acknowledged" with exit status 0: a typo reached no planner, and an ack in the
+    # decisions topic was read back as a foreign decision (and, compacted by deployment, could
+    # replace the deployment's newest decision)
+    base = ("ack", "--bootstrap", kafka_bootstrap, "--deployment", "llama", "--decision-id", "1")
+    missing = flowplanner(*base, "--topic", f"{kafka_topic}-typo")
+    assert missing.returncode == 1
+    assert f"{kafka_topic}-typo" in missing.stderr
+    assert "the planner creates its acknowledgement topic" in missing.stderr
+    KafkaDecisionSink(kafka_bootstrap, kafka_topic).build("out", 0, 1).write_batch(
+        [sample_decision(deployment="llama", decision_id=1, time=0.0, num_decode=5)]
+    )
+    decisions = flowplanner(*base, "--topic", kafka_topic)
+    assert decisions.returncode == 1
+    assert f"Kafka topic {kafka_topic} at {kafka_bootstrap} holds scaling decisions" in (
+        decisions.stderr
+    )
+    assert [d.decision_id for d in read_decisions(kafka_bootstrap, kafka_topic)] == [1]
+    assert "Traceback" not in missing.stderr + decisions.stderr
 
 
 def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
