@@ -1,9 +1,10 @@
 """The planner's periodic diagnostics report (reference spec §12): tick records → HTML pages.
 
-Per deployment, tick records accumulate (at most 50 000; the oldest are dropped) and, once
-``report_interval_hours`` of TICK time has passed since the first record of the page (event
-time, so it works on replays), a self-contained HTML page is written to ``report_output_dir``
-as ``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` (the
+Per deployment, tick records accumulate (at most 50 000, the oldest dropped; their engines
+summed per role, all a page shows of them) and, once ``report_interval_hours`` of TICK time has
+passed since the first record of the page (event time, so it works on replays), a
+self-contained HTML page is written to ``report_output_dir`` as
+``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` (the
 deployment's name made safe for a file name: :func:`file_safe`) and the records are cleared.
 Closing the sink writes what is left.
 
@@ -28,9 +29,11 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from connectors.pipeline_metrics import REPORT_WRITE_FAILURES
 from connectors.report import is_tick, panels_from_ticks, render_report, write_report
-from schemas import PlannerConfig, TickRecord
+from schemas import EngineLoad, PlannerConfig, TickRecord
 
 MAX_SNAPSHOTS = 50_000
+SUMMED_LOADS = ("queued_prefill_tokens", "queued_decode_kv_tokens", "inflight_decode_kv_tokens")
+"""The engine gauges a page shows, summed per role."""
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,30 @@ def file_safe(deployment: str) -> str:
     return f"{safe[: FILE_SAFE_LENGTH - len(digest) - 1]}-{digest}"
 
 
+def engines_summed(tick: TickRecord) -> TickRecord:
+    """``tick`` with one engine per role, holding the role's sums: all a page shows of engines
+    (their load summed per role), in memory that does not grow with the fleet — a day's page of
+    5 s ticks of 64 engines held about 0.9 GiB as they came.
+
+    >>> from schemas import EngineLoad
+    >>> tick = TickRecord(deployment="d", time=5.0, engines=[
+    ...     EngineLoad(role="decode", worker_id="a", queued_decode_kv_tokens=3),
+    ...     EngineLoad(role="decode", worker_id="b", queued_decode_kv_tokens=4)])
+    >>> [(e.role, e.queued_decode_kv_tokens) for e in engines_summed(tick).engines]
+    [('decode', 7)]
+    """
+    engines = tick.engines
+    summed = [
+        EngineLoad(
+            role=role,
+            worker_id="",
+            **{f: sum(getattr(e, f) for e in engines if e.role == role) for f in SUMMED_LOADS},
+        )
+        for role in dict.fromkeys(e.role for e in engines)
+    ]
+    return tick.model_copy(update={"engines": summed})
+
+
 class DiagnosticsRecorder:
     """Accumulates one deployment's ticks and writes a report page every interval.
 
@@ -121,7 +148,7 @@ class DiagnosticsRecorder:
         """
         if not is_tick(tick):
             return None
-        self.ticks.append(tick)
+        self.ticks.append(engines_summed(tick))
         if self._since is None:
             self._since = tick.time
         interval = self.config.report_interval_hours
