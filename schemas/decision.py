@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import EventTime, Role, TrafficObservation
+from schemas.fpm import NonNegativeFinite
 
 _WRITTEN = ConfigDict(frozen=True, extra="ignore")
 """The config of what the planner writes (module docstring); the type checker still refuses an
@@ -214,7 +215,9 @@ class DecisionAck(BaseModel):
     Sent back on the virtual connector's acknowledgement topic; ``acked_decision_id`` is the
     newest ``decision_id`` applied (reference: ``scaled_decision_id``). ``time`` is when it was
     applied (Unix seconds), if the sender says — for the record: the planner applies an
-    acknowledgement from its next tick, whatever its time.
+    acknowledgement from its next tick, whatever its time, so any finite time >= 0 is taken (one
+    in milliseconds used to throw the acknowledgement away, holding the next decision for up to
+    ``scaling_max_wait_seconds``).
 
     >>> DecisionAck.model_validate_json('{"deployment": "llama", "acked_decision_id": 3}')
     DecisionAck(schema_version=1, deployment='llama', acked_decision_id=3, time=None)
@@ -225,7 +228,7 @@ class DecisionAck(BaseModel):
     schema_version: Literal[1] = 1
     deployment: str = Field(min_length=1)
     acked_decision_id: int = Field(ge=0)
-    time: EventTime | None = None
+    time: NonNegativeFinite | None = None
 
 
 MAX_RAW_CHARS = 500

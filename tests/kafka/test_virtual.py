@@ -89,6 +89,16 @@ def test_a_huge_bad_acknowledgement_is_dead_lettered_with_a_bounded_raw() -> Non
     assert huge.startswith(dead.raw) and dead.raw.startswith('{"deployment": "llama"')
 
 
+def test_an_acknowledgement_timed_in_milliseconds_still_acknowledges() -> None:
+    # its time is for the record only; refused, it held the next decision for up to 1800 s
+    raw = b'{"deployment": "llama", "acked_decision_id": 1, "time": 1764490000000}'
+    ack = parse_ack(raw, "kafka:acks/0", 6)
+    assert ack == DecisionAck(deployment="llama", acked_decision_id=1, time=1764490000000.0)
+    for bad in (b'"time": -1', b'"time": NaN'):
+        dead = parse_ack(b'{"deployment": "llama", "acked_decision_id": 1, ' + bad + b"}", "a", 7)
+        assert isinstance(dead, DeadLetter) and "time" in dead.reason
+
+
 def test_ack_command_rejects_bad_arguments_and_unreachable_brokers(kafka_topic: str) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
     base = ("ack", "--bootstrap", bootstrap, "--topic", kafka_topic, "--deployment", "llama")
