@@ -47,7 +47,7 @@ from connectors.dgd import (
 )
 from connectors.pipeline_metrics import DEAD_LETTERS, EVENTS_IN
 from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
-from connectors.stopping import forget, watch
+from connectors.stopping import forget, inputs_ended, watch
 from schemas import (
     CapabilitiesEvent,
     DeadLetter,
@@ -356,6 +356,8 @@ class _DgdInventoryPartition(StatefulSourcePartition[Event, None]):
         self._warned: set[str] = set()  # power-cap problems already logged
 
     def next_batch(self) -> list[Event]:
+        if inputs_ended():
+            raise StopIteration
         if self._pending is not None:
             if not self._pending.done():
                 return []  # the read is still in flight: never wait for it here

@@ -70,6 +70,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from connectors.http_deadline import Deadline, opener
 from connectors.pipeline_metrics import TRAFFIC_UNKNOWN
 from connectors.polling import MAX_SLEEP, PENDING_CHECK, DaemonExecutor
+from connectors.stopping import inputs_ended
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
 from schemas.events import traffic_implausibility
 
@@ -625,6 +626,8 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
         self._executor = DaemonExecutor(f"traffic-{self.source.deployment}")
 
     def next_batch(self) -> list[TrafficEvent]:
+        if inputs_ended():
+            raise StopIteration
         if self._pending is not None:
             if not self._pending.done():
                 return []

@@ -41,6 +41,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.backlog import BACKLOG
 from connectors.pipeline_metrics import EVENTS_IN
+from connectors.stopping import inputs_ended
 from schemas import DeadLetter, RawEvent, parse_event
 
 BATCH_LINES = 1000
@@ -134,6 +135,8 @@ class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeSt
         BACKLOG.behind(self)
 
     def next_batch(self) -> list[RawEvent | DeadLetter]:
+        if inputs_ended():
+            raise StopIteration
         batch = list(itertools.islice(self._merged, BATCH_LINES))
         if not batch:
             BACKLOG.caught_up(self)  # the flow has had every line

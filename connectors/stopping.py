@@ -1,10 +1,16 @@
-"""Stop requests for sinks that wait on bytewax worker threads.
+"""Stop requests: live inputs end, and sinks that wait on bytewax worker threads stop waiting.
+
+``flowplanner run`` stops on SIGTERM/SIGINT by ending its inputs (:func:`end_inputs`): each
+source raises ``StopIteration`` at its next read (:func:`inputs_ended`), so the dataflow
+finishes as it does at the end of a recording — a window still open does not tick, the sinks
+flush and close — and the runtime exits normally instead of unwinding its worker threads on an
+interrupt.
 
 SIGTERM/SIGINT run their Python handler on the main thread only, so a sink waiting on a worker
 thread (for an unreachable broker, for a hung API server) never sees the interrupt. Such a sink
 :func:`watch`-es itself while open and reads its ``stop_requested`` flag where it waits;
 ``flowplanner run``'s signal handler calls :func:`stop_waiting`, which sets that flag on every
-sink still open. Setting a flag is all it does, so it is safe in a signal handler.
+sink still open. Setting a flag is all either does, so both are safe in a signal handler.
 
 >>> class Waiting:
 ...     stop_requested = False
@@ -18,8 +24,30 @@ True
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Protocol
+
+_INPUTS_END = threading.Event()
+
+
+def end_inputs(ended: bool = True) -> None:
+    """Every input ends at its next read (``ended=False``: a new run reads on)."""
+    if ended:
+        _INPUTS_END.set()
+    else:
+        _INPUTS_END.clear()
+
+
+def inputs_ended() -> bool:
+    """A stop was requested: a source's next read raises ``StopIteration``.
+
+    >>> end_inputs(); inputs_ended()
+    True
+    >>> end_inputs(False); inputs_ended()
+    False
+    """
+    return _INPUTS_END.is_set()
 
 
 class Stoppable(Protocol):

@@ -64,6 +64,7 @@ from connectors.pipeline_metrics import (
     FPM_GAPS,
     FPM_SEQUENCE_RESETS,
 )
+from connectors.stopping import inputs_ended
 from schemas import (
     MAX_RAW_CHARS,
     DeadLetter,
@@ -339,7 +340,7 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
             log.info("subscribed to FPM publisher %s (%s/%s)", spec.url, *spec[1:])
 
     def next_batch(self) -> list[ZmqItem]:
-        if not self._subscriptions:
+        if not self._subscriptions or inputs_ended():
             raise StopIteration
         options = self.options
         now = options.clock()

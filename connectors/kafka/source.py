@@ -27,6 +27,7 @@ from connectors.kafka.client import (
 )
 from connectors.pipeline_metrics import EVENTS_IN
 from connectors.recorded import line_time
+from connectors.stopping import inputs_ended
 from connectors.traces import DYNAMO_SCHEMA, TraceFormatError, dynamo_request_event
 from schemas import DeadLetter, RawEvent, RequestEvent, describe_validation_error
 
@@ -173,6 +174,8 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
                 log.warning("Kafka trouble on %s (retrying): %s", self._where, error)
 
     def next_batch(self) -> list[X]:
+        if inputs_ended():
+            raise StopIteration
         BACKLOG.polled(self)
         if self._consumer is None and not self._find_topic():
             return []

@@ -27,7 +27,7 @@ from connectors.kafka import KafkaConnectorError
 from connectors.metrics import MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
-from connectors.stopping import stop_waiting
+from connectors.stopping import end_inputs, stop_waiting
 from connectors.traces import read_warmup_trace
 from flows.cli import MAX_WORKERS, port_number, worker_count
 from flows.display import format_time
@@ -44,19 +44,29 @@ from schemas import (
     load_config,
 )
 
+STOP_GRACE_S = 20
+"""How long a stop may take before the dataflow is interrupted (a source stuck in a broker
+request: they time out in 10 s)."""
+
 
 class _StopRequest:
-    """Turns SIGTERM/SIGINT into an interrupt of the dataflow, remembering which signal.
+    """Turns SIGTERM/SIGINT into the end of the inputs, remembering which signal.
 
-    Only the first signal interrupts: the runtime is then closing the sinks, and an interrupt
-    raised inside one of their ``close()`` would abort the process (a panic in a destructor)
-    without the summary line. Later signals are said, nothing more.
+    The first signal ends every input at its next read and makes the sinks that wait stop
+    waiting (:mod:`connectors.stopping`): the dataflow finishes as at the end of a recording —
+    the window still open does not tick, the sinks flush and close — and the runtime exits
+    normally. Should that take over :data:`STOP_GRACE_S`, the dataflow is interrupted instead
+    (``SIGALRM``; the runtime then prints a panic line as it unwinds its worker threads). Later
+    signals are said, nothing more: an interrupt raised inside a sink's ``close()`` would
+    abort the process without the summary line.
     """
 
     def __init__(self) -> None:
         self.signal: str | None = None
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGALRM:
+            raise KeyboardInterrupt(self.signal)
         if self.signal is not None:
             print(
                 f"flowplanner run: {signal.Signals(signum).name} again: already stopping "
@@ -66,10 +76,11 @@ class _StopRequest:
             )
             return
         self.signal = signal.Signals(signum).name
+        end_inputs()
         # sinks on worker threads waiting (signals reach only this thread): for a broker, for
         # an API server's answer to a DGD patch
         stop_waiting()
-        raise KeyboardInterrupt(self.signal)
+        signal.alarm(STOP_GRACE_S)
 
 
 def counter_total(name: str) -> int:
@@ -236,7 +247,9 @@ def run(args: argparse.Namespace) -> int:
         in_flight=in_flight,
     )
     stop = _StopRequest()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    end_inputs(False)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
     try:
         cli_main(flow, workers_per_process=args.workers)
     except (KeyboardInterrupt, BytewaxRuntimeError) as exc:
@@ -247,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"flowplanner run: {cause}", file=sys.stderr)
             return 1
     finally:
+        signal.alarm(0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if server is not None:

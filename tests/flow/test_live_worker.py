@@ -135,3 +135,4 @@ def test_virtual_connector_holds_until_ack_and_sigterm_stops(
     err = err_path.read_text()
     assert worker.returncode == 0, err
     assert "stopped by SIGTERM" in err
+    assert "panicked" not in err  # the inputs ended: the runtime did not unwind on an interrupt

@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult
 from connectors.dgd_dataflow import DgdSink
-from connectors.stopping import stop_waiting
+from connectors.stopping import end_inputs, inputs_ended, stop_waiting
 from flows.commands.run import _StopRequest
 from schemas import ScalingDecision
 from tests.decisions import decision
@@ -158,8 +158,10 @@ class _TwoDecisions(StatelessSourcePartition[ScalingDecision]):
         self.sent = False
 
     def next_batch(self) -> list[ScalingDecision]:
+        if inputs_ended():  # as every input of ours: the stop ends it
+            raise StopIteration
         if self.sent:
-            return []  # never ends: only the stop ends the run
+            return []  # never ends by itself: only the stop ends the run
         self.sent = True
         return [
             decision(decision_id=1, num_decode=2),
@@ -178,8 +180,8 @@ class TwoDecisions(DynamicSource[ScalingDecision]):
 def test_a_signal_stop_of_a_running_dataflow_does_not_wait_for_a_held_apply(
     dgd: DgdFixture, hold: Hold, caplog: pytest.LogCaptureFixture
 ):
-    """The real runtime: bytewax closes the sink as it unwinds a SIGTERM, caught by
-    ``flowplanner run``'s own handler (which stops the waits and interrupts the dataflow)."""
+    """The real runtime: bytewax closes the sink as the dataflow finishes on a SIGTERM, caught
+    by ``flowplanner run``'s own handler (which stops the waits and ends the inputs)."""
     results: list[ApplyResult] = []
     flow = Dataflow("dgd_stop")
     sink = DgdSink(factory(dgd), on_result=results.append)
@@ -189,15 +191,18 @@ def test_a_signal_stop_of_a_running_dataflow_does_not_wait_for_a_held_apply(
         if hold.holding.wait(SAFETY_S):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, _StopRequest())
+    stop = _StopRequest()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGALRM)}
     try:
         threading.Thread(target=terminate_once_held, daemon=True).start()
         with caplog.at_level(logging.WARNING, logger="connectors.dgd_dataflow"):
-            with pytest.raises(BaseException):  # noqa: B017 - the runtime's own error type
-                cli_main(flow, workers_per_process=1)
+            cli_main(flow, workers_per_process=1)  # finishes: its input ended
             stopped_while_held = not hold.released.is_set()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.alarm(0)
+        end_inputs(False)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
     assert stopped_while_held, "the stop waited for the held apply"
     assert stop_warnings(caplog) == [
