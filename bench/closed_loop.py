@@ -5,7 +5,7 @@ Every row replays the same requests on the same simulated fleet (same seed):
 * **static peak** / **static mean** — a fixed fleet sized, per role, for the busiest minute /
   the average minute (rounded to the nearest replica) of the hindsight schedule below;
 * **reference** — the planner with the reference algorithm's behaviour (flat-sensitivity
-  scale-down, spec §4.5; reference estimates), same loops as ours;
+  scale-down, spec §4.5; reference estimates), both loops on, like "ours: throughput+load";
 * **ours: load** — our default with the reactive load loop alone;
 * **ours: throughput+load** — our default with the predictive loop setting floors;
 * **ours: throughput+load p90** — the same, sizing capacity for the p90 ISL/OSL instead of the
