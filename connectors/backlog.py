@@ -11,11 +11,12 @@ a while (:mod:`flows.clock`). Quiet is only known of inputs that are being read:
   :meth:`Backlog.forget`); the clock asks :attr:`Backlog.is_behind` and counts quiet time from
   :attr:`Backlog.caught_up_at` at the earliest.
 * A live input is read every few milliseconds while the worker runs (:meth:`Backlog.polled`).
-  Quiet is known up to :attr:`Backlog.heard_at`, the oldest of the inputs' last reads, and no
-  further. When one was not read for :data:`STALL_GAP` (the process was stopped, its host
-  paused, the worker busy), nothing is known of what queued meanwhile: quiet counts from the
-  read that ended the gap (:attr:`Backlog.resumed_at`), so the events of a stall are judged by
-  their own time once read, not made late by the host clock that ran on.
+  When one was not read for :data:`STALL_GAP` (the process was stopped, its host paused, the
+  worker busy), nothing is known of what queued meanwhile: until it is read again the inputs
+  are not quiet, and afterwards quiet time leaves the stall out
+  (:meth:`Backlog.quiet_since`), so the events of a stall are judged by their own time once
+  read, not made late by the host clock that ran on — and a stall costs the idle rule no more
+  than its own length.
 
 One registry, :data:`BACKLOG`, serves the whole process: bytewax runs the sources of ``-w N``
 workers on N threads, so every method holds a lock. It holds the readers weakly: one dropped
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -35,36 +37,43 @@ tens of milliseconds (the Kafka and ZMQ readers) before it looks again."""
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+STALLS_KEPT = 256
+"""The stalls remembered: a quiet spell with more of them counts the oldest as quiet."""
+
 
 def _system_now() -> datetime:
     return datetime.now(UTC)
 
 
 class Backlog:
-    """The readers that are behind, when the last one caught up, and when each was last read.
+    """The readers that are behind, when the last one caught up, and when the live ones were
+    not read (stalls).
 
     >>> class Reader: ...
     >>> topic, recording = Reader(), Reader()
     >>> now = [datetime(2025, 1, 1, tzinfo=UTC)]
+    >>> def at(seconds):
+    ...     now[0] = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
     >>> backlog = Backlog(now=lambda: now[0])
-    >>> backlog.is_behind, backlog.caught_up_at, backlog.quiet_since == EPOCH
+    >>> backlog.is_behind, backlog.caught_up_at, backlog.quiet_since(EPOCH) == EPOCH
     (False, None, True)
     >>> backlog.behind(topic); backlog.behind(recording)
     >>> backlog.caught_up(topic); backlog.is_behind  # the recording is still being read
     True
-    >>> now[0] = datetime(2025, 1, 1, 0, 0, 9, tzinfo=UTC)
-    >>> backlog.forget(recording); backlog.is_behind, backlog.quiet_since.second
+    >>> at(9); backlog.forget(recording); backlog.is_behind, backlog.quiet_since(EPOCH).second
     (False, 9)
     >>> backlog.caught_up(recording); backlog.caught_up_at.second  # nothing changed
     9
 
-    The topic is read every few milliseconds — until its worker stalls for 20 s:
+    The topic is read every few milliseconds — until its worker stalls, from 30 s to 50 s:
 
-    >>> backlog.polled(topic); now[0] += timedelta(seconds=20)
-    >>> backlog.quiet_since is None  # nobody knows what queued meanwhile
+    >>> at(30); backlog.polled(topic); at(50)
+    >>> backlog.quiet_since(EPOCH) is None  # nobody knows what queued meanwhile
     True
-    >>> backlog.polled(topic); backlog.quiet_since.second  # read again: quiet from here on
-    29
+    >>> backlog.polled(topic)  # read again: the 20 s of the stall do not count as quiet
+    >>> newest_at_40 = datetime(2025, 1, 1, 0, 0, 40, tzinfo=UTC)
+    >>> backlog.quiet_since(EPOCH).second, backlog.quiet_since(newest_at_40).second
+    (29, 50)
     """
 
     def __init__(self, now: Callable[[], datetime] = _system_now) -> None:
@@ -73,7 +82,7 @@ class Backlog:
         self._behind: weakref.WeakSet[object] = weakref.WeakSet()
         self._read_at: weakref.WeakKeyDictionary[object, datetime] = weakref.WeakKeyDictionary()
         self._caught_up_at: datetime | None = None
-        self._resumed_at: datetime | None = None
+        self._stalls: deque[tuple[datetime, datetime]] = deque(maxlen=STALLS_KEPT)
 
     def behind(self, reader: object) -> None:
         """``reader`` has a backlog to read."""
@@ -92,7 +101,7 @@ class Backlog:
             now = self._now()
             last = self._read_at.get(reader)
             if last is not None and now - last > STALL_GAP:
-                self._resumed_at = now
+                self._stalls.append((last, now))
             self._read_at[reader] = now
 
     def forget(self, reader: object) -> None:
@@ -119,18 +128,20 @@ class Backlog:
         with self._lock:
             return self._caught_up_at
 
-    @property
-    def quiet_since(self) -> datetime | None:
-        """The earliest host time from which the inputs may count as quiet (a live clock also
-        waits for the newest event): when the last of them caught up or resumed after a
-        stall, :data:`EPOCH` when neither happened; ``None`` while one is behind or stalled."""
+    def quiet_since(self, start: datetime) -> datetime | None:
+        """Since when the inputs count as quiet, for a clock whose newest event came at host
+        time ``start``: from ``start``, or from when the last input behind caught up if later,
+        pushed on by the stalls since (quiet time leaves them out: what queued then is read
+        after them). ``None`` while an input is behind or stalled."""
         with self._lock:
             if self._behind:
                 return None
             now = self._now()
             if any(now - last > STALL_GAP for last in self._read_at.values()):
                 return None
-            return max(t or EPOCH for t in (self._caught_up_at, self._resumed_at))
+            since = max(start, self._caught_up_at or EPOCH)
+            stalled = [end - max(begin, since) for begin, end in self._stalls if end > since]
+            return since + sum(stalled, timedelta(0))
 
 
 BACKLOG = Backlog()

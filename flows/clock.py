@@ -13,9 +13,9 @@ stalls between two of their events: while one is behind, the system clock moves 
 quiet time counts from when the last one caught up at the earliest — so a restarted worker
 rebuilds from its history what an uninterrupted one decided, at any host speed. Nor is an input
 quiet that nobody reads: a followed topic not read for a second (the worker stopped, its host
-paused or busy) is stalled, and quiet time counts from the read that ends the stall, so the
-events that queued meanwhile are judged by their own time, not made late by the host clock
-that ran on.
+paused or busy) is stalled, and its quiet time leaves the stall out — it stops at the stall
+and goes on after it — so the events that queued meanwhile are judged by their own time, not
+made late by the host clock that ran on, and a stall delays idle ticks by its own length.
 
 The end of the input is not the end of event time: a window still open then is incomplete and
 does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
@@ -135,10 +135,7 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         """Since when the inputs have been quiet (system time); ``None`` while one is behind
         or stalled."""
         backlog = self.clock.backlog
-        if backlog is None:
-            return self.state.seen_at
-        since = backlog.quiet_since
-        return None if since is None else max(self.state.seen_at, since)
+        return self.state.seen_at if backlog is None else backlog.quiet_since(self.state.seen_at)
 
 
 @dataclass

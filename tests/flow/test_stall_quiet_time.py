@@ -1,0 +1,82 @@
+"""A live clock's quiet time leaves a stall of its inputs out, and only the stall.
+
+The real :class:`flows.clock.PlannerClock` and :class:`connectors.backlog.Backlog`, on one
+host clock the test moves: a followed topic is read every 100 ms, except during a stall. What
+queued during the stall must not be made late (the inputs were not read, so they were not
+quiet), and the stall must not cost the idle rule more than its own length (quiet time that
+restarted after a stall held the ticks up for as long as the inputs had been quiet before it).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from connectors.backlog import EPOCH, Backlog
+from flows.clock import PlannerClock
+
+IDLE_S = 5.0
+LAST_EVENT = 100.0
+"""Event time of the last event, seen at host time 0."""
+
+
+class Topic:
+    """A reader (the registry holds readers weakly)."""
+
+
+class Host:
+    """A host clock the test moves, and a topic read every 100 ms while the worker runs."""
+
+    def __init__(self) -> None:
+        self.start = datetime(2026, 1, 1, tzinfo=UTC)
+        self.seconds = 0.0
+        self.backlog = Backlog(now=self.now)
+        self.topic = Topic()
+
+    def now(self) -> datetime:
+        return self.start + timedelta(seconds=self.seconds)
+
+    def run(self, until: float) -> None:
+        """The worker runs: the topic is read now and every 100 ms up to ``until``."""
+        self.backlog.polled(self.topic)
+        while self.seconds < until - 1e-9:
+            self.seconds = round(self.seconds + 0.1, 6)
+            self.backlog.polled(self.topic)
+
+    def stall(self, until: float) -> None:
+        self.seconds = until  # nothing is read meanwhile
+
+
+def watermarks(stall_s: float) -> dict[str, float]:
+    host = Host()
+    clock = PlannerClock(
+        lambda t: EPOCH + timedelta(seconds=t),
+        lateness=timedelta(0),
+        idle_after=timedelta(seconds=IDLE_S),
+        now_getter=host.now,
+        backlog=host.backlog,
+    )
+    logic = clock.build(None)
+    logic.on_item(LAST_EVENT)
+
+    def watermark() -> float:
+        return (logic.on_notify() - EPOCH).total_seconds()
+
+    seen = {}
+    host.run(60.0)
+    seen["before"] = watermark()
+    host.stall(60.0 + stall_s)
+    seen["stalled"] = watermark()  # before the topic is read again
+    host.run(70.0)
+    seen["after"] = watermark()
+    return seen
+
+
+def test_a_stall_is_left_out_of_the_quiet_time_and_only_the_stall() -> None:
+    steady = watermarks(stall_s=0.0)
+    stalled = watermarks(stall_s=2.0)
+    assert steady["after"] == LAST_EVENT + 70.0 - IDLE_S
+    # until the topic is read again, the host clock moves nothing: an event of the stall,
+    # stamped at host time 60.5, is not late when it is read at 62
+    assert stalled["stalled"] == stalled["before"] == LAST_EVENT + 60.0 - IDLE_S
+    # read again, quiet time goes on from where it stopped: the 2 s are all it costs
+    assert stalled["after"] == steady["after"] - 2.0
