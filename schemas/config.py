@@ -153,11 +153,23 @@ class PlannerConfig(BaseModel):
 
     # --- core (§9.1) ---
     mode: Mode = "disagg"
+    """Engines the deployment runs (spec §9.1): ``disagg`` (prefill and decode engines),
+    ``agg`` (engines doing both), ``prefill`` or ``decode`` (one role planned alone)."""
     optimization_target: OptimizationTarget = "throughput"
+    """How the load loop judges engines (spec §4.1): ``sla`` (estimated TTFT/ITL from the learned
+    perf models against ``ttft_ms``/``itl_ms``), ``throughput``/``latency`` (fixed thresholds,
+    no regression), ``load`` (the queue and KV thresholds below). The last three force the load
+    loop on and the throughput loop off."""
     enable_throughput_scaling: bool = True
+    """The predictive loop: forecast demand every throughput interval and size for it (alone it
+    decides; with the load loop it sets floors, reason ``set_lower_bound``)."""
     enable_load_scaling: bool = False
+    """The reactive loop: every load interval, step replicas from the engines' queues and the
+    latencies their forward passes imply."""
     ttft_ms: Positive = Field(500.0, validation_alias=AliasChoices("ttft_ms", "ttft"))
+    """Time-to-first-token target, ms."""
     itl_ms: Positive = Field(50.0, validation_alias=AliasChoices("itl_ms", "itl"))
+    """Inter-token latency target, ms."""
     advisory: bool = False
     """Compute, log and export this deployment's decisions (``-``, files, ``kafka://``, the
     metrics) but never apply them: a ``dgd://`` or ``virtual+kafka://`` output does not get
@@ -174,7 +186,10 @@ class PlannerConfig(BaseModel):
     ``profile_results_dir``. The reference asks the live worker; a file can be recorded once
     per engine configuration and reviewed."""
     prefill_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    """GPUs of one prefill replica (for the GPU budget and GPU-hours) where the workers'
+    capabilities do not say; ``None``: unknown."""
     decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    """GPUs of one decode (or agg) replica, as for prefill."""
     capabilities: WorkerCapabilities | None = None
     """*ours*: the engines' limits per role (``max_num_batched_tokens``, ``max_kv_tokens``,
     ``max_num_seqs``, ...) until a ``capabilities`` event says otherwise (a field it names
@@ -214,19 +229,25 @@ class PlannerConfig(BaseModel):
     """Spec §5.4: one throughput observation moves a role at most this many replicas from its
     ready count (the endpoint floor may exceed it)."""
     throughput_metrics_source: Literal["frontend", "router"] = "frontend"
+    """Which metric names the Prometheus traffic input queries (spec §10.2): the frontend's
+    ``dynamo_frontend_*`` or the router's."""
     load_predictor: PredictorName = "arima"
     """Spec §7; ``periodic`` (a short cycle found in the series' autocorrelation) is *ours*, and
     ``selector`` mixes every other kind (:mod:`operators.predictors.selector`)."""
     load_predictor_log1p: bool = False
+    """Forecast ``log1p`` of the load and transform back (spec §7)."""
     load_predictor_warmup_trace: str | None = None
     """A trace file, a glob or a directory of ``*.jsonl``/``*.jsonl.gz`` traces (spec §7.6)
     whose requests warm the load predictors before live data."""
     kalman_q_level: NonNegative = 1.0
+    """Kalman process variance of the level (spec §7.4)."""
     kalman_q_trend: NonNegative = 0.1
+    """Kalman process variance of the trend."""
     kalman_r: NonNegative = 10.0
     """The Kalman variances; 0 is allowed, as in the reference, which floors them at 1e-12
     (``q_level``, ``q_trend``) and 1e-9 (``r``) (spec §7.4)."""
     kalman_min_points: Annotated[int, Field(ge=1)] = 5
+    """Points the Kalman predictor needs before it forecasts (until then: the last value)."""
     arima_refits: bool = True
     """*ours*: the ARIMA predictor searches its order again from time to time (while its
     history fills, every 48 points, and when its one-step errors grow fourfold), on its last
@@ -271,9 +292,15 @@ class PlannerConfig(BaseModel):
     """Seconds between load ticks (spec §9.4): 0.1 s to one day, a whole number of 10 ms
     (:data:`INTERVAL_LIMITS`)."""
     max_num_fpm_samples: Annotated[int, Field(ge=1)] = 64
+    """Forward passes each perf model keeps (spec §3.1), spread over its buckets."""
     fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
+    """Buckets the perf model spreads its samples over; a perfect square (spec §3.1)."""
     load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100)] = 80
+    """A scale-down needs the latency estimates under this percent of the SLA (spec §4.5,
+    §4.6); 0 never scales down."""
     load_min_observations: Annotated[int, Field(ge=1)] = 5
+    """Forward passes a perf model needs before the load loop uses it (else
+    ``insufficient_data``)."""
     prefill_scale_up_queue_tokens: Annotated[int, Field(ge=0)] | None = None
     """``optimization_target: load`` (spec §4.3): a prefill replica is added when ANY engine
     has at least this many prompt tokens queued. Required with that target when the mode has
@@ -294,6 +321,7 @@ class PlannerConfig(BaseModel):
     """``optimization_target: load``: percent (0–100) at or below which ALL decode (or agg)
     engines' KV load removes a replica (when there are at least two)."""
     speculative_nextn: Annotated[int, Field(ge=0)] = 0
+    """Speculative tokens per decode step when the engines do not say (spec §5.5)."""
     scale_down_rule: Literal["consolidation", "flat"] = "consolidation"
     """*ours* (as a switch): ``consolidation`` = spec §4.6 (default), ``flat`` = spec §4.5."""
     queue_aware_estimates: bool = True
@@ -395,8 +423,11 @@ class PlannerConfig(BaseModel):
     """Watts the deployment's GPUs may draw at their caps; required by, and only read with,
     ``enable_power_awareness``."""
     min_endpoint: Annotated[int, Field(ge=0)] = 1
+    """Fewest replicas of each role any decision leaves (spec §9.5)."""
     prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+    """Fewest prefill replicas, in place of ``min_endpoint``."""
     decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+    """Fewest decode (or agg) replicas, in place of ``min_endpoint``."""
 
     # --- event time (ours) ---
     allowed_lateness_seconds: Annotated[float, Field(ge=0, le=DAY_SECONDS, allow_inf_nan=False)] = (
@@ -416,10 +447,13 @@ class PlannerConfig(BaseModel):
 
     # --- exporter and diagnostics (§9.6, §9.7) ---
     metric_reporting_prometheus_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """Port of the Prometheus exporter of ``flowplanner run`` (0: off unless
+    ``--metrics-port`` or ``PLANNER_PROMETHEUS_PORT`` says; spec §9.6)."""
     report_interval_hours: Annotated[float, Field(ge=0.01, allow_inf_nan=False)] | None = 24.0
     """Hours of tick time per diagnostics report page (spec §9.7), at least 0.01 h (36 s): a
     shorter one wrote a page for every tick or two; ``None`` writes one page at the end."""
     report_output_dir: str = "./planner_reports"
+    """Where ``--reports`` writes its pages (created if missing)."""
 
     @model_validator(mode="before")
     @classmethod
