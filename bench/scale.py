@@ -323,7 +323,9 @@ def run_steps(
                 open_windows[event.deployment] = current
             fold_event(current[1], event)
         times.seconds["fold into window"] += time.process_time() - start
-        del events
+        # Both lists: a chunk still alive while the next one decodes (its 1 000 events'
+        # objects) made decoding look ~1.8 us an event dearer than in the flow.
+        del events, admitted
 
         for deployment, end_s, window in closed:
             planner = planners.get(deployment)

@@ -24,6 +24,10 @@ from schemas import (
     parse_event,
 )
 
+_ENGINE_EVENTS = (FpmEvent, FpmBatchEvent)
+"""Events that carry an engine role (a tuple built once: ``A | B`` in the check rebuilt a union
+on every event)."""
+
 
 def not_utf8(data: str | bytes) -> str | None:
     """What makes ``data`` not UTF-8 text, or ``None`` when it is (or is already text).
@@ -78,7 +82,7 @@ class Admission:
             known = ", ".join(sorted(self.configs))
             reason = f"unknown deployment {event.deployment!r} (the config has {known})"
             return self._reject(item, reason, event)
-        if isinstance(event, FpmEvent | FpmBatchEvent) and event.payload.role not in config.roles:
+        if isinstance(event, _ENGINE_EVENTS) and event.payload.role not in config.roles:
             reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
             return self._reject(item, reason, event)
         return event

@@ -300,6 +300,13 @@ def request_implausibility(record: RequestRecord) -> str | None:
     >>> print(request_implausibility(RequestRecord(isl=10, osl=10, accept_length=1e308)))
     accept_length = 1e+308 is implausible (above MAX_ACCEPT_LENGTH = 1025)
     """
+    accept = record.accept_length
+    if (  # the common case without building the checks (this runs for every request event)
+        record.isl <= MAX_REQUEST_TOKENS
+        and record.osl <= MAX_REQUEST_TOKENS
+        and (accept is None or accept <= MAX_ACCEPT_LENGTH)
+    ):
+        return None
     return _first_above(
         (
             ("isl", record.isl, _REQUEST_TOKENS),
