@@ -15,8 +15,10 @@ Inputs (``--input``, repeatable):
                                                 options ``model``, ``namespace``, and
                                                 ``spec_decode=vllm|sglang|trtllm`` to read the
                                                 speculative accept length; no HOST:PORT
-                                                = ``PROMETHEUS_ENDPOINT`` and the other
-                                                ``PROMETHEUS_*`` settings)
+                                                = ``PROMETHEUS_ENDPOINT``; the token, CA
+                                                bundle and TLS check come from the other
+                                                ``PROMETHEUS_*`` settings;
+                                                ``prometheus+https://`` for TLS)
 
 Decision outputs (``--output``, repeatable):
   ``-``                                         readable lines on stdout (the default)
@@ -166,8 +168,9 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             deployment, role = _zmq_target(address, query, configs)
             zmq_endpoints.append(EndpointSpec(zmq_url, deployment, role))
             wiring.live = True
-        elif scheme == "prometheus":
-            traffic.append(_prometheus(address, netloc, query, configs))
+        elif scheme in ("prometheus", "prometheus+https"):
+            http = "https" if scheme.endswith("https") else "http"
+            traffic.append(_prometheus(address, http, netloc, query, configs))
             wiring.live = True
         else:
             raise EndpointError(f"unsupported input {address!r}")
@@ -272,7 +275,11 @@ def _interval(address: str, query: dict[str, str], default: float) -> timedelta:
 
 
 def _prometheus(
-    address: str, netloc: str, query: dict[str, str], configs: dict[str, PlannerConfig]
+    address: str,
+    http: str,
+    netloc: str,
+    query: dict[str, str],
+    configs: dict[str, PlannerConfig],
 ) -> PrometheusTrafficSource:
     _only(query, {"deployment", "model", "namespace", "spec_decode"}, address)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
@@ -284,7 +291,7 @@ def _prometheus(
         raise EndpointError(f"{address!r}: spec_decode must be one of {known}, not {backend!r}")
     settings = PrometheusSettings.from_env()
     if netloc:
-        settings = replace(settings, endpoint=f"http://{netloc}")
+        settings = replace(settings, endpoint=f"{http}://{netloc}")
     return PrometheusTrafficSource.from_config(
         deployment,
         configs[deployment],

@@ -109,6 +109,18 @@ def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
         wire(["prometheus://127.0.0.1:9?deployment=llama&spec_decode=medusa"], ["-"], CONFIGS)
 
 
+def test_a_prometheus_input_over_tls_is_prometheus_https():
+    # a given HOST:PORT was always read over plain http: a TLS Prometheus was reachable only
+    # through PROMETHEUS_ENDPOINT
+    for address, endpoint in (
+        ("prometheus://prom:9090?deployment=llama", "http://prom:9090"),
+        ("prometheus+https://prom:9090?deployment=llama", "https://prom:9090"),
+    ):
+        [source] = wire([address], ["-"], CONFIGS).inputs
+        assert isinstance(source, PrometheusTrafficInput)
+        assert source.sources["llama"].client.settings.endpoint == endpoint
+
+
 @pytest.mark.parametrize(
     ("inputs", "outputs", "option", "problem"),
     [
