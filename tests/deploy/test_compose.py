@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import compose
 import yaml
 
 from flows.cli import build_parser
+from flows.endpoints import wire
+from schemas import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = Path(compose.__file__).parent / "docker-compose"
@@ -53,5 +56,21 @@ def test_the_stack_wires_the_planner_to_what_exists():
     for name in ("planner", "fleet"):
         args = build_parser().parse_args(services[name]["command"])
         assert args.command == services[name]["command"][0]
+    # the planner's addresses wire with its config (no I/O until the flow starts), and it
+    # subscribes to each role where the fleet publishes that role's forward passes
+    run = build_parser().parse_args(planner)
+    wire(run.input, run.output, load_config(ROOT / run.config))
+    fleet = build_parser().parse_args(services["fleet"]["command"])
+    published = {
+        "prefill": urlsplit(fleet.prefill_publish).port,
+        "decode": urlsplit(fleet.decode_publish).port,
+    }
+    subscribed = {}
+    for address in run.input:
+        url = urlsplit(address)
+        if url.scheme == "zmq+tcp":
+            assert url.hostname == "fleet"
+            subscribed[parse_qs(url.query)["role"][0]] = url.port
+    assert subscribed == published
     scrape = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
     assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == ["planner:8000"]

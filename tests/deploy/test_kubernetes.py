@@ -4,13 +4,12 @@ grants what the DGD actuator calls, the config loads, and the worker's arguments
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import yaml
 
-from connectors import dgd
 from connectors.dgd_dataflow import parse_dgd_target
+from flows import endpoints
 from flows.cli import build_parser
 from flows.endpoints import wire
 from schemas import load_config
@@ -27,38 +26,42 @@ def worker_args() -> list[str]:
     return container["args"]
 
 
-def test_the_role_grants_what_the_actuator_calls():
-    # the actuator's API calls are get and patch of the DGD (its status comes with the get)
-    code = inspect.getsource(dgd)
-    calls = {"get": "get_namespaced_custom_object(", "patch": "patch_namespaced_custom_object("}
-    assert all(call in code for call in calls.values())
-    granted = {
-        (group, resource, verb)
-        for rule in manifests()["Role"]["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    for verb in calls:
-        assert ("nvidia.com", "dynamographdeployments", verb) in granted
-    assert ("nvidia.com", "dynamographdeployments/status", "get") in granted
+def test_the_role_is_bound_to_the_workers_service_account():
+    # what the Role grants is checked against the requests the planner makes:
+    # tests/kube/test_rbac.py
     binding = manifests()["RoleBinding"]
     pod = manifests()["Deployment"]["spec"]["template"]["spec"]
     assert binding["roleRef"]["name"] == manifests()["Role"]["metadata"]["name"]
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
 
 
-def test_the_worker_runs_the_shipped_config_with_addresses_it_accepts(tmp_path):
+def test_the_worker_runs_the_shipped_config_with_addresses_it_accepts(tmp_path, monkeypatch):
     config = tmp_path / "planner.yaml"
     config.write_text(manifests()["ConfigMap"]["data"]["planner.yaml"])
     configs = load_config(config)
     args = build_parser().parse_args(worker_args())
     assert args.command == "run" and args.config == "/etc/flowplanner/planner.yaml"
-    wiring = wire(args.input, [], configs)  # no I/O: sources connect when the flow starts
-    assert wiring.live and len(wiring.inputs) == 2  # the ZMQ source and the Prometheus one
+    in_pod = tmp_path / "namespace"  # the service account's namespace file of a pod
+    in_pod.write_text("dynamo")
+    monkeypatch.setattr(endpoints, "SERVICE_ACCOUNT_NAMESPACE", in_pod)
+    # no I/O: sources connect when the flow starts, the DGD output when its sink is built
+    wiring = wire(args.input, args.output, configs)
+    assert wiring.live and len(wiring.inputs) == 3  # ZMQ, Prometheus, the DGD's inventory
+    assert len(wiring.actuators) == 1
     (output,) = args.output
     namespace, name = parse_dgd_target(output.split("?")[0])
     assert (namespace, name) == (None, "llama")  # in the pod's own namespace
     assert "llama" in configs and configs["llama"].capabilities is not None
     (container,) = manifests()["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert container["ports"][0]["containerPort"] == args.metrics_port
+
+
+def test_the_pod_monitor_scrapes_the_workers_metrics_port():
+    monitor = yaml.safe_load((MANIFESTS.parent / "podmonitor.yaml").read_text())
+    pod = manifests()["Deployment"]["spec"]["template"]
+    assert monitor["metadata"]["namespace"] == manifests()["Deployment"]["metadata"]["namespace"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert ports[endpoint["port"]] == build_parser().parse_args(worker_args()).metrics_port
