@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "flows.commands.demo",
     "flows.commands.fleet",
     "flows.commands.forecast_bench",
+    "flows.commands.relay",
     "flows.commands.replay",
     "flows.commands.run",
     "flows.commands.schema",

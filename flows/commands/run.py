@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from types import FrameType
 
 from bytewax._bytewax import cli_main
+from bytewax.dataflow import Dataflow
 from bytewax.errors import BytewaxRuntimeError
 from kubernetes.config.config_exception import ConfigException as KubeConfigException
 from prometheus_client import REGISTRY
@@ -49,7 +50,7 @@ STOP_GRACE_S = 20
 request: they time out in 10 s)."""
 
 
-class _StopRequest:
+class StopRequest:
     """Turns SIGTERM/SIGINT into the end of the inputs, remembering which signal.
 
     The first signal ends every input at its next read and makes the sinks that wait stop
@@ -81,6 +82,30 @@ class _StopRequest:
         # an API server's answer to a DGD patch
         stop_waiting()
         signal.alarm(STOP_GRACE_S)
+
+
+def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, str | None]:
+    """Run ``flow`` until its inputs end or SIGTERM/SIGINT stop it (:class:`StopRequest`):
+    the exit status (1 after a failure a user can fix, said in one line on stderr) and the
+    signal that stopped it, if one did. Other failures are raised."""
+    stop = StopRequest()
+    end_inputs(False)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        cli_main(flow, workers_per_process=workers)
+    except (KeyboardInterrupt, BytewaxRuntimeError) as exc:
+        if stop.signal is None:  # a real failure, not our stop
+            cause = user_facing_cause(exc)
+            if cause is None:
+                raise
+            print(f"{command}: {cause}", file=sys.stderr)
+            return 1, None
+    finally:
+        signal.alarm(0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0, stop.signal
 
 
 def counter_total(name: str) -> int:
@@ -246,26 +271,13 @@ def run(args: argparse.Namespace) -> int:
         delivered=delivered,
         in_flight=in_flight,
     )
-    stop = _StopRequest()
-    end_inputs(False)
-    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
-    previous = {sig: signal.signal(sig, stop) for sig in signals}
     try:
-        cli_main(flow, workers_per_process=args.workers)
-    except (KeyboardInterrupt, BytewaxRuntimeError) as exc:
-        if stop.signal is None:  # a real failure, not our stop
-            cause = user_facing_cause(exc)
-            if cause is None:
-                raise
-            print(f"flowplanner run: {cause}", file=sys.stderr)
-            return 1
+        status, stopped = run_until_stopped(flow, args.workers, "flowplanner run")
     finally:
-        signal.alarm(0)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if server is not None:
             server.stop()
-    stopped = stop.signal
+    if status:
+        return status
     print(
         f"flowplanner run: {'stopped by ' + stopped + ', ' if stopped else ''}"
         f"{counter_total('flowplanner_events_in')} events in, "

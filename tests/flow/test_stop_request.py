@@ -11,13 +11,13 @@ import signal
 import pytest
 
 from connectors.stopping import end_inputs, inputs_ended
-from flows.commands.run import _StopRequest
+from flows.commands.run import StopRequest
 
 
 def test_the_first_signal_ends_the_inputs_and_later_ones_are_said(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    stop = _StopRequest()
+    stop = StopRequest()
     signals = (signal.SIGTERM, signal.SIGALRM)
     previous = {sig: signal.signal(sig, stop) for sig in signals}
     try:

@@ -27,7 +27,7 @@ from prometheus_client import REGISTRY
 from connectors.dgd import ApplyResult
 from connectors.dgd_dataflow import DgdSink
 from connectors.stopping import end_inputs, inputs_ended, stop_waiting
-from flows.commands.run import _StopRequest
+from flows.commands.run import StopRequest
 from schemas import ScalingDecision
 from tests.decisions import decision
 from tests.kube.test_dgd_hang import SAFETY_S, Hold, factory, threads_named
@@ -191,7 +191,7 @@ def test_a_signal_stop_of_a_running_dataflow_does_not_wait_for_a_held_apply(
         if hold.holding.wait(SAFETY_S):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    stop = _StopRequest()
+    stop = StopRequest()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGALRM)}
     try:
         threading.Thread(target=terminate_once_held, daemon=True).start()
