@@ -7,12 +7,16 @@ deployment's frontend ``--req-hz`` request records a second. Every deployment ru
 loop (5 s) and the throughput loop (``--throughput-interval``, default 60 s) with the
 ``selector`` predictor (all five forecasters on the count, ISL and OSL series).
 
-Three measurements, all CPU time of this process (``time.process_time``; wall time beside it):
+Four measurements, all CPU time of this process (``time.process_time``; wall time beside it):
 
 1. **flow** — the real dataflow (:func:`flows.planner.build_flow`, bytewax ``run_main``, one
    worker), tick records to an in-memory sink: events per CPU second per scale, and its ratio
    to the first (smallest) scale of the same run. A ratio near 1 is linear scaling; below 1,
-   each event costs more as the fleet grows.
+   each event costs more as the fleet grows — at equal seconds of event time. Scales of
+   different length compare different forecaster phases: 300 s is 5 throughput ticks, before
+   ARIMA has its 5 points and fits, and such a tick costs ~3 ms per deployment; from 1 200 s
+   on ARIMA fits and a tick costs 60-80 ms, 11-14 µs an event at 8 engines, so 1x8x1200 and
+   1x8x2400 run at ~0.6x of 1x8x300 (``--scales 1x8x300,1x8x1200,1x8x2400,1x8x300``).
 2. **steps** — the same events through the same operators without bytewax, one step at a
    time: decode/admission (:class:`operators.admission.Admission`), the fold into tick windows
    (:func:`operators.window.fold_event`), the planner's window intake, perf-model training and
@@ -21,17 +25,17 @@ Three measurements, all CPU time of this process (``time.process_time``; wall ti
    of one load tick and one throughput tick per deployment as ratios to the first scale.
 3. **history** — one deployment's throughput tick (``TrafficForecaster``, ``selector``) on a
    seeded series of ``--history`` ticks: mean CPU ms per tick in blocks, and the share of it
-   spent in each forecaster. The flow runs above are too short to reach steady-state
-   forecaster history; this shows what a throughput tick costs as history grows.
-
+   spent in each forecaster. The 300 s flow runs above end before the forecasters warm up;
+   this shows what a throughput tick costs as history grows.
 4. **BLAS threads** — the same throughput ticks in two fresh processes, with OpenBLAS's
    default threads and with ``OPENBLAS_NUM_THREADS=1`` (what ``flows/cli.py`` sets, and this
    bench too unless the variable is already set): CPU and wall ratio, and whether the
    forecasts are identical (they are: the fits' matrices are tiny, threads only add spinning).
 
-The default scale list ends with the first scale again: the spread between the two is the
-run's noise. Run: ``python -m bench.scale [--scales 1x8x300,8x8x300,...] [--history N]
-[--blas-ticks N] [--no-flow] [--quick]``.
+A tiny fleet runs through the flow and the steps first, untimed (first-run costs). The default
+scale list ends with the first scale again: the spread between the two is the run's noise
+(0.88-0.97x in three runs on a shared 2-core machine). Run: ``python -m bench.scale
+[--scales 1x8x300,8x8x300,...] [--history N] [--blas-ticks N] [--no-flow] [--quick]``.
 """
 
 from __future__ import annotations
@@ -458,6 +462,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     # statsmodels loads lazily on the first fit: pay the import outside the measurements
     history_costs(12, args.throughput_interval)
+    # so do the first dataflow and the first decodes: a tiny fleet through both, untimed
+    warm = {"dep0": fleet_config(args.throughput_interval)}
+    warm_raws = [
+        RawEvent("warm-up", i, line) for i, line in enumerate(fleet_lines(Scale(1, 2, 10)))
+    ]
+    if not args.no_flow:
+        run_flow(warm_raws, warm)
+    run_steps(warm_raws, warm)
     flows: list[FlowRun | None] = []
     steps: list[StepTimes] = []
     for scale in scales:
