@@ -101,7 +101,7 @@ class Backlog:
             now = self._now()
             last = self._read_at.get(reader)
             if last is not None and now - last > STALL_GAP:
-                if self._stalls and self._stalls[-1][1] >= last:  # the same stall, seen again
+                while self._stalls and self._stalls[-1][1] >= last:  # overlaps: one stall
                     begin, _end = self._stalls.pop()
                     last = min(begin, last)
                 self._stalls.append((last, now))

@@ -386,16 +386,20 @@ def produce(
     key: bytes,
     value: bytes,
     on_delivery: Callable[[KafkaError | None, Message], None],
-) -> None:
-    """Queue one message, waiting for room when the producer's local queue is full."""
+    give_up: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Queue one message, waiting for room when the producer's local queue is full (the broker
+    away) — until ``give_up()`` says to stop waiting: then ``False``, the message not queued."""
     while True:
         try:
             producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
         except BufferError:  # local queue full: let deliveries drain, then retry
+            if give_up():
+                return False
             producer.poll(0.1)
             continue
         producer.poll(0)
-        return
+        return True
 
 
 def flush(producer: Producer, where: str, timeout_s: float, failures: list[str], what: str) -> None:

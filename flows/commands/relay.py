@@ -9,27 +9,34 @@ a Kafka topic as an input event (key = deployment). The planner follows that top
 scales to. Frames that are not forward passes are dead letters on stderr, never forwarded.
 SIGTERM/SIGINT stop it once what it read is delivered.
 
-The relays' clocks stamp the events: give the planner an ``allowed_lateness_seconds`` that
-covers the skew between the engines' hosts and the delivery delay, or a pass stamped by a host
-behind the others is late.
+The relays' clocks stamp the events, and the relays of one deployment share its partition:
+give the planner an ``allowed_lateness_seconds`` that covers the skew between the engines'
+hosts plus the delivery delay (1 s at least), or a pass stamped a little before another
+relay's newest is late. The relay's own metrics (ZMQ sequence gaps, engines heard, dead
+letters) are on its ``--metrics-port``.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import TypeGuard, cast
 from urllib.parse import parse_qs, urlsplit
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
+from prometheus_client import start_http_server
 
 from connectors.address import has_host_port
 from connectors.console import LineSink
+from connectors.kafka import KafkaConnectorError, ensure_topic
 from connectors.kafka.event_sink import KafkaEventSink
 from connectors.kafka.url import KafkaUrl
+from connectors.metrics import MetricsServer
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
-from flows.commands.run import run_until_stopped
+from flows.cli import port_number
+from flows.commands.run import LOG_FORMAT, run_until_stopped
 from schemas import DeadLetter, Event, Role
 
 ROLES = ("prefill", "decode")
@@ -74,15 +81,34 @@ def build_relay(publishers: list[EndpointSpec], to: KafkaUrl) -> Dataflow:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+    logging.getLogger("connectors").setLevel(logging.INFO)
     try:
         publishers = [publisher(address) for address in args.source]
         to = KafkaUrl.parse(args.to)
+        flow = build_relay(publishers, to)
     except ValueError as error:
         print(f"flowplanner relay: {error}", file=sys.stderr)
         return 2
-    flow = build_relay(publishers, to)
+    try:
+        ensure_topic(to.bootstrap, to.topic)  # an unreachable broker: one line, before starting
+    except KafkaConnectorError as error:
+        print(f"flowplanner relay: {error}", file=sys.stderr)
+        return 1
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server = MetricsServer(*start_http_server(args.metrics_port))
+        except OSError as error:
+            print(f"flowplanner relay: cannot serve metrics: {error}", file=sys.stderr)
+            return 1
+        print(f"flowplanner relay: metrics on {server.url}", file=sys.stderr)
     print(f"flowplanner relay: {len(publishers)} publisher(s) -> {args.to}", file=sys.stderr)
-    status, stopped = run_until_stopped(flow, 1, "flowplanner relay")
+    try:
+        status, stopped = run_until_stopped(flow, 1, "flowplanner relay")
+    finally:
+        if server is not None:
+            server.stop()
     if not status:
         print(f"flowplanner relay: stopped by {stopped or 'the end of its input'}", file=sys.stderr)
     return status
@@ -109,5 +135,14 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         metavar="kafka://HOST:PORT/TOPIC",
         help="the topic the planner follows (created if missing); key = deployment",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="N",
+        help="serve the relay's pipeline metrics (flowplanner_fpm_sequence_gaps_total, "
+        "flowplanner_fpm_engines, flowplanner_dead_letters_total, ...) on /metrics (0: any "
+        "free port); default: none",
     )
     parser.set_defaults(func=run)

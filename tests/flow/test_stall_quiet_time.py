@@ -85,3 +85,21 @@ def test_a_stall_is_left_out_of_the_quiet_time_and_only_the_stall() -> None:
     # read again, quiet time goes on from where it stopped: the 2 s are all it costs (once,
     # though both topics saw the stall)
     assert stalled["after"] == steady["after"] - 2.0
+
+
+def test_stalls_that_overlap_are_left_out_once() -> None:
+    # two readers stall at overlapping times (say on two workers): y from 0 to 10 s and from
+    # 12 to 14 s, x from 4.9 to 20 s; together the inputs were stalled for 20 s, not 25.1
+    host = Host()
+    x, y = host.topics
+
+    def at(seconds: float, *readers: Topic) -> None:
+        host.seconds = seconds
+        for reader in readers:
+            host.backlog.polled(reader)
+
+    reads = {x: [0.0, 1.0, 2.0, 3.0, 4.0, 4.9, 20.0], y: [0.0, 10.0, 11.0, 12.0, 14.0, 20.0]}
+    for seconds in sorted({t for times in reads.values() for t in times}):
+        at(seconds, *(reader for reader, times in reads.items() if seconds in times))
+    quiet = host.backlog.quiet_since(host.start)
+    assert quiet is not None and (quiet - host.start).total_seconds() == 20.0

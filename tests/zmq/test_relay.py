@@ -9,8 +9,10 @@ a dead letter of the relay, never forwarded; SIGTERM stops the relay cleanly.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from connectors.zmq_publisher import FpmPublisher
 from schemas import ForwardPassMetrics, FpmBatchEvent, FpmEvent, parse_event
 from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
+from tests.services.kafka import tansu_process
 from tests.services.process import wait_until
 
 pytestmark = pytest.mark.services
@@ -124,6 +127,61 @@ def test_the_relay_forwards_every_pass_and_only_passes(
     seen = {engine["worker_id"] for tick in read_jsonl(ticks) for engine in tick["engines"]}
     assert seen == {"w0", "w1"}
     assert time.time() - last < 600  # stamped on receipt, by the relay's clock
+
+
+METRICS = re.compile(r"flowplanner relay: metrics on http://[^:]+:(\d+)/metrics")
+
+
+def relayed_in(err: Path) -> float:
+    """The relay's count of messages read from ZMQ, from its own /metrics (0 before it serves)."""
+    port = METRICS.search(err.read_text())
+    if port is None:
+        return 0.0
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10).read()
+    except OSError as error:  # the relay is gone: say why
+        raise AssertionError(err.read_text()) from error
+    found = re.search(rb'flowplanner_events_in_total\{source="zmq"\} (\S+)', text)
+    return float(found[1]) if found else 0.0
+
+
+def test_a_stop_while_the_broker_is_away_says_what_it_drops(tmp_path: Path) -> None:
+    # the relay's sink raised at shutdown: the process aborted in a Rust panic, or said it had
+    # stopped cleanly while the passes it held were lost without a word; and a sink that asked
+    # the broker for its topic as the dataflow started failed the relay when it was away then
+    err = tmp_path / "relay.err"
+    with tansu_process() as (bootstrap, broker), FpmPublisher("tcp://127.0.0.1:0") as publisher:
+        port = publisher.url.rsplit(":", 1)[1]
+        relay = start_flowplanner(
+            "relay",
+            "--from",
+            f"zmq+tcp://127.0.0.1:{port}?deployment=alpha&role=decode",
+            "--to",
+            f"kafka://{bootstrap}/fpm",
+            "--metrics-port",
+            "0",
+            stderr=err,
+        )
+        try:
+            assert publisher.wait_for_subscribers(1, 120), err.read_text()
+            broker.send_signal(signal.SIGSTOP)
+            for step in range(1, 11):
+                fpm = decode_fpm("w0", kv=40_000 + 900 * step, n=20, counter=0)
+                publisher.publish(ForwardPassMetrics(**fpm))
+            wait_until(lambda: relayed_in(err) >= 10, "the relay to read the passes")
+            relay.send_signal(signal.SIGTERM)
+            relay.wait(timeout=120)
+        finally:
+            broker.send_signal(signal.SIGCONT)
+            if relay.poll() is None:
+                relay.kill()
+                relay.wait()
+    text = err.read_text()
+    assert relay.returncode == 0, text
+    dropped = re.search(rf"(\d+) events not delivered to Kafka topic fpm at {bootstrap}", text)
+    assert dropped and int(dropped[1]) >= 1, text
+    assert "dropped at shutdown" in text and "panicked" not in text and "Traceback" not in text
+    assert "stopped by SIGTERM" in text
 
 
 @pytest.mark.parametrize(
