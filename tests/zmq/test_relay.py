@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -59,20 +60,23 @@ def passes(events: list) -> list[tuple[str, int]]:
     return out
 
 
+def start_relay(
+    publisher: FpmPublisher, topic: str, err: Path, *options: str
+) -> subprocess.Popen[str]:
+    """``flowplanner relay`` from ``publisher`` (alpha's decode engine) to ``kafka://topic``."""
+    port = publisher.url.rsplit(":", 1)[1]
+    source = f"zmq+tcp://127.0.0.1:{port}?deployment=alpha&role=decode"
+    return start_flowplanner(
+        "relay", "--from", source, "--to", f"kafka://{topic}", *options, stderr=err
+    )
+
+
 def test_the_relay_forwards_every_pass_and_only_passes(
     tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
 ) -> None:
     ensure_topic(kafka_bootstrap, kafka_topic)
     with FpmPublisher("tcp://127.0.0.1:0") as publisher:
-        port = publisher.url.rsplit(":", 1)[1]
-        relay = start_flowplanner(
-            "relay",
-            "--from",
-            f"zmq+tcp://127.0.0.1:{port}?deployment=alpha&role=decode",
-            "--to",
-            f"kafka://{kafka_bootstrap}/{kafka_topic}",
-            stderr=tmp_path / "relay.err",
-        )
+        relay = start_relay(publisher, f"{kafka_bootstrap}/{kafka_topic}", tmp_path / "relay.err")
         try:
             assert publisher.wait_for_subscribers(1, 120), (tmp_path / "relay.err").read_text()
             expected = []  # the publisher numbers the passes (counter_id = its sequence)
@@ -107,9 +111,9 @@ def test_the_relay_forwards_every_pass_and_only_passes(
     producer.produce(kafka_topic, key="alpha", value=json.dumps(tail).encode())
     assert producer.flush(30) == 0
     capabilities = {"decode": {"num_gpu": 1, "max_kv_tokens": 2_000_000}}
-    config = write_config(
-        tmp_path / "c.yaml", {"alpha": {**DECODE_CONFIG, "capabilities": capabilities}}
-    )
+    # the passes came within a second: the engines stay alive through the tick after them
+    alpha = {**DECODE_CONFIG, "capabilities": capabilities, "engine_silence_seconds": 60}
+    config = write_config(tmp_path / "c.yaml", {"alpha": alpha})
     ticks, dead_letters = tmp_path / "ticks.jsonl", tmp_path / "dead.jsonl"
     done = flowplanner(
         "run",
@@ -151,17 +155,7 @@ def test_a_stop_while_the_broker_is_away_says_what_it_drops(tmp_path: Path) -> N
     # the broker for its topic as the dataflow started failed the relay when it was away then
     err = tmp_path / "relay.err"
     with tansu_process() as (bootstrap, broker), FpmPublisher("tcp://127.0.0.1:0") as publisher:
-        port = publisher.url.rsplit(":", 1)[1]
-        relay = start_flowplanner(
-            "relay",
-            "--from",
-            f"zmq+tcp://127.0.0.1:{port}?deployment=alpha&role=decode",
-            "--to",
-            f"kafka://{bootstrap}/fpm",
-            "--metrics-port",
-            "0",
-            stderr=err,
-        )
+        relay = start_relay(publisher, f"{bootstrap}/fpm", err, "--metrics-port", "0")
         try:
             assert publisher.wait_for_subscribers(1, 120), err.read_text()
             broker.send_signal(signal.SIGSTOP)
