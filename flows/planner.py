@@ -174,7 +174,8 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
     )
 
 
-def _is_event(item: Event | DeadLetter) -> TypeGuard[Event]:
+def is_event(item: Event | DeadLetter) -> TypeGuard[Event]:
+    """``item`` is an event, not a dead letter (a branch of the flows)."""
     return not isinstance(item, DeadLetter)
 
 
@@ -232,7 +233,7 @@ def build_flow(
     raw = streams[0] if len(streams) == 1 else op.merge("merge_inputs", *streams)
 
     admitted = op.map("admit", raw, Admission(configs))
-    valid = op.branch("valid", admitted, _is_event)
+    valid = op.branch("valid", admitted, is_event)
     keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
 
     window_s = window_seconds(configs)

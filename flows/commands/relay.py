@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TypeGuard, cast
+from typing import cast, get_args
 from urllib.parse import parse_qs, urlsplit
 
 import bytewax.operators as op
@@ -37,9 +37,8 @@ from connectors.metrics import MetricsServer
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.cli import port_number
 from flows.commands.run import LOG_FORMAT, run_until_stopped
-from schemas import DeadLetter, Event, Role
-
-ROLES = ("prefill", "decode")
+from flows.planner import is_event
+from schemas import Role
 
 
 def publisher(address: str) -> EndpointSpec:
@@ -59,21 +58,17 @@ def publisher(address: str) -> EndpointSpec:
     if url.scheme == "zmq+tcp" and not has_host_port(url.netloc):
         raise ValueError(f"{address!r}: give the publisher's HOST:PORT, a port 1-65535")
     deployment, role = query.get("deployment"), query.get("role")
-    if not deployment or role not in ROLES or set(query) - {"deployment", "role"}:
+    if not deployment or role not in get_args(Role) or set(query) - {"deployment", "role"}:
         raise ValueError(f"{address!r}: give ?deployment=D&role=prefill|decode")
     url_of_socket = f"{url.scheme.removeprefix('zmq+')}://{url.netloc}{url.path}"
     return EndpointSpec(url_of_socket, deployment, cast(Role, role))
-
-
-def _is_event(item: Event | DeadLetter) -> TypeGuard[Event]:
-    return not isinstance(item, DeadLetter)
 
 
 def build_relay(publishers: list[EndpointSpec], to: KafkaUrl) -> Dataflow:
     """The relay's dataflow: the publishers' forward passes to ``to``'s topic."""
     flow = Dataflow("relay")
     items = op.input("fpm", flow, ZmqFpmSource(publishers))
-    split = op.branch("events", items, _is_event)
+    split = op.branch("events", items, is_event)
     op.output("to_kafka", split.trues, KafkaEventSink(to.bootstrap, to.topic))
     render = LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
     op.output("dead_letters", split.falses, render)

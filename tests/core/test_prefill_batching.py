@@ -82,46 +82,36 @@ def test_batched_capacity_matches_the_simulated_engine(isl: int) -> None:
         assert single < 0.75 * true_rps  # measured 30-57 % low
 
 
-def test_throughput_floor_uses_the_batched_rate() -> None:
-    traffic = TrafficObservation(duration_s=60, num_req=5700, isl=1000, osl=100)  # 95 rps
+def prefill_floor(rps: int, max_num_seqs: int, batching: bool) -> tuple[int | None, float | None]:
+    """The throughput floor and one engine's rate of a prefill deployment whose engines take
+    ``rps`` requests of 1 000 prompt tokens, trained on passes of 20 ms + 20 us a token."""
+    traffic = TrafficObservation(duration_s=60, num_req=60 * rps, isl=1000, osl=100)
     caps = WorkerCapabilities(
-        prefill=EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192, max_num_seqs=256),
+        prefill=EngineCapabilities(
+            num_gpu=1, max_num_batched_tokens=8192, max_num_seqs=max_num_seqs
+        ),
         decode=EngineCapabilities(num_gpu=1, max_num_seqs=256),
     )
     training = [
         fpm(prefill_tokens=t, prefill_requests=1, wall_time=0.02 + 2e-5 * t)
         for t in (1000, 2000, 4000, 6000, 8000)
     ]
-    floors = {}
-    for batching in (False, True):
-        machine = core(caps, mode="prefill", prefill_capacity_batching=batching)
-        machine.load_benchmark_fpms("prefill", training)
-        diag = run_tick(
-            machine, now_s=60.0, traffic=traffic, counts=WorkerCounts(ready_num_prefill=1)
-        ).diagnostics
-        floors[batching] = (diag.throughput_lower_bound_prefill, diag.engine_rps_prefill)
+    machine = core(caps, mode="prefill", prefill_capacity_batching=batching)
+    machine.load_benchmark_fpms("prefill", training)
+    diag = run_tick(
+        machine, now_s=60.0, traffic=traffic, counts=WorkerCounts(ready_num_prefill=1)
+    ).diagnostics
+    return diag.throughput_lower_bound_prefill, diag.engine_rps_prefill
+
+
+def test_throughput_floor_uses_the_batched_rate() -> None:
     # one prompt per pass: 25 rps/engine -> 4; eight per 180 ms pass: 44.4 rps -> 3
-    assert floors[False] == pytest.approx((4, 25.0))
-    assert floors[True] == pytest.approx((3, 8 / 0.18))
+    assert prefill_floor(95, max_num_seqs=256, batching=False) == pytest.approx((4, 25.0))
+    assert prefill_floor(95, max_num_seqs=256, batching=True) == pytest.approx((3, 8 / 0.18))
 
 
 def test_throughput_floor_batches_at_most_max_num_seqs_prompts() -> None:
     # protects: the engine's max_num_seqs caps the prompts per prefill pass in the state
     # machine's capacity (not only the token budget, which would fit 8 prompts of 1 000)
-    traffic = TrafficObservation(duration_s=60, num_req=11_400, isl=1000, osl=100)  # 190 rps
-    caps = WorkerCapabilities(
-        prefill=EngineCapabilities(num_gpu=1, max_num_batched_tokens=8192, max_num_seqs=2),
-        decode=EngineCapabilities(num_gpu=1, max_num_seqs=256),
-    )
-    training = [
-        fpm(prefill_tokens=t, prefill_requests=1, wall_time=0.02 + 2e-5 * t)
-        for t in (1000, 2000, 4000, 6000, 8000)
-    ]
-    machine = core(caps, mode="prefill", prefill_capacity_batching=True)
-    machine.load_benchmark_fpms("prefill", training)
-    diag = run_tick(
-        machine, now_s=60.0, traffic=traffic, counts=WorkerCounts(ready_num_prefill=1)
-    ).diagnostics
     # two prompts per 20 + 20·2 = 60 ms pass: 2 / 0.06 = 33.3 rps/engine; 190 / 33.3 = 5.7 -> 6
-    assert diag.engine_rps_prefill == pytest.approx(2 / 0.06)
-    assert diag.throughput_lower_bound_prefill == 6
+    assert prefill_floor(190, max_num_seqs=2, batching=True) == pytest.approx((6, 2 / 0.06))
