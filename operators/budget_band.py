@@ -115,6 +115,10 @@ def proportional_clamp_pair(
     ((2, 2), (2, 2))
     >>> proportional_clamp_pair(2, 2, 1, 1, 100, 4, 1)  # infeasible floor: inputs back
     (2, 2)
+    >>> proportional_clamp_pair(3, 2, 1, 1, 12, 20, 1)  # ×12/5, each ceiled: 13 GPUs
+    (8, 5)
+    >>> proportional_clamp_pair(30, 1, 1, 1, 64, 64, 30)  # (62, 3) overshoots 64: inputs back
+    (30, 1)
     """
     p_min = prefill_min_endpoint
     d_min = prefill_min_endpoint if decode_min_endpoint is None else decode_min_endpoint
@@ -139,9 +143,10 @@ def proportional_clamp_pair(
         return new_p, new_d
     if total == 0:  # nothing yet: half the floor each (decode takes the rounding)
         new_p = max(p_min, _ceil_div(min_gpus, 2 * pg))
-    else:
+        new_d = max(d_min, _ceil_div(max(0, min_gpus - new_p * pg), dg))
+    else:  # each grows by min / total, ceiled (§8.2): both may round up past the floor
         new_p = max(p_min, _ceil_div(num_p * min_gpus, total))
-    new_d = max(d_min, _ceil_div(max(0, min_gpus - new_p * pg), dg))
+        new_d = max(d_min, _ceil_div(num_d * min_gpus, total))
     if max_gpus >= 0 and new_p * pg + new_d * dg > max_gpus:
         return num_p, num_d
     return new_p, new_d

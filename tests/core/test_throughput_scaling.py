@@ -486,7 +486,9 @@ class TestBudgetBand:
         mins = {"prefill_min_endpoint": 30, "decode_min_endpoint": 34}
         machine = self.machine((30, 34), load=False, **mins)
         assert self.pair(self.tick(machine, (21, 34))) == (30, 34)
-        machine = self.machine((30, 1), load=False, lo=-1, prefill_min_endpoint=30)
+        # the spec's fixture (min = max = 64): growing (30, 1) to the floor, each ×64/31
+        # ceiled, is (62, 3) = 65 GPUs, over the ceiling, so the recovered pair stays (30, 1)
+        machine = self.machine((30, 1), load=False, prefill_min_endpoint=30)
         assert self.pair(self.tick(machine, (1, 1))) == (30, 1)
         donor = {"prefill_min_endpoint": 30, "decode_min_endpoint": 8}
         machine = self.machine((8, 180), load=False, **donor)
