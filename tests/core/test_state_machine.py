@@ -632,6 +632,8 @@ class TestGuards:
 
 class TestFloorsAndOrder:
     def test_throughput_runs_first_so_its_floor_lifts_the_same_ticks_load_decision(self):
+        """Relies on ``load_hold_applies_floors`` (ours, on in OURS_IN_FIXTURE): the untrained
+        prefill-only load rule holds, and only that flag lifts the hold to the floor of 2."""
         machine = prefill_core(ttft_ms=5000.0)
         machine.initial_tick(0.0)
         tick = ScheduledTick(

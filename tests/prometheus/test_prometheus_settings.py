@@ -15,7 +15,8 @@ def test_defaults_without_environment() -> None:
     assert settings.ssl_verify is False
 
 
-def test_every_variable_is_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("timeout", "seconds"), [("3", 3.0), ("2.5", 2.5)])
+def test_every_variable_is_read(tmp_path: Path, timeout: str, seconds: float) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text("not checked here")
     settings = PrometheusSettings.from_env(
@@ -26,7 +27,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
             "PROMETHEUS_SSL_VERIFY": "True",
             "PROMETHEUS_CA_BUNDLE": str(bundle),
             "PROMETHEUS_EXTRA_QUERY_PARAMS": "dedup=false&partial_response=true",
-            "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "3",
+            "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": timeout,
         }
     )
     assert settings == PrometheusSettings(
@@ -36,7 +37,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
         ssl_verify=True,
         ca_bundle=str(bundle),
         extra_query_params=(("dedup", "false"), ("partial_response", "true")),
-        timeout_s=3.0,
+        timeout_s=seconds,
     )
 
 
@@ -44,6 +45,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
     ("env", "message"),
     [
         ({"DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "0"}, "timeout must be > 0"),
+        ({"DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "-1"}, "timeout must be > 0"),
         ({"DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "soon"}, "is not a number"),
         ({"PROMETHEUS_CA_BUNDLE": "/nonexistent/ca.pem"}, "does not exist"),
         ({"PROMETHEUS_ENDPOINT": "prom:9090"}, "must be http"),
