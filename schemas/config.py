@@ -697,8 +697,6 @@ REFERENCE_FIELD_HINTS: dict[str, str] = {
     "prophet_window_size": "Prophet is replaced by load_predictor 'holt_winters' "
     "(seasonal_period_seconds); remove it",
     "adjustment_interval": "an older name: use throughput_adjustment_interval_seconds",
-    "throughput_adjustment_interval": "an older name: use throughput_adjustment_interval_seconds",
-    "load_adjustment_interval": "an older name: use load_adjustment_interval_seconds",
     "load_learning_window": "an older name: use max_num_fpm_samples",
     "scaling_mode": "an older setting: use advisory: true for 'advisory', remove it for 'active'",
     "no_operation": "an older setting: use advisory: true",
