@@ -1,11 +1,16 @@
 """The closed-loop benchmark: one workload, several policies, one table (``flowplanner bench``).
 
-Every row replays the same requests on the same simulated fleet (same seed):
+Every row replays the same requests on the same simulated fleet (same seed); ``--seeds N``
+repeats every row for N seeds (time shifts of the trace copies and the simulator) and the table
+shows the mean over them, with the range of SLA attainment (:func:`summarize`):
 
 * **static peak** / **static mean** — a fixed fleet sized, per role, for the busiest minute /
   the average minute (rounded to the nearest replica) of the hindsight schedule below;
 * **reference** — the planner with the reference algorithm's behaviour (flat-sensitivity
-  scale-down, spec §4.5; reference estimates), both loops on, like "ours: throughput+load";
+  scale-down, spec §4.5; reference estimates), both loops on, like "ours: throughput+load",
+  with the config's load predictor (the same as ours: apples to apples);
+* **reference, spec defaults** — the same with the spec's defaults where the config differs:
+  the ``arima`` load predictor (spec §7, §9.3) and the consolidation-aware scale-down (§4.6);
 * **ours: load** — our default with the reactive load loop alone;
 * **ours: throughput+load** — our default with the predictive loop setting floors;
 * **ours: throughput+load p90** — the same, sizing capacity for the p90 ISL/OSL instead of the
@@ -23,12 +28,14 @@ wall-clock second, measured in this run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from flows.scenario import Outcome, Scenario, run_planner, run_schedule
 from operators.predictors.warmup import trace_observations
 from schemas import PlannerConfig
 from sim.fleet import FleetSpec
+from sim.scoring import RunResult
 from sim.timing import EngineTiming
 
 MINUTE = 60.0
@@ -124,6 +131,14 @@ def ours(config: PlannerConfig, **changes: object) -> PlannerConfig:
     return config.model_copy(update={"optimization_target": "sla", **changes})
 
 
+def reference_spec_defaults(config: PlannerConfig) -> PlannerConfig:
+    """The reference planner with the spec's defaults where a config may differ: the ARIMA
+    load predictor (spec §7, §9.3) and the consolidation-aware scale-down (spec §4.6)."""
+    return config.reference_variant().model_copy(
+        update={"load_predictor": "arima", "scale_down_rule": "consolidation"}
+    )
+
+
 def run_bench(
     scenario: Scenario,
     config: PlannerConfig,
@@ -146,6 +161,10 @@ def run_bench(
         ("static peak", lambda: run_schedule(scenario, [(0.0, *peak)], name="static peak")),
         ("static mean", lambda: run_schedule(scenario, [(0.0, *mean)], name="static mean")),
         ("reference", planner("reference", config.reference_variant())),
+        (
+            "reference, spec defaults",
+            planner("reference, spec defaults", reference_spec_defaults(config)),
+        ),
         (
             "ours: load",
             planner(
@@ -179,6 +198,92 @@ def run_bench(
     return outcomes
 
 
+@dataclass(frozen=True)
+class Score:
+    """What the table keeps of one row's run (not its fleet, which holds every request).
+
+    >>> from sim.scoring import score
+    >>> Score("static peak", score(500, 50, [], 0, 0, [], {"decode": 3600.0}, 3600.0), 900.0)
+    ... # doctest: +ELLIPSIS
+    Score(name='static peak', result=RunResult(...), speed=900.0)
+    """
+
+    name: str
+    result: RunResult
+    speed: float
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Score:
+        return cls(outcome.name, outcome.result, outcome.speed)
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """One row of the table over one or more seeds: means, and SLA attainment's range.
+
+    ``sla_attainment`` and the latency percentiles average the seeds that have one (a run
+    with no finished request has none); ``None`` when no seed has.
+
+    >>> RowSummary("hindsight", 1, 0.99, (0.99, 0.99), 6.0, 4.0, 0.0, 258.0, 11.9, 351.0).seeds
+    1
+    """
+
+    name: str
+    seeds: int
+    sla_attainment: float | None
+    sla_range: tuple[float, float] | None
+    gpu_hours: float
+    scaling_actions: float
+    reversals_5min: float
+    ttft_ms_p90: float | None
+    itl_ms_p90: float | None
+    speed: float
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def summarize(runs: Sequence[Sequence[Score]]) -> list[RowSummary]:
+    """Per row, the mean over seeds of every column and the min–max of SLA attainment;
+    ``runs`` holds one run of the bench per seed, every run's rows in the same order.
+
+    >>> from dataclasses import replace
+    >>> from sim.scoring import score
+    >>> idle = score(500, 50, [], 0, 0, [], {"decode": 3600.0}, 3600.0)  # 1 GPU, one hour
+    >>> runs = [[Score("ours", replace(idle, sla_attainment=a), 100.0)] for a in (0.25, 0.75)]
+    >>> row = summarize(runs)[0]
+    >>> row.seeds, row.sla_attainment, row.sla_range, row.gpu_hours
+    (2, 0.5, (0.25, 0.75), 1.0)
+    """
+    if not runs:
+        raise ValueError("no run to summarize")
+    names = [score.name for score in runs[0]]
+    for seed, run in enumerate(runs):
+        if [score.name for score in run] != names:
+            raise ValueError(f"run {seed} has rows {[s.name for s in run]}, run 0 has {names}")
+    rows = []
+    for scores in zip(*runs, strict=True):
+        results = [score.result for score in scores]
+        slas = [r.sla_attainment for r in results if r.sla_attainment is not None]
+        rows.append(
+            RowSummary(
+                name=scores[0].name,
+                seeds=len(scores),
+                sla_attainment=_mean(slas),
+                sla_range=(min(slas), max(slas)) if slas else None,
+                gpu_hours=sum(r.gpu_hours for r in results) / len(results),
+                scaling_actions=sum(r.scaling_actions for r in results) / len(results),
+                reversals_5min=sum(r.reversals_5min for r in results) / len(results),
+                ttft_ms_p90=_mean(r.ttft_ms_p90 for r in results),
+                itl_ms_p90=_mean(r.itl_ms_p90 for r in results),
+                speed=sum(score.speed for score in scores) / len(scores),
+            )
+        )
+    return rows
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -187,9 +292,28 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def bench_table(outcomes: Sequence[Outcome]) -> str:
-    """One fixed-width table; GPU-hours relative to the static-peak row when present."""
-    base = next((o for o in outcomes if o.name == "static peak"), outcomes[0])
+def _sla(row: RowSummary) -> str:
+    if row.seeds == 1 or row.sla_range is None:
+        return _pct(row.sla_attainment)
+    low, high = row.sla_range
+    return f"{_pct(row.sla_attainment)} ({100 * low:.1f}–{100 * high:.1f})"
+
+
+def bench_table(rows: Sequence[RowSummary]) -> str:
+    """One fixed-width table; GPU-hours relative to the static-peak row when present.
+
+    Over several seeds every cell is the mean, SLA attainment followed by its range and the
+    counts with one decimal.
+
+    >>> from dataclasses import replace
+    >>> from sim.scoring import score
+    >>> idle = score(500, 50, [], 0, 0, [], {"decode": 3600.0}, 3600.0)
+    >>> runs = [[Score("ours", replace(idle, sla_attainment=a), 100.0)] for a in (0.25, 0.75)]
+    >>> print(bench_table(summarize(runs)))  # doctest: +NORMALIZE_WHITESPACE
+    policy  SLA attain  GPU-h  GPU-h vs peak  actions  reversals  TTFT p90 ms  ITL p90 ms  replay x
+    ours    50.0% (25.0–75.0)   1.00  1.00  0.0  0.0  -  -  100
+    """
+    base = next((row for row in rows if row.name == "static peak"), rows[0])
     header = (
         "policy",
         "SLA attain",
@@ -201,27 +325,27 @@ def bench_table(outcomes: Sequence[Outcome]) -> str:
         "ITL p90 ms",
         "replay x",
     )
-    rows = [header]
-    for o in outcomes:
-        r = o.result
-        rows.append(
+    table = [header]
+    for row in rows:
+        counts = 0 if row.seeds == 1 else 1
+        table.append(
             (
-                o.name,
-                _pct(r.sla_attainment),
-                f"{r.gpu_hours:.2f}",
-                f"{r.gpu_hours / base.result.gpu_hours:.2f}" if base.result.gpu_hours else "-",
-                str(r.scaling_actions),
-                str(r.reversals_5min),
-                _num(r.ttft_ms_p90),
-                _num(r.itl_ms_p90, 1),
-                _num(o.speed),
+                row.name,
+                _sla(row),
+                f"{row.gpu_hours:.2f}",
+                f"{row.gpu_hours / base.gpu_hours:.2f}" if base.gpu_hours else "-",
+                f"{row.scaling_actions:.{counts}f}",
+                f"{row.reversals_5min:.{counts}f}",
+                _num(row.ttft_ms_p90),
+                _num(row.itl_ms_p90, 1),
+                _num(row.speed),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(header))]
     return "\n".join(
         "  ".join(
             cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
         )
-        for row in rows
+        for cells in table
     )
