@@ -211,7 +211,12 @@ def list_partitions(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[int]:
     """Partition numbers of an existing topic; raises :class:`TopicNotFoundError` if missing."""
-    topics = _topics(_admin(bootstrap, config), bootstrap, timeout_s)
+    return _partitions_of(
+        _topics(_admin(bootstrap, config), bootstrap, timeout_s), bootstrap, topic
+    )
+
+
+def _partitions_of(topics: dict[str, Any], bootstrap: str, topic: str) -> list[int]:
     metadata = topics.get(topic)
     if metadata is None:
         known = ", ".join(sorted(topics)) or "none"
@@ -378,6 +383,97 @@ def partition_bounds(
         return bounds
     finally:
         consumer.close()
+
+
+class PartitionWatch:
+    """Lists a topic's partitions again every ``interval_s`` on a thread of its own, and keeps
+    the first and end offsets of each partition it had not known (``known`` at the start).
+
+    The reader that follows the topic takes them with :meth:`added`, which never waits for the
+    broker: a slow or absent broker delays what the watch finds, never the reads. A listing or
+    a bounds request that fails is tried again at the next interval (a warning says so, once
+    until one succeeds); a partition counts as known only once its bounds are in hand. The
+    admin client is made on the thread: constructing a watch does no I/O, and nothing runs until
+    :meth:`start`. :meth:`close` stops the thread (a request in flight may finish after it).
+
+    >>> watch = PartitionWatch("127.0.0.1:9092", "events", known=[0, 1], interval_s=5.0)
+    >>> watch.added(), sorted(watch.known)
+    ({}, [0, 1])
+    >>> watch.close()
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        known: Iterable[int],
+        interval_s: float,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.interval_s = interval_s
+        self.config = dict(config or {})
+        self.timeout_s = timeout_s
+        self.known: set[int] = set(known)
+        self._found: dict[int, Bounds] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._trouble: str | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"partitions of {topic}", daemon=True
+        )
+
+    def start(self) -> PartitionWatch:
+        """Start listing (first after one interval); returns the watch."""
+        self._thread.start()
+        return self
+
+    def added(self) -> dict[int, Bounds]:
+        """The partitions found since the last call, with their bounds when found."""
+        with self._lock:
+            found, self._found = self._found, {}
+        return found
+
+    def close(self) -> None:
+        """Stop listing; waits briefly for a request in flight."""
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        admin = _admin(self.bootstrap, self.config)
+        while not self._stopped.wait(self.interval_s):
+            try:
+                self._look(admin)
+            except Exception as error:  # whatever it is, the next interval tries again
+                if self._trouble is None:
+                    log.warning(
+                        "cannot list the partitions of %s at %s (trying again every %g s): %s",
+                        self.topic,
+                        self.bootstrap,
+                        self.interval_s,
+                        error,
+                    )
+                self._trouble = str(error)
+            else:
+                if self._trouble is not None:
+                    log.info("listing the partitions of %s again", self.topic)
+                self._trouble = None
+
+    def _look(self, admin: AdminClient) -> None:
+        topics = _topics(admin, self.bootstrap, self.timeout_s)
+        new = [p for p in _partitions_of(topics, self.bootstrap, self.topic) if p not in self.known]
+        if not new or self._stopped.is_set():
+            return
+        bounds = partition_bounds(
+            self.bootstrap, self.topic, new, config=self.config, timeout_s=self.timeout_s
+        )
+        self.known.update(new)
+        with self._lock:
+            self._found.update(bounds)
 
 
 def produce(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,9 @@ from connectors.backlog import BACKLOG
 from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
+    Bounds,
     KafkaConnectorError,
+    PartitionWatch,
     TopicNotFoundError,
     consumer_config,
     list_partitions,
@@ -44,6 +47,16 @@ TOPIC_POLL_S = 0.5
 TOPIC_WAIT_WARNING_S = 30.0
 """How often a following source repeats that it is still waiting for its topic."""
 
+PARTITION_REFRESH_S = 5.0
+"""How often a following source lists its topic's partitions again, to read the partitions
+added while it runs. Partitions are added rarely (an operator's act, when producers outgrow the
+topic) and a new one is read from its beginning, so nothing written to it before it was seen is
+lost: the interval only bounds how late its first events reach the flow. Kafka's own consumers
+look every 5 minutes (``metadata.max.age.ms``), which would hold a new engine's forward passes
+back for minutes; every 5 s costs the broker one metadata request per followed topic. The
+listing runs on a thread of its own (:class:`connectors.kafka.client.PartitionWatch`), so it
+never slows the read loop, however slow the broker answers."""
+
 MERGE_QUEUE = 10_000
 """Messages of one partition a topic reader queues for the merge before pausing its fetches."""
 
@@ -66,7 +79,8 @@ class _Lane:
     handed_time: float
     """Merge time of the last message handed on."""
     backlog_end: int
-    """End offset when the reader started: until it is read, the partition holds the merge."""
+    """End offset when the reader started (or found the partition): until it is read, the
+    partition holds the merge."""
     end: int | None
     """Bounded reads stop here."""
     read_time: float = 0.0
@@ -97,6 +111,21 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     Until the topic exists (following only), the reader asks for it every
     :data:`TOPIC_POLL_S`, without holding up the flow's other inputs.
 
+    A following reader also reads the partitions added to its topic while it runs: a
+    :class:`~connectors.kafka.client.PartitionWatch` lists them every
+    :data:`PARTITION_REFRESH_S` on a thread of its own, and the reader adds each new one to its
+    consumer's assignment (``incremental_assign``: the others keep their positions, their
+    fetched messages and their pauses) from its first offset, so what was written to it before
+    it was seen is read too. What it held when found is its backlog, as a partition's at the
+    start is: it holds the merge and the reader counts as behind until that is handed on. The
+    Kafka partitions are the reader's, not bytewax's: the source is one bytewax partition per
+    topic (fixed when the flow is built, as bytewax wants), placed on one worker of ``-w N``,
+    whose one consumer reads every Kafka partition of the topic — the only design in which the
+    merge by event time spans them all; so the worker that reads the topic is the one that
+    finds its new partitions, and no other worker has to agree. A partition missing from a
+    resume state that has others was added after the snapshot and is read from its beginning
+    too (``start`` applies to a topic first read).
+
     While its backlog is not all handed on, the reader counts as behind in
     :data:`connectors.backlog.BACKLOG` (a live run's clock then keeps to the data's time); it
     says it caught up in the first :meth:`next_batch` after it handed on the last of it, so
@@ -117,17 +146,18 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         self._awake: datetime | None = None
         self._waiting_since: float | None = None
         self._consumer: Consumer | None = None
+        self._watch: PartitionWatch | None = None
         if partitions is not None:
             self._start(partitions)
 
     def _start(self, partitions: list[int]) -> None:
         source = self._source
         bounds = partition_bounds(source.bootstrap, source.topic, partitions, **source.requests())
+        # a snapshot holds every partition its reader knew: one it lacks was added after it
+        at_end = source.start == "end" and not self._state
         for partition in partitions:
             first, end = bounds[partition]
-            offset, time_ = self._state.get(
-                partition, (end if source.start == "end" else first, 0.0)
-            )
+            offset, time_ = self._state.get(partition, (end if at_end else first, 0.0))
             self._lanes[partition] = _Lane(
                 partition, offset, time_, end, end if source.until_end else None
             )
@@ -148,6 +178,40 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
                 for lane in self._lanes.values()
             ]
         )
+        if not source.until_end:
+            self._watch = PartitionWatch(
+                source.bootstrap,
+                source.topic,
+                known=partitions,
+                interval_s=PARTITION_REFRESH_S,
+                config=source.config,
+                timeout_s=source.timeout_s,
+            ).start()
+            weakref.finalize(self, self._watch.close)  # a reader dropped unclosed stops it too
+
+    def _add_partitions(self, found: dict[int, Bounds]) -> None:
+        """Read the partitions added to the topic since the start, each from its first offset."""
+        assert self._consumer is not None
+        new = sorted(p for p in found if p not in self._lanes)
+        if not new:
+            return
+        for partition in new:
+            first, end = found[partition]
+            offset, time_ = self._state.get(partition, (first, 0.0))
+            self._lanes[partition] = _Lane(partition, offset, time_, end, None)
+        self._consumer.incremental_assign(
+            [TopicPartition(self._source.topic, p, self._lanes[p].next_offset) for p in new]
+        )
+        held = sum(max(0, found[p].end - self._lanes[p].next_offset) for p in new)
+        log.info(
+            "Kafka topic %s has new partitions %s; reading them from their beginning "
+            "(%d messages there)",
+            self._where,
+            new,
+            held,
+        )
+        if not self._backlog_read():
+            BACKLOG.behind(self)
 
     def _find_topic(self) -> bool:
         source = self._source
@@ -180,6 +244,8 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         if self._consumer is None and not self._find_topic():
             return []
         assert self._consumer is not None
+        if self._watch is not None:
+            self._add_partitions(self._watch.added())
         if self._backlog_read():  # handed on in an earlier batch: the flow has it
             BACKLOG.caught_up(self)
             if self._source.until_end:
@@ -254,6 +320,8 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
 
     def close(self) -> None:
         BACKLOG.forget(self)
+        if self._watch is not None:
+            self._watch.close()
         if self._consumer is not None:
             self._consumer.close()
 
@@ -265,11 +333,14 @@ class KafkaTopicSource(FixedPartitionedSource[X, TopicState], Generic[X]):
     is no input, its offset still counts as read) and, for a topic of several partitions, what
     event time it has (:meth:`merge_time`): the partitions are merged on it (see
     :class:`_TopicReader`). ``until_end=True`` stops each partition at its end offset when the
-    reader starts (bounded replay); otherwise the source follows the topic forever. ``start``
-    applies only to partitions without resume state. Constructing one does no I/O; the broker
-    is first asked in ``list_parts``. A following source whose topic does not exist yet waits
-    for it (a warning says so, and lists the topics there are), as a Kafka consumer does,
-    while the flow's other inputs go on; a bounded one stops with the error.
+    reader starts (bounded replay); otherwise the source follows the topic forever, and the
+    partitions added to it as it runs too (found within :data:`PARTITION_REFRESH_S`). ``start``
+    applies only to a topic read without resume state; a partition added later (while the
+    reader runs, or after the snapshot it resumes from) is read from its beginning. Constructing
+    one does no I/O; the broker is first asked in ``list_parts``. A following source whose
+    topic does not exist yet waits for it (a warning says so, and lists the topics there are),
+    as a Kafka consumer does, while the flow's other inputs go on; a bounded one stops with the
+    error.
 
     >>> class Values(KafkaTopicSource[bytes]):
     ...     def convert(self, message):
