@@ -173,7 +173,9 @@ def _quantile_ratio(quantiles: dict[str, float] | None, mean: float, q: float | 
     if q is None or not quantiles or not mean > 0:
         return 1.0
     value = quantiles.get(quantile_key(q))
-    if value is None or not math.isfinite(value) or value < 0:
+    # a zero-length quantile (most requests cancelled before a token) sizes no request: the
+    # perf models answer "not ready" for it, so it counts as missing (the mean)
+    if value is None or not math.isfinite(value) or value <= 0:
         return 1.0
     return value / mean
 
@@ -188,7 +190,7 @@ def sizing_lengths(
 ) -> tuple[float, float]:
     """ISL/OSL to size capacity for: the forecast means, or with a quantile configured, the
     means scaled by the latest window's quantile/mean ratio (unchanged — the mean — when the
-    window carries no such quantile, as traffic read from Prometheus never does).
+    window carries no such quantile, as traffic read from Prometheus never does, or a zero one).
 
     >>> shape = TrafficObservation(duration_s=60, num_req=10, isl=1000, osl=100,
     ...                            isl_quantiles={"p90": 3000}, osl_quantiles={"p90": 150})

@@ -255,6 +255,43 @@ class TestQuantileSizing:
             1000, 150, window(1, 1000, 150), isl_quantile=0.9, osl_quantile=None
         ) == (1000.0, 150.0)
 
+    def test_a_window_without_lengths_sizes_for_the_forecast(self):
+        # protects: a window whose mean ISL/OSL is 0 (idle, or a traffic event whose quantiles
+        # disagree with its means) has no ratio to scale by — capacity is sized for the
+        # forecast means, with no division by the zero mean failing the tick
+        for quantiles in ({"p90": 0.0}, {"p90": 3000.0}):
+            idle = window(0, 0, 0, isl_quantiles=quantiles, osl_quantiles=quantiles)
+            assert sizing_lengths(1000, 100, idle, isl_quantile=0.9, osl_quantile=0.9) == (
+                1000.0,
+                100.0,
+            )
+
+    def test_a_zero_length_quantile_sizes_for_the_mean(self):
+        # protects: a window whose p90 output is 0 tokens (most requests cancelled before their
+        # first token) cannot size a request — a zero-token request makes every perf model
+        # answer "not ready" — so capacity is sized for the mean, as without a quantile
+        zero = window(100, 1000, 150, osl_quantiles={"p90": 0.0})
+        assert sizing_lengths(1000, 150, zero, isl_quantile=None, osl_quantile=0.9) == (
+            1000,
+            150.0,
+        )
+        # a quantile one token above zero still scales by its ratio
+        one = window(100, 1000, 150, osl_quantiles={"p90": 1.5})
+        assert sizing_lengths(1000, 150, one, isl_quantile=None, osl_quantile=0.9) == (1000, 1.5)
+
+    def test_a_zero_length_quantile_does_not_stall_throughput_scaling(self):
+        # protects: the decision, not only the lengths — with osl p90 = 0 the throughput tick
+        # still sizes decode (for the mean, 150 tokens: 3 replicas) instead of reporting its
+        # ready model as model_not_ready and holding
+        machine = core(mode="decode", enable_load_scaling=False, capacity_osl_quantile=0.9)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        shape = window(100, 1000, 150, osl_quantiles={"p90": 0.0})
+        effects = run_tick(
+            machine, now_s=60.0, traffic=shape, counts=WorkerCounts(ready_num_decode=2)
+        )
+        assert effects.diagnostics.throughput_decision_reason == "scale"
+        assert effects.scale_to is not None and effects.scale_to.num_decode == 3
+
     @pytest.mark.parametrize(("quantile", "expected"), [(None, 2), (0.9, 6), (0.5, 2)])
     def test_prefill_sized_for_the_isl_quantile(self, quantile, expected):
         machine = core(mode="prefill", enable_load_scaling=False, capacity_isl_quantile=quantile)
