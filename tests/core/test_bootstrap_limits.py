@@ -97,6 +97,23 @@ def test_prefill_and_decode_requests_share_the_batch_slots(prefill: int, inside:
     assert within_engine_limits(mixed, ENGINE) is inside
 
 
+@pytest.mark.parametrize(("cached", "inside"), [(945_029 - 100_000 - 8192, True), (900_000, False)])
+def test_the_cached_prefix_of_prefilling_requests_holds_kv_too(cached: int, inside: bool) -> None:
+    # protects: a profile point is dropped when decode KV + the prefilling requests' cached
+    # (prefix) KV + their fresh tokens exceed max_kv_tokens — here only the cached KV breaks it
+    mixed = ForwardPassMetrics(
+        wall_time=0.2,
+        scheduled_requests=ScheduledRequestMetrics(
+            num_prefill_requests=1,
+            sum_prefill_tokens=8192,
+            sum_prefill_kv_tokens=cached,
+            num_decode_requests=100,
+            sum_decode_kv_tokens=100_000,
+        ),
+    )
+    assert within_engine_limits(mixed, ENGINE) is inside
+
+
 # -- the store and the regressor ---------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from operators.load_scaling import LoadProposal, Thresholds
 from operators.state_machine import PlannerStateMachine
 from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, WorkerCounts
 from tests.core.planner_inputs import fpm, run_tick
@@ -208,3 +209,12 @@ class TestConfig:
         assert core.load_benchmark_fpms(role, [fpm(prefill_tokens=10, wall_time=0.1)]) == 0
         tick = core.initial_tick(0.0)
         assert not tick.need_traffic_metrics  # threshold targets use no traffic metadata
+
+
+def test_the_last_replica_is_never_scaled_away_at_min_endpoint_zero():
+    # protects: a threshold rule scales down only from two replicas (§4.3 "N>1"), so an idle
+    # deployment allowed to reach zero (min_endpoint 0) keeps its last serving replica
+    assert Thresholds(0.9, 0.5).step([0.1], n=1, min_endpoint=0) == LoadProposal(None, "no_change")
+    assert Thresholds(0.9, 0.5).step([0.1, 0.1], n=2, min_endpoint=0).desired == 1
+    # the same through the state machine: one decode replica at 1 % KV use stays
+    assert decode_outcome("decode", "throughput", 1_000, min_endpoint=0) == (None, "no_change")

@@ -21,7 +21,7 @@ from schemas import (
     WorkerCapabilities,
     WorkerCounts,
 )
-from tests.core.planner_inputs import PREFILL_TRAINING, core, fpm, run_tick
+from tests.core.planner_inputs import DECODE_TRAINING, PREFILL_TRAINING, core, fpm, run_tick
 
 # -- the step ----------------------------------------------------------------------------------
 
@@ -134,3 +134,39 @@ def test_threshold_targets_keep_the_reference_behaviour() -> None:
     machine.initial_tick(0.0)
     effects = tick(machine, 5.0, [idle("w0"), idle("w1")], 2)
     assert effects.scale_to.num_prefill == 1
+
+
+def test_a_prefill_scale_up_does_not_restart_decodes_window() -> None:
+    # protects: a disagg decision names both roles (decode at its current count when only
+    # prefill moves); that unchanged decode count must not restart decode's stabilization
+    # window, or a fleet whose prefill keeps growing would never release idle decode replicas
+    machine = core(mode="disagg", ttft_ms=5000.0, scale_down_stabilization_seconds=10.0)
+    machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+    machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+    machine.initial_tick(0.0)
+    cool_decode = {
+        (f"d{i}", 0): fpm(worker_id=f"d{i}", decode_kv=1_000, decode_requests=1, wall_time=0.011)
+        for i in range(2)
+    }
+
+    def disagg_tick(now_s: float, prefill: list[ForwardPassMetrics]):
+        return run_tick(
+            machine,
+            now_s=now_s,
+            prefill={(f"w{i}", 0): e for i, e in enumerate(prefill)},
+            decode=cool_decode,
+            counts=WorkerCounts(ready_num_prefill=len(prefill), ready_num_decode=2),
+        )
+
+    # t=5: the first load tick starts decode's window (it wants 2 -> 1 on every tick)
+    first = disagg_tick(5.0, [idle("w0")])
+    assert first.scale_to is None
+    assert first.diagnostics.load_decision_reason_decode == "scale_down_stabilizing"
+    # t=10: prefill scales up; the decision carries decode at its current 2
+    grown = disagg_tick(10.0, [hot("w0", 10_000)])
+    assert grown.scale_to is not None
+    assert (grown.scale_to.num_prefill, grown.scale_to.num_decode) == (2, 2)
+    # t=15: ten seconds since t=5 of decode wanting down, and nothing changed decode
+    down = disagg_tick(15.0, [idle("w0"), idle("w1")])
+    assert down.scale_to is not None
+    assert (down.scale_to.num_decode, down.scale_to.decode_reason) == (1, "scale_down")

@@ -331,6 +331,18 @@ def test_decode_sla_missed_at_batch_one_returns_batch_one() -> None:
     assert rps == pytest.approx(1 / (150 * 0.011), rel=1e-6)
 
 
+def test_decode_batch_whose_itl_equals_the_sla_is_chosen() -> None:
+    # protects: decode capacity uses the largest batch with ITL <= SLA (spec §3.4) — a batch
+    # exactly at the SLA counts; the tie is the model's own ITL of batch 4 (41 ms)
+    model = case11_decode()
+    tie_ms = 1000.0 * model.predict_one({"num_decode_requests": 4, "sum_decode_kv_tokens": 4000})
+    assert tie_ms == pytest.approx(41.0)
+    rps, itl_ms = model.find_best_engine_decode_rps(tie_ms, 1000, 150)
+    assert (itl_ms, rps) == (tie_ms, 4 / (150 * tie_ms / 1000.0))
+    _, itl_below = model.find_best_engine_decode_rps(math.nextafter(tie_ms, 0.0), 1000, 150)
+    assert itl_below == pytest.approx(31.0)  # batch 3
+
+
 def test_decode_default_batch_cap_without_kv_information() -> None:
     model = DecodePerfModel(min_observations=2)
     model.learn_one({"num_decode_requests": 1, "sum_decode_kv_tokens": 1000}, 0.002)

@@ -87,6 +87,19 @@ def test_screening_waits_for_a_fit_from_half_the_store() -> None:
     assert model.suspects == () and model.num_observations == 21
 
 
+def test_screening_starts_once_the_store_is_half_full() -> None:
+    # protects: a fit from half the store (32 of 64 samples) already screens, so a stall on a
+    # young engine is held back instead of moving its fit; one sample fewer does not screen
+    model = trained_prefill(samples=32)
+    before = model.coefficients
+    model.add_observation(prefill_fpm(512, 100 * wall(512)))
+    assert len(model.suspects) == 1 and model.num_observations == 32
+    assert model.coefficients == before
+    early = trained_prefill(samples=31)
+    early.add_observation(prefill_fpm(512, 100 * wall(512)))
+    assert early.suspects == () and early.num_observations == 32
+
+
 def test_noisy_clean_stream_is_never_screened_out() -> None:
     # ±30 % noise on every pass (far more than a healthy engine shows) stays inside the factor.
     rng = random.Random(7)

@@ -109,3 +109,11 @@ def test_steady_state_matches_littles_law_fixed_point():
 def test_no_queue_no_factor():
     assert queue_wait_factor(engine(100, 100_000)) == 1.0
     assert ScaleDownCheck(True, False).allowed
+
+
+def test_survivors_with_no_headroom_at_all_refuse_instead_of_failing():
+    # protects: at exactly the knee (c·a == (c − 1)·itl: 2 × 5 ms == 1 × 10 ms) the survivors
+    # could not keep up at any batch size — the consolidation check refuses (inf) rather than
+    # dividing by zero and failing the tick
+    assert 2.0 * 0.005 - (2.0 - 1.0) * 0.010 == 0.0  # the tie is exact in floating point
+    assert steady_state_itl_after_consolidation(0.010, 0.005, 2.0) == float("inf")

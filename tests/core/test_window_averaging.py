@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.window import time_average
+from operators.window import evenly_spaced, time_average
 from schemas import ForwardPassMetrics, ScheduledRequestMetrics, fpm_from_row, fpm_to_row
 
 
@@ -45,3 +45,13 @@ def test_idle_heartbeats_are_left_out_of_the_average() -> None:
 def test_a_window_of_heartbeats_only_has_no_average() -> None:
     # protects: an idle engine yields no training sample (not an all-zero forward pass)
     assert time_average([heartbeat(1.0), heartbeat(2.0)]) is None
+
+
+def test_idle_heartbeats_never_become_training_samples() -> None:
+    # protects: the evenly spaced training passes of a tick skip heartbeats (wall 0), which
+    # would otherwise train the perf models on zero-time "forward passes"
+    rows = [heartbeat(1.0), busy(1.5, 0.020, 10, 20_000), heartbeat(2.0)]
+    assert evenly_spaced(rows, 2) == [rows[1]]
+    assert evenly_spaced(rows, 1) == [rows[1]]
+    avg = time_average(rows)
+    assert avg is not None and fpm_from_row("w", 0, avg).wall_time == 0.020

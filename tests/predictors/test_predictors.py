@@ -475,6 +475,21 @@ def test_selector_records_candidate_fallbacks() -> None:
     assert q.fallback_reason == "arima: fewer than 5 points"
 
 
+def test_selector_options_never_forecast_negative_load() -> None:
+    """A series falling to 0 learns a negative margin (every residual is -10); an option's
+    forecast is floored at 0, so no option (and no mix of them) asks for negative capacity."""
+    p = SelectorPredictor(
+        candidates=(ConstantPredictor(),), margin_kinds=("none", "quantile"), min_margin_points=2
+    )
+    for y in (50, 40, 30, 20, 10):
+        p.learn_one(y)
+    assert p.option_forecasts() == [10.0, 0.0]  # the last value, and 10 + (-10)
+    p.learn_one(0)
+    options = p.option_forecasts()
+    assert options == [0.0, 0.0]  # 0 + (-10) is floored
+    assert p.forecast() >= 0.0
+
+
 def test_selector_rejects_unknown_margin_kind() -> None:
     with pytest.raises(ValueError, match="margin_kinds"):
         SelectorPredictor(margin_kinds=("median",))
