@@ -78,7 +78,14 @@ DECODE_ARRAYS: dict[str, _Check] = {
 
 
 class ProfileError(ValueError):
-    """A profile directory or file is missing or malformed (the message names file and key)."""
+    """A profile directory or file is missing or malformed (the message names file and key).
+
+    >>> try:
+    ...     load_profile("/nonexistent/profile")
+    ... except ProfileError as error:
+    ...     print(error)
+    profile directory /nonexistent/profile does not exist or is not a directory
+    """
 
 
 def load_profile(directory: str | Path) -> PerformanceProfile:

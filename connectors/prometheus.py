@@ -82,7 +82,15 @@ SpecDecodeBackend = Literal["vllm", "sglang", "trtllm"]
 
 
 class PrometheusQueryError(RuntimeError):
-    """A query that did not produce a result (network, HTTP, PromQL error, malformed response)."""
+    """A query that did not produce a result (network, HTTP, PromQL error, malformed response).
+
+    >>> settings = PrometheusSettings("http://127.0.0.1:9", token_file="/nonexistent/token")
+    >>> try:
+    ...     PrometheusClient(settings).query("up")
+    ... except PrometheusQueryError as error:
+    ...     print(str(error).split(":")[0])
+    cannot read PROMETHEUS_TOKEN_FILE
+    """
 
 
 @dataclass(frozen=True)

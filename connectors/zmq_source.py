@@ -181,7 +181,14 @@ class _WireFpm(msgspec.Struct, frozen=True, gc=False):
 
 
 class FpmDecodeError(ValueError):
-    """A payload that is not a valid ForwardPassMetrics; the message says why."""
+    """A payload that is not a valid ForwardPassMetrics; the message says why.
+
+    >>> try:
+    ...     FpmWireDecoder().decode(b"not msgpack", 5.0)
+    ... except FpmDecodeError as error:
+    ...     print(str(error).split(" (")[0])
+    undecodable FPM payload
+    """
 
 
 class FpmWireDecoder:

@@ -68,7 +68,14 @@ from schemas import DeliveredDecision, PlannerConfig, Role
 
 
 class EndpointError(ValueError):
-    """An input or output address that cannot be used."""
+    """An input or output address that cannot be used.
+
+    >>> try:
+    ...     wire(["gopher://x"], [], {})
+    ... except EndpointError as error:
+    ...     print(error)
+    unsupported input 'gopher://x'
+    """
 
 
 @dataclass

@@ -150,7 +150,14 @@ def _refused(event: Event, kind: str, how_far: str) -> DeadLetter:
 class HorizonState:
     """One deployment's clock state, its newest used measurement, the event held for
     confirmation, and the snapshots waiting: live, for the first measurement; in a replay,
-    behind the held event (the first ``ahead_of_held`` of them came before it)."""
+    behind the held event (the first ``ahead_of_held`` of them came before it).
+
+    A new deployment's state is empty; the step fills it as events come:
+
+    >>> state = HorizonState()
+    >>> state.clock is None, state.newest, state.waiting
+    (True, None, [])
+    """
 
     clock: ClockState | None = None
     newest: float | None = None
@@ -166,7 +173,11 @@ class HorizonState:
 class EventHorizon:
     """The horizon step: events of one deployment in, the events to window or dead letters out.
 
-    See the module docs for the rules and an example.
+    See the module docs for the rules and a whole dataflow; built for a replay:
+
+    >>> horizon = EventHorizon(PlannerClock(event_time, timedelta(seconds=1)), live=False)
+    >>> horizon.live, horizon.window_s, horizon.ordered
+    (False, None, False)
     """
 
     clock: PlannerClock

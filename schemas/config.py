@@ -112,7 +112,14 @@ Interval = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_on_inter
 
 
 class ConfigError(ValueError):
-    """A config that cannot be used; the message names every offending field."""
+    """A config that cannot be used; the message names every offending field.
+
+    >>> try:
+    ...     load_config('{"deployments": {"d": {"ttft_ms": -1}}}')
+    ... except ConfigError as error:
+    ...     print(str(error).splitlines()[-1].strip())
+    deployments.d.ttft_ms: Input should be greater than 0
+    """
 
 
 REFERENCE_BEHAVIOUR: dict[str, Any] = {

@@ -60,6 +60,12 @@ class StopRequest:
     (``SIGALRM``; the runtime then prints a panic line as it unwinds its worker threads). Later
     signals are said, nothing more: an interrupt raised inside a sink's ``close()`` would
     abort the process without the summary line.
+
+    It is installed as the handler of both signals for the length of a run:
+
+    >>> request = StopRequest()
+    >>> request.signal is None  # no signal yet: the run goes on
+    True
     """
 
     def __init__(self) -> None:

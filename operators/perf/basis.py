@@ -64,7 +64,17 @@ PERF_MODEL_BASES: tuple[PerfModelBasis, ...] = ("linear", "piecewise")
 
 
 class WallTimeFit(Protocol):
-    """What the perf models need of a fit: a wall time and its named coefficients."""
+    """What the perf models need of a fit: a wall time and its named coefficients.
+
+    Any class with these two methods is one (a structural type):
+
+    >>> class Flat:
+    ...     def predict(self, x): return 0.01
+    ...     def named_coefficients(self, names): return {"intercept": 0.01}
+    >>> fit: WallTimeFit = Flat()
+    >>> fit.predict([512.0])
+    0.01
+    """
 
     def predict(self, x: Sequence[float]) -> float:
         """Predicted wall time (seconds, floored at 1 µs) of a forward pass with features ``x``."""
