@@ -61,7 +61,8 @@ class StopRequest:
     signals are said, nothing more: an interrupt raised inside a sink's ``close()`` would
     abort the process without the summary line.
 
-    It is installed as the handler of both signals for the length of a run:
+    It is installed as the handler of SIGTERM, SIGINT and its own SIGALRM for the length of a
+    run:
 
     >>> request = StopRequest()
     >>> request.signal is None  # no signal yet: the run goes on

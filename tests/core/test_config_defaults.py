@@ -149,3 +149,16 @@ def test_defaults_follow_the_spec_tables_or_say_why_not() -> None:
             load_config(inline)
         assert f"deployments.d.{field}: {REFERENCE_FIELD_HINTS[field]}" in str(explained.value)
     assert not problems, "\n".join(problems)
+
+
+def test_no_refusal_hint_names_a_field_or_alias_the_config_accepts() -> None:
+    """A hint is shown only for a refused name: one on an accepted name could never show."""
+    from pydantic import AliasChoices
+
+    accepted = set(PlannerConfig.model_fields)
+    for field in PlannerConfig.model_fields.values():
+        if isinstance(field.validation_alias, AliasChoices):
+            accepted |= {c for c in field.validation_alias.choices if isinstance(c, str)}
+        elif isinstance(field.validation_alias, str):
+            accepted.add(field.validation_alias)
+    assert not accepted & set(REFERENCE_FIELD_HINTS)

@@ -121,3 +121,46 @@ def test_cli_max_num_seqs_caps_the_engines_batches(tmp_path):
     # ... and so do the engines: more of them, yet slower tokens (requests wait for the slot)
     assert one["itl_ms_p90"] > default["itl_ms_p90"]
     assert flowplanner("bench", *TINY, "--max-num-seqs", "0").returncode == 2
+
+
+def test_every_column_is_the_mean_over_seeds_of_that_column() -> None:
+    """Each averaged column comes from its own field of every seed (hand-made runs whose
+    columns all differ between the seeds, so taking one seed, a max or another column fails)."""
+    from dataclasses import replace
+
+    from sim.scoring import score
+
+    base = score(500, 50, [], 0, 0, [], {"decode": 3600.0}, 3600.0)
+    seeds = [
+        (0.5, 2.0, 4, 1, 100.0, 10.0, 300.0),
+        (0.9, 4.0, 10, 5, 300.0, 20.0, 100.0),
+        (0.7, 9.0, 1, 0, None, 60.0, 200.0),  # a seed without a TTFT percentile
+    ]
+    runs = [
+        [
+            Score(
+                "ours",
+                replace(
+                    base,
+                    sla_attainment=sla,
+                    gpu_hours=gpu_h,
+                    scaling_actions=actions,
+                    reversals_5min=reversals,
+                    ttft_ms_p90=ttft,
+                    itl_ms_p90=itl,
+                ),
+                speed,
+            )
+        ]
+        for sla, gpu_h, actions, reversals, ttft, itl, speed in seeds
+    ]
+    (row,) = summarize(runs)
+    assert row.seeds == 3
+    assert row.sla_attainment == pytest.approx(0.7)
+    assert row.sla_range == (0.5, 0.9)
+    assert row.gpu_hours == pytest.approx(5.0)
+    assert row.scaling_actions == pytest.approx(5.0)
+    assert row.reversals_5min == pytest.approx(2.0)
+    assert row.ttft_ms_p90 == pytest.approx(200.0)  # over the seeds that have one
+    assert row.itl_ms_p90 == pytest.approx(30.0)
+    assert row.speed == pytest.approx(200.0)
