@@ -394,7 +394,8 @@ class PartitionWatch:
     a bounds request that fails is tried again at the next interval (a warning says so, once
     until one succeeds); a partition counts as known only once its bounds are in hand. The
     admin client is made on the thread: constructing a watch does no I/O, and nothing runs until
-    :meth:`start`. :meth:`close` stops the thread (a request in flight may finish after it).
+    :meth:`start`. :meth:`close` stops the thread; a request in flight may finish after it
+    (within ``timeout_s``), and its failure is not logged then.
 
     >>> watch = PartitionWatch("127.0.0.1:9092", "events", known=[0, 1], interval_s=5.0)
     >>> watch.added(), sorted(watch.known)
@@ -449,6 +450,8 @@ class PartitionWatch:
             try:
                 self._look(admin)
             except Exception as error:  # whatever it is, the next interval tries again
+                if self._stopped.is_set():  # closed while the request was in flight
+                    return
                 if self._trouble is None:
                     log.warning(
                         "cannot list the partitions of %s at %s (trying again every %g s): %s",

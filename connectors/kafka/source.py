@@ -47,15 +47,19 @@ TOPIC_POLL_S = 0.5
 TOPIC_WAIT_WARNING_S = 30.0
 """How often a following source repeats that it is still waiting for its topic."""
 
-PARTITION_REFRESH_S = 5.0
-"""How often a following source lists its topic's partitions again, to read the partitions
-added while it runs. Partitions are added rarely (an operator's act, when producers outgrow the
-topic) and a new one is read from its beginning, so nothing written to it before it was seen is
-lost: the interval only bounds how late its first events reach the flow. Kafka's own consumers
-look every 5 minutes (``metadata.max.age.ms``), which would hold a new engine's forward passes
-back for minutes; every 5 s costs the broker one metadata request per followed topic. The
-listing runs on a thread of its own (:class:`connectors.kafka.client.PartitionWatch`), so it
-never slows the read loop, however slow the broker answers."""
+PARTITION_REFRESH_S = 1.0
+"""How often (seconds) a following source lists its topic's partitions again, to read the
+partitions added while it runs. A new one is read from its beginning, so nothing written to it
+is lost, but what was written to it before the reader found it — up to this interval plus the
+time to fetch its offsets (milliseconds on a healthy broker) — comes behind what the other
+partitions handed on meanwhile: it is late unless ``allowed_lateness_seconds`` covers that.
+2 s does (measured: those events came up to 0.9 s behind), and the worker then decides what a
+replay of the grown topic decides (tests/kafka/test_added_partitions.py). Kafka's own consumers
+look every 5 minutes (``metadata.max.age.ms``), which would need minutes of lateness; every
+second costs the broker one metadata request per second per followed topic (and one offsets
+request per partition found). The listing runs on a thread of its own
+(:class:`connectors.kafka.client.PartitionWatch`), so it never slows the read loop, however
+slow the broker answers."""
 
 MERGE_QUEUE = 10_000
 """Messages of one partition a topic reader queues for the merge before pausing its fetches."""
@@ -80,7 +84,8 @@ class _Lane:
     """Merge time of the last message handed on."""
     backlog_end: int
     """End offset when the reader started (or found the partition): until it is read, the
-    partition holds the merge."""
+    partition holds the merge (one found while the reader runs, also until the consumer first
+    answers for it: see :meth:`_TopicReader._open_lanes`)."""
     end: int | None
     """Bounded reads stop here."""
     read_time: float = 0.0
@@ -117,14 +122,22 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     consumer's assignment (``incremental_assign``: the others keep their positions, their
     fetched messages and their pauses) from its first offset, so what was written to it before
     it was seen is read too. What it held when found is its backlog, as a partition's at the
-    start is: it holds the merge and the reader counts as behind until that is handed on. The
-    Kafka partitions are the reader's, not bytewax's: the source is one bytewax partition per
-    topic (fixed when the flow is built, as bytewax wants), placed on one worker of ``-w N``,
-    whose one consumer reads every Kafka partition of the topic — the only design in which the
-    merge by event time spans them all; so the worker that reads the topic is the one that
-    finds its new partitions, and no other worker has to agree. A partition missing from a
-    resume state that has others was added after the snapshot and is read from its beginning
-    too (``start`` applies to a topic first read).
+    start is: it holds the merge and the reader counts as behind until that is handed on — and
+    until the consumer first answers for it, even found empty (the consumer first fetches a
+    partition it did not know about a second after it is assigned), so what is written to it
+    once found is merged in time. What was written to it before it was found comes after the
+    other partitions' events of that interval (up to :data:`PARTITION_REFRESH_S` and the
+    offsets' fetch) were handed on: it is late unless the allowed lateness covers the interval
+    (2 s does).
+
+    The Kafka partitions are the reader's, not bytewax's: the source is one bytewax partition
+    per topic (fixed when the flow is built, as bytewax wants), placed on one worker of
+    ``-w N``, whose one consumer reads every Kafka partition of the topic — the only design in
+    which the merge by event time spans them all; so the worker that reads the topic is the one
+    that finds its new partitions, and no other worker has to agree. Following, a partition
+    missing from a resume state that has others was added after the snapshot and is read from
+    its beginning too (``start`` applies to a topic first read); a bounded replay reads it from
+    ``start``, as it always did.
 
     While its backlog is not all handed on, the reader counts as behind in
     :data:`connectors.backlog.BACKLOG` (a live run's clock then keeps to the data's time); it
@@ -153,16 +166,11 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     def _start(self, partitions: list[int]) -> None:
         source = self._source
         bounds = partition_bounds(source.bootstrap, source.topic, partitions, **source.requests())
-        # a snapshot holds every partition its reader knew: one it lacks was added after it
-        at_end = source.start == "end" and not self._state
-        for partition in partitions:
-            first, end = bounds[partition]
-            offset, time_ = self._state.get(partition, (end if at_end else first, 0.0))
-            self._lanes[partition] = _Lane(
-                partition, offset, time_, end, end if source.until_end else None
-            )
-        if not self._backlog_read():
-            BACKLOG.behind(self)
+        # following, a snapshot holds every partition its reader knew: one it lacks was added
+        # after it (a bounded replay keeps ``start`` for it, as it always did)
+        self._open_lanes(
+            bounds, at_end=source.start == "end" and (source.until_end or not self._state)
+        )
         # end-of-partition events in both modes: a backlog that ends in a transaction marker
         # is read when the partition says so, not when a message beyond it arrives
         config = {"enable.partition.eof": True, **source.config}
@@ -195,10 +203,7 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         new = sorted(p for p in found if p not in self._lanes)
         if not new:
             return
-        for partition in new:
-            first, end = found[partition]
-            offset, time_ = self._state.get(partition, (first, 0.0))
-            self._lanes[partition] = _Lane(partition, offset, time_, end, None)
+        self._open_lanes({p: found[p] for p in new}, at_end=False, added=True)
         self._consumer.incremental_assign(
             [TopicPartition(self._source.topic, p, self._lanes[p].next_offset) for p in new]
         )
@@ -210,6 +215,23 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             new,
             held,
         )
+
+    def _open_lanes(
+        self, bounds: Mapping[int, Bounds], *, at_end: bool, added: bool = False
+    ) -> None:
+        """A lane for each partition of ``bounds``, from its resume position, else from its
+        first offset (its end offset when ``at_end``); the reader is behind until what they
+        hold is handed on. The lane of a partition ``added`` while the reader runs holds the
+        merge until the consumer first answers for it (a message, or the end of the partition),
+        even when it was empty: the consumer first fetches a partition it did not know about a
+        second after it is assigned (measured on Kafka 0.9), and what was written to it
+        meanwhile would come behind what the other partitions handed on then."""
+        until_end = self._source.until_end
+        for partition, (first, end) in sorted(bounds.items()):
+            offset, time_ = self._state.get(partition, (end if at_end else first, 0.0))
+            lane = _Lane(partition, offset, time_, end, end if until_end else None)
+            lane.caught_up = lane.caught_up and not added
+            self._lanes[partition] = lane
         if not self._backlog_read():
             BACKLOG.behind(self)
 
@@ -334,13 +356,15 @@ class KafkaTopicSource(FixedPartitionedSource[X, TopicState], Generic[X]):
     event time it has (:meth:`merge_time`): the partitions are merged on it (see
     :class:`_TopicReader`). ``until_end=True`` stops each partition at its end offset when the
     reader starts (bounded replay); otherwise the source follows the topic forever, and the
-    partitions added to it as it runs too (found within :data:`PARTITION_REFRESH_S`). ``start``
-    applies only to a topic read without resume state; a partition added later (while the
-    reader runs, or after the snapshot it resumes from) is read from its beginning. Constructing
-    one does no I/O; the broker is first asked in ``list_parts``. A following source whose
-    topic does not exist yet waits for it (a warning says so, and lists the topics there are),
-    as a Kafka consumer does, while the flow's other inputs go on; a bounded one stops with the
-    error.
+    partitions added to it as it runs too (found within :data:`PARTITION_REFRESH_S`; what was
+    written to one before it was found needs that much allowed lateness). ``start`` applies
+    only to a topic read without resume state; a partition added later (while the reader runs,
+    or after the snapshot a following reader resumes from) is read from its beginning — a
+    bounded replay resumed from a snapshot reads one the snapshot lacks from ``start``, as it
+    always did. Constructing one does no I/O; the broker is first asked in ``list_parts``. A
+    following source whose topic does not exist yet waits for it (a warning says so, and lists
+    the topics there are), as a Kafka consumer does, while the flow's other inputs go on; a
+    bounded one stops with the error.
 
     >>> class Values(KafkaTopicSource[bytes]):
     ...     def convert(self, message):

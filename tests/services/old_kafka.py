@@ -104,8 +104,12 @@ class OldKafka:
 
         wait_until(led, f"{count} partitions of {topic} with a leader", timeout_s=30)
 
+    def producer(self) -> Producer:
+        """A producer for this broker (its messages are sent within milliseconds)."""
+        return Producer({"bootstrap.servers": self.bootstrap, **OLD_BROKER, "linger.ms": 1})
+
     def write(self, topic: str, values: list[bytes], partition: int) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, **OLD_BROKER})
+        producer = self.producer()
         errors: list = []
         for value in values:
             producer.produce(
