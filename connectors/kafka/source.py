@@ -45,7 +45,21 @@ TOPIC_POLL_S = 0.5
 """How often a following source asks again for a topic that does not exist yet."""
 
 TOPIC_WAIT_WARNING_S = 30.0
-"""How often a following source repeats that it is still waiting for its topic."""
+"""How often a following source repeats that it is still waiting for its topic; also how long
+a partition may hold the merge without the consumer answering for it (a message or the end of
+the partition) before the reader warns, once, that the topic's events are held behind it."""
+
+ADDED_PARTITION_WAIT_S = 5.0
+"""How long (host seconds) a partition found empty while following holds the merge waiting
+for the consumer's first answer for it. The hold exists because the consumer first fetches a
+partition it did not know about some 1.1 s after it is assigned (measured on Kafka 0.9), and
+what is written to it meanwhile must not come behind the other partitions; this bound is about
+four times that. A consumer that never answers (the partition lost its leader between the
+watch's offsets and the first fetch, or the broker does not have it) would otherwise stop the
+whole topic and keep the worker behind for ever: after the bound the partition lets go (the
+reader warns), and what is written to it meanwhile may come late. Only this bound reads the
+host clock; event time never does. A partition found holding messages is never let go: they
+would all be late."""
 
 PARTITION_REFRESH_S = 1.0
 """How often (seconds) a following source lists its topic's partitions again, to read the
@@ -55,11 +69,12 @@ time to fetch its offsets (milliseconds on a healthy broker) — comes behind wh
 partitions handed on meanwhile: it is late unless ``allowed_lateness_seconds`` covers that.
 2 s does (measured: those events came up to 0.9 s behind), and the worker then decides what a
 replay of the grown topic decides (tests/kafka/test_added_partitions.py). Kafka's own consumers
-look every 5 minutes (``metadata.max.age.ms``), which would need minutes of lateness; every
-second costs the broker one metadata request per second per followed topic (and one offsets
-request per partition found). The listing runs on a thread of its own
-(:class:`connectors.kafka.client.PartitionWatch`), so it never slows the read loop, however
-slow the broker answers."""
+look every 5 minutes (``metadata.max.age.ms``), which would need minutes of lateness; this
+costs the broker a listing of all the cluster's topics every second per followed topic (the
+watch lists them all, as :func:`connectors.kafka.client.list_partitions` does: naming the
+topic could auto-create it), and one offsets request per partition found. The listing runs on
+a thread of its own (:class:`connectors.kafka.client.PartitionWatch`), so it never slows the
+read loop, however slow the broker answers."""
 
 MERGE_QUEUE = 10_000
 """Messages of one partition a topic reader queues for the merge before pausing its fetches."""
@@ -92,6 +107,17 @@ class _Lane:
     caught_up: bool = False
     paused: bool = False
     queue: deque[tuple[float, int, Any]] = field(default_factory=deque)
+    found_empty: bool = False
+    """Found while following with nothing to read: it holds the merge only until the consumer
+    first answers for it, or :data:`ADDED_PARTITION_WAIT_S` at most."""
+    opened_at: float = 0.0
+    """When the lane was opened (host monotonic clock; for the hold's bound only)."""
+    answered: bool = False
+    """The consumer answered for it (a message or the end of the partition) at least once."""
+    heard_at: float = 0.0
+    """When the consumer last answered for it (host monotonic clock), else ``opened_at``."""
+    warned: bool = False
+    """The reader warned that it holds the merge (once per silence)."""
 
     def __post_init__(self) -> None:
         self.read_time = self.handed_time
@@ -124,11 +150,14 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
     it was seen is read too. What it held when found is its backlog, as a partition's at the
     start is: it holds the merge and the reader counts as behind until that is handed on — and
     until the consumer first answers for it, even found empty (the consumer first fetches a
-    partition it did not know about a second after it is assigned), so what is written to it
-    once found is merged in time. What was written to it before it was found comes after the
-    other partitions' events of that interval (up to :data:`PARTITION_REFRESH_S` and the
-    offsets' fetch) were handed on: it is late unless the allowed lateness covers the interval
-    (2 s does).
+    partition it did not know about a second after it is assigned, measured on Kafka 0.9
+    only), so what is written to it once found is merged in time. Found empty, it holds them
+    :data:`ADDED_PARTITION_WAIT_S` at most, then lets go with a warning (what is written to it
+    meanwhile may come late); a partition with unread messages is never let go, but one that
+    holds the merge without an answer for :data:`TOPIC_WAIT_WARNING_S` is warned of, once.
+    What was written to it before it was found comes after the other partitions' events of
+    that interval (up to :data:`PARTITION_REFRESH_S` and the offsets' fetch) were handed on:
+    it is late unless the allowed lateness covers the interval (2 s does).
 
     The Kafka partitions are the reader's, not bytewax's: the source is one bytewax partition
     per topic (fixed when the flow is built, as bytewax wants), placed on one worker of
@@ -225,12 +254,16 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         merge until the consumer first answers for it (a message, or the end of the partition),
         even when it was empty: the consumer first fetches a partition it did not know about a
         second after it is assigned (measured on Kafka 0.9), and what was written to it
-        meanwhile would come behind what the other partitions handed on then."""
+        meanwhile would come behind what the other partitions handed on then — but, found
+        empty, only up to :data:`ADDED_PARTITION_WAIT_S` (:meth:`_mind_holds`)."""
         until_end = self._source.until_end
+        now = time.monotonic()
         for partition, (first, end) in sorted(bounds.items()):
             offset, time_ = self._state.get(partition, (end if at_end else first, 0.0))
             lane = _Lane(partition, offset, time_, end, end if until_end else None)
+            lane.found_empty = added and lane.caught_up
             lane.caught_up = lane.caught_up and not added
+            lane.opened_at = lane.heard_at = now
             self._lanes[partition] = lane
         if not self._backlog_read():
             BACKLOG.behind(self)
@@ -275,8 +308,11 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
                 raise StopIteration
         messages = self._consumer.consume(self._source.batch_size, 0)
         self._check_errors()
+        now = time.monotonic()
         for message in messages:
-            self._queue(message)
+            self._queue(message, now)
+        if not self._backlog_read():
+            self._mind_holds(now)
         batch = self._hand_on()
         self._pace()
         if batch:
@@ -288,9 +324,42 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         """Every partition's backlog is read and handed on."""
         return all(lane.caught_up and not lane.queue for lane in self._lanes.values())
 
-    def _queue(self, message: Message) -> None:
+    def _mind_holds(self, now: float) -> None:
+        """Let go of a partition found empty that the consumer has not answered for within
+        :data:`ADDED_PARTITION_WAIT_S`; warn once of one holding the merge without an answer
+        for :data:`TOPIC_WAIT_WARNING_S` (one with a backlog is not let go: it would all be
+        late)."""
+        for lane in self._lanes.values():
+            if not lane.holds_merge:
+                continue
+            where = f"Kafka topic {self._where}, partition {lane.partition}"
+            if (
+                lane.found_empty
+                and not lane.answered
+                and now - lane.opened_at >= ADDED_PARTITION_WAIT_S
+            ):
+                lane.caught_up = True
+                log.warning(
+                    "%s, found empty while following, has had no answer from the consumer "
+                    "in %g s; the topic's events go on without waiting for it: events written "
+                    "to it meanwhile may come late",
+                    where,
+                    ADDED_PARTITION_WAIT_S,
+                )
+            elif not lane.warned and now - lane.heard_at >= TOPIC_WAIT_WARNING_S:
+                lane.warned = True
+                log.warning(
+                    "%s has had no answer from the consumer in %g s and %d messages of it are "
+                    "not read yet; the topic's events are held behind it until they are",
+                    where,
+                    now - lane.heard_at,
+                    lane.backlog_end - lane.next_offset,
+                )
+
+    def _queue(self, message: Message, now: float) -> None:
         partition, offset = message_position(message)
         lane = self._lanes[partition]
+        lane.answered, lane.heard_at, lane.warned = True, now, False
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from schemas import DeadLetter, PlannerConfig, RawEvent, TickRecord
 from tests.flow.cluster import run_flow
 from tests.flow.live_run import HostClock, Outcome, interrupted, outcome, replay
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
-from tests.kafka.samples import event_line
+from tests.kafka.samples import event_line, write_raw
 from tests.kafka.test_event_source import poll_until
 from tests.services.kafka import BrokerStartError, unique_topic
 from tests.services.old_kafka import OLD_BROKER, OldKafka, running_old_kafka
@@ -403,6 +404,95 @@ def test_an_added_partition_holds_the_merge_until_it_has_answered_and_its_backlo
         assert part.next_batch() == [] and not BACKLOG.is_behind
     finally:
         part.close()
+
+
+def follow_with_handed_watch(
+    bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, HandedWatch]:
+    """A following reader of ``topic`` (on Tansu: one partition, events at 1 and 2 on it,
+    read) whose partition watch is a :class:`HandedWatch`."""
+    monkeypatch.setattr(source_module, "PartitionWatch", HandedWatch)
+    ensure_topic(bootstrap, topic, partitions=1)
+    write_raw(bootstrap, topic, [event_line("d", t) for t in (1.0, 2.0)], partition=0)
+    source = KafkaEventSource(bootstrap, topic)
+    part = source.build_part("kafka", *source.list_parts(), None)
+    assert HandedWatch.latest is not None
+    assert [read_at(e) for e in poll_until(part, 2)] == [(0, 0), (0, 1)]
+    assert part.next_batch() == [] and not BACKLOG.is_behind
+    return part, HandedWatch.latest
+
+
+def read_while(part: Any, until: Callable[[list[tuple[int, int]]], bool]) -> list[tuple[int, int]]:
+    """Events of ``part`` as (partition, offset), read until ``until(read)`` holds."""
+    read: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 10
+    while not until(read):
+        assert time.monotonic() < deadline, f"only {read} arrived"
+        read.extend(read_at(e) for e in part.next_batch())
+        time.sleep(0.01)
+    return read
+
+
+def hold_warnings(caplog: pytest.LogCaptureFixture, partition: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "connectors.kafka.source"
+        and r.levelno == logging.WARNING
+        and re.search(rf"partition {partition}\b", r.getMessage())
+    ]
+
+
+def test_a_partition_found_empty_that_never_answers_lets_go_of_the_topic_after_a_bound(
+    kafka_bootstrap: str,
+    kafka_topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a partition found empty whose leader is lost before the consumer first fetches it: the
+    # consumer never answers for it (here: one the broker does not have). The topic holds
+    # behind it only up to ADDED_PARTITION_WAIT_S, then goes on, saying so
+    caplog.set_level(logging.WARNING, logger="connectors.kafka.source")
+    monkeypatch.setattr(source_module, "ADDED_PARTITION_WAIT_S", 0.5)
+    part, watch = follow_with_handed_watch(kafka_bootstrap, kafka_topic, monkeypatch)
+    try:
+        watch.hand({7: Bounds(0, 0)})
+        write_raw(kafka_bootstrap, kafka_topic, [event_line("d", t) for t in (3.0, 4.0)], 0)
+        assert read_while(part, lambda read: len(read) >= 2) == [(0, 2), (0, 3)]
+        assert part.next_batch() == [] and not BACKLOG.is_behind  # it caught up
+        write_raw(kafka_bootstrap, kafka_topic, [event_line("d", 5.0)], partition=0)
+        assert read_while(part, lambda read: len(read) >= 1) == [(0, 4)]  # as it arrives
+    finally:
+        part.close()
+    said = hold_warnings(caplog, 7)
+    assert len(said) == 1 and "may come late" in said[0] and kafka_topic in said[0], said
+
+
+def test_a_partition_holding_a_backlog_that_never_answers_holds_the_topic_and_is_warned_of(
+    kafka_bootstrap: str,
+    kafka_topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # found holding messages, it is not let go after ADDED_PARTITION_WAIT_S (they would all be
+    # late): the topic waits for it, and after TOPIC_WAIT_WARNING_S the reader says so, once
+    caplog.set_level(logging.WARNING, logger="connectors.kafka.source")
+    monkeypatch.setattr(source_module, "ADDED_PARTITION_WAIT_S", 0.2)
+    monkeypatch.setattr(source_module, "TOPIC_WAIT_WARNING_S", 0.2)
+    part, watch = follow_with_handed_watch(kafka_bootstrap, kafka_topic, monkeypatch)
+    try:
+        watch.hand({7: Bounds(0, 5)})
+        write_raw(kafka_bootstrap, kafka_topic, [event_line("d", t) for t in (3.0, 4.0)], 0)
+        read = read_while(part, lambda _: bool(hold_warnings(caplog, 7)))
+        # many times both bounds later, still held and behind, and said only once
+        later = time.monotonic() + 1.5
+        read += read_while(part, lambda _: time.monotonic() > later)
+        assert read == [] and BACKLOG.is_behind
+    finally:
+        part.close()
+    said = hold_warnings(caplog, 7)
+    assert len(said) == 1 and "held behind it" in said[0] and kafka_topic in said[0], said
+    assert "5 messages" in said[0]
 
 
 def test_the_partition_watch_tries_again_until_it_finds_partitions(
