@@ -9,7 +9,10 @@ a while (:mod:`flows.clock`). Quiet is only known of inputs that are being read:
   stalls between two of its events: until it has handed all of it on, event time follows its
   data alone. Sources say so here (:meth:`Backlog.behind`, then :meth:`Backlog.caught_up` or
   :meth:`Backlog.forget`); the clock asks :attr:`Backlog.is_behind` and counts quiet time from
-  :attr:`Backlog.caught_up_at` at the earliest.
+  :attr:`Backlog.caught_up_at` at the earliest. A backlog that comes mid-run — a topic that
+  appears, or a partition added to a followed one, once the live inputs are being read — is
+  not a restart: quiet time leaves out the spell it took to read, like a stall (below), and
+  keeps what it had before it.
 * A live input is read every few milliseconds while the worker runs (:meth:`Backlog.polled`).
   When one was not read for :data:`STALL_GAP` (the process was stopped, its host paused, the
   worker busy), nothing is known of what queued meanwhile: until it is read again the inputs
@@ -83,10 +86,14 @@ class Backlog:
         self._read_at: weakref.WeakKeyDictionary[object, datetime] = weakref.WeakKeyDictionary()
         self._caught_up_at: datetime | None = None
         self._stalls: deque[tuple[datetime, datetime]] = deque(maxlen=STALLS_KEPT)
+        self._behind_since: datetime | None = None
+        """When the inputs last went from none behind to some behind, if that was mid-run."""
 
     def behind(self, reader: object) -> None:
         """``reader`` has a backlog to read."""
         with self._lock:
+            if not self._behind and (self._caught_up_at is not None or self._read_at):
+                self._behind_since = self._now()  # mid-run: live inputs were being read
             self._behind.add(reader)
 
     def caught_up(self, reader: object) -> None:
@@ -101,11 +108,15 @@ class Backlog:
             now = self._now()
             last = self._read_at.get(reader)
             if last is not None and now - last > STALL_GAP:
-                while self._stalls and self._stalls[-1][1] >= last:  # overlaps: one stall
-                    begin, _end = self._stalls.pop()
-                    last = min(begin, last)
-                self._stalls.append((last, now))
+                self._stalled(last, now)
             self._read_at[reader] = now
+
+    def _stalled(self, begin: datetime, end: datetime) -> None:
+        """Quiet time leaves out ``begin``–``end`` (``end`` is now: no stall ends later)."""
+        while self._stalls and self._stalls[-1][1] >= begin:  # overlaps: one stall
+            earlier, _end = self._stalls.pop()
+            begin = min(earlier, begin)
+        self._stalls.append((begin, end))
 
     def forget(self, reader: object) -> None:
         """``reader`` stops reading: it is neither behind nor read any more."""
@@ -117,7 +128,11 @@ class Backlog:
         if reader in self._behind:
             self._behind.discard(reader)
             if not self._behind:
-                self._caught_up_at = self._now()
+                if self._behind_since is None:  # the backlog the inputs started with
+                    self._caught_up_at = self._now()
+                else:  # mid-run: the spell counts as a stall
+                    self._stalled(self._behind_since, self._now())
+                    self._behind_since = None
 
     @property
     def is_behind(self) -> bool:
@@ -127,7 +142,8 @@ class Backlog:
 
     @property
     def caught_up_at(self) -> datetime | None:
-        """When the last input behind caught up (``None``: none was ever behind)."""
+        """When the last input behind caught up with the backlog the inputs started with
+        (``None``: none was behind at the start)."""
         with self._lock:
             return self._caught_up_at
 

@@ -103,3 +103,39 @@ def test_stalls_that_overlap_are_left_out_once() -> None:
         at(seconds, *(reader for reader, times in reads.items() if seconds in times))
     quiet = host.backlog.quiet_since(host.start)
     assert quiet is not None and (quiet - host.start).total_seconds() == 20.0
+
+
+def test_a_backlog_found_mid_run_is_left_out_of_the_quiet_time_and_only_it() -> None:
+    """A partition added to a followed topic (or a topic that appears) while the inputs are
+    read: while its backlog is read the host clock moves nothing; afterwards quiet time goes
+    on from where it stopped — the spell costs the idle rule its length, not a restart."""
+
+    def after_a_found_backlog(spell_s: float) -> tuple[float, float]:
+        host = Host()
+        clock = PlannerClock(
+            lambda t: EPOCH + timedelta(seconds=t),
+            lateness=timedelta(0),
+            idle_after=timedelta(seconds=IDLE_S),
+            now_getter=host.now,
+            backlog=host.backlog,
+        )
+        logic = clock.build(None)
+        logic.on_item(LAST_EVENT)
+        added = Topic()
+        host.run(3.0)  # quiet for 3 s of the 5 the idle rule needs
+        if spell_s:
+            host.backlog.behind(added)
+            host.run(3.0 + spell_s)
+            during = (logic.on_notify() - EPOCH).total_seconds()
+            host.backlog.caught_up(added)
+        else:
+            during = LAST_EVENT
+        host.run(8.0 + spell_s)
+        return during, (logic.on_notify() - EPOCH).total_seconds()
+
+    _, steady = after_a_found_backlog(0.0)
+    during, held = after_a_found_backlog(1.5)
+    assert steady == LAST_EVENT + 8.0 - IDLE_S
+    assert during == LAST_EVENT  # not quiet while a backlog is read
+    # the 3 s of quiet before the spell still count: the window closes 1.5 s later, not 4.5
+    assert held == steady
