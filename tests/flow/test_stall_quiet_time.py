@@ -10,6 +10,9 @@ restarted after a stall held the ticks up for as long as the inputs had been qui
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bytewax.operators.windowing import ClockLogic
 
 from connectors.backlog import EPOCH, Backlog
 from flows.clock import PlannerClock
@@ -50,8 +53,8 @@ class Host:
         self.seconds = until  # nothing is read meanwhile
 
 
-def watermarks(stall_s: float) -> dict[str, float]:
-    host = Host()
+def clock_after_the_last_event(host: Host) -> ClockLogic[Any, Any]:
+    """The planner's live clock on ``host``'s clock and backlog, having seen the last event."""
     clock = PlannerClock(
         lambda t: EPOCH + timedelta(seconds=t),
         lateness=timedelta(0),
@@ -61,6 +64,12 @@ def watermarks(stall_s: float) -> dict[str, float]:
     )
     logic = clock.build(None)
     logic.on_item(LAST_EVENT)
+    return logic
+
+
+def watermarks(stall_s: float) -> dict[str, float]:
+    host = Host()
+    logic = clock_after_the_last_event(host)
 
     def watermark() -> float:
         return (logic.on_notify() - EPOCH).total_seconds()
@@ -112,15 +121,7 @@ def test_a_backlog_found_mid_run_is_left_out_of_the_quiet_time_and_only_it() -> 
 
     def after_a_found_backlog(spell_s: float) -> tuple[float, float]:
         host = Host()
-        clock = PlannerClock(
-            lambda t: EPOCH + timedelta(seconds=t),
-            lateness=timedelta(0),
-            idle_after=timedelta(seconds=IDLE_S),
-            now_getter=host.now,
-            backlog=host.backlog,
-        )
-        logic = clock.build(None)
-        logic.on_item(LAST_EVENT)
+        logic = clock_after_the_last_event(host)
         added = Topic()
         host.run(3.0)  # quiet for 3 s of the 5 the idle rule needs
         if spell_s:
