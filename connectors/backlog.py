@@ -9,10 +9,9 @@ a while (:mod:`flows.clock`). Quiet is only known of inputs that are being read:
   stalls between two of its events: until it has handed all of it on, event time follows its
   data alone. Sources say so here (:meth:`Backlog.behind`, then :meth:`Backlog.caught_up` or
   :meth:`Backlog.forget`); the clock asks :attr:`Backlog.is_behind` and counts quiet time from
-  :attr:`Backlog.caught_up_at` at the earliest. A backlog that comes mid-run — a topic that
-  appears, or a partition added to a followed one, once the live inputs are being read — is
-  not a restart: quiet time leaves out the spell it took to read, like a stall (below), and
-  keeps what it had before it.
+  :attr:`Backlog.caught_up_at` at the earliest. A backlog that comes mid-run — a partition
+  added to a followed topic (``behind(reader, mid_run=True)``) — is not a restart: quiet time
+  leaves out the spell it took to read, like a stall (below), and keeps what it had before it.
 * A live input is read every few milliseconds while the worker runs (:meth:`Backlog.polled`).
   When one was not read for :data:`STALL_GAP` (the process was stopped, its host paused, the
   worker busy), nothing is known of what queued meanwhile: until it is read again the inputs
@@ -87,13 +86,14 @@ class Backlog:
         self._caught_up_at: datetime | None = None
         self._stalls: deque[tuple[datetime, datetime]] = deque(maxlen=STALLS_KEPT)
         self._behind_since: datetime | None = None
-        """When the inputs last went from none behind to some behind, if that was mid-run."""
+        """When the inputs went from none behind to a backlog found mid-run."""
 
-    def behind(self, reader: object) -> None:
-        """``reader`` has a backlog to read."""
+    def behind(self, reader: object, mid_run: bool = False) -> None:
+        """``reader`` has a backlog to read: the one it started with, or (``mid_run``) one it
+        found while its inputs were read live."""
         with self._lock:
-            if not self._behind and (self._caught_up_at is not None or self._read_at):
-                self._behind_since = self._now()  # mid-run: live inputs were being read
+            if not self._behind:
+                self._behind_since = self._now() if mid_run else None
             self._behind.add(reader)
 
     def caught_up(self, reader: object) -> None:

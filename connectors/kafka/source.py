@@ -266,7 +266,7 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             lane.opened_at = lane.heard_at = now
             self._lanes[partition] = lane
         if not self._backlog_read():
-            BACKLOG.behind(self)
+            BACKLOG.behind(self, mid_run=added)
 
     def _find_topic(self) -> bool:
         source = self._source

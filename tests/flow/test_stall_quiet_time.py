@@ -125,7 +125,7 @@ def test_a_backlog_found_mid_run_is_left_out_of_the_quiet_time_and_only_it() -> 
         added = Topic()
         host.run(3.0)  # quiet for 3 s of the 5 the idle rule needs
         if spell_s:
-            host.backlog.behind(added)
+            host.backlog.behind(added, mid_run=True)
             host.run(3.0 + spell_s)
             during = (logic.on_notify() - EPOCH).total_seconds()
             host.backlog.caught_up(added)
