@@ -12,8 +12,10 @@ from __future__ import annotations
 import _thread
 import json
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from bytewax.dataflow import Dataflow
 from bytewax.errors import BytewaxRuntimeError
 from bytewax.inputs import Source
 from bytewax.testing import TestingSink, run_main
@@ -23,6 +25,7 @@ from connectors.backlog import BACKLOG
 from connectors.kafka import ensure_topic
 from flows.planner import PlannerSinks, build_flow
 from schemas import DeadLetter, PlannerConfig, TickRecord
+from tests.flow.cluster import run_flow
 
 Outcome = tuple[list[dict], list[dict], list[str]]
 """A run's decisions, tick records and dead-letter reasons."""
@@ -87,7 +90,6 @@ def live_until(
     dead: list[DeadLetter] = []
     sinks = PlannerSinks(ticks=[TestingSink(ticks)], dead_letters=[TestingSink(dead)])
     flow = build_flow(configs, sources, sinks, live=True, host_clock=clock)
-    finished = threading.Event()
 
     def done() -> bool:
         return any(r.time >= last_tick for r in ticks) or any(
@@ -95,16 +97,33 @@ def live_until(
             for d in dead
         )
 
-    def stop_when_done() -> None:
+    def watch(finished: threading.Event) -> None:
         while not finished.wait(0.05) and not done():
             pass
-        if not finished.is_set():
-            _thread.interrupt_main()
 
-    watcher = threading.Thread(target=stop_when_done, daemon=True)
+    run_until_interrupted(flow, watch)
+    return outcome(ticks, dead)
+
+
+def run_until_interrupted(
+    flow: Dataflow, watch: Callable[[threading.Event], None], workers: int = 1
+) -> None:
+    """Run live ``flow`` on ``workers`` while ``watch(finished)`` runs on a thread beside it;
+    once ``watch`` returns, the worker is interrupted (``finished`` is set when the run has
+    stopped). A live run that ends by itself fails."""
+    finished = threading.Event()
+
+    def beside() -> None:
+        try:
+            watch(finished)
+        finally:
+            if not finished.is_set():
+                _thread.interrupt_main()
+
+    watcher = threading.Thread(target=beside, daemon=True)
     watcher.start()
     try:
-        run_main(flow)
+        run_flow(flow, workers)
     except (KeyboardInterrupt, BytewaxRuntimeError) as stopped:
         assert interrupted(stopped), stopped
     else:
@@ -112,7 +131,6 @@ def live_until(
     finally:
         finished.set()
         watcher.join()
-    return outcome(ticks, dead)
 
 
 def interrupted(error: BaseException | None) -> bool:

@@ -8,7 +8,6 @@ partitions is tried on Tansu too, where a topic it waits for is created.
 
 from __future__ import annotations
 
-import _thread
 import json
 import logging
 import re
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bytewax.errors import BytewaxRuntimeError
 from bytewax.testing import TestingSink
 
 from connectors.backlog import BACKLOG
@@ -29,8 +27,7 @@ from connectors.kafka.client import Bounds, PartitionWatch, partition_bounds
 from connectors.recorded import RecordedSource
 from flows.planner import PlannerSinks, build_flow
 from schemas import DeadLetter, PlannerConfig, RawEvent, TickRecord
-from tests.flow.cluster import run_flow
-from tests.flow.live_run import HostClock, Outcome, interrupted, outcome, replay
+from tests.flow.live_run import HostClock, Outcome, outcome, replay, run_until_interrupted
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
 from tests.kafka.samples import event_line, write_raw
 from tests.kafka.test_event_source import poll_until
@@ -68,10 +65,9 @@ def follow_while(
     dead: list[DeadLetter] = []
     sinks = PlannerSinks(ticks=[TestingSink(ticks)], dead_letters=[TestingSink(dead)])
     flow = build_flow(configs, [source], sinks, live=True, host_clock=HostClock())
-    finished = threading.Event()
     failures: list[BaseException] = []
 
-    def drive() -> None:
+    def drive(finished: threading.Event) -> None:
         try:
             scenario(ticks)
             wait_until(
@@ -81,20 +77,8 @@ def follow_while(
             )
         except BaseException as failure:  # reported by the test once the worker stopped
             failures.append(failure)
-        if not finished.is_set():
-            _thread.interrupt_main()
 
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
-    try:
-        run_flow(flow, workers)
-    except (KeyboardInterrupt, BytewaxRuntimeError) as stopped:
-        assert interrupted(stopped), stopped
-    else:
-        raise AssertionError("a live run ended by itself")
-    finally:
-        finished.set()
-        driver.join()
+    run_until_interrupted(flow, drive, workers)
     if failures:
         raise failures[0]
     return outcome(ticks, dead)
