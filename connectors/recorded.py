@@ -191,6 +191,11 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
     def list_parts(self) -> list[str]:
         return [PARTITION]
 
+    def merge_time(self, item: RawEvent | DeadLetter, previous: float) -> float:
+        """The event time to merge a line on with other inputs
+        (:class:`connectors.merged.MergedSource`): its :func:`line_time`."""
+        return line_time(item.data, previous) if isinstance(item, RawEvent) else previous
+
     def build_part(
         self, step_id: str, for_part: str, resume_state: ResumeState | None
     ) -> _RecordedPartition:

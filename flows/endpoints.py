@@ -20,6 +20,10 @@ Inputs (``--input``, repeatable):
                                                 ``PROMETHEUS_*`` settings;
                                                 ``prometheus+https://`` for TLS)
 
+A replay — a run whose inputs all end (recordings, ``?until=end`` topics) and whose outputs
+wait for no acknowledgement — reads its inputs as one stream merged by event time
+(connectors.merged), so it decides the same however its events are split among them.
+
 Decision outputs (``--output``, repeatable):
   ``-``                                         readable lines on stdout (the default)
   ``PATH``                                      JSON lines
@@ -52,6 +56,7 @@ from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.url import KafkaUrl
+from connectors.merged import MergedSource, TimedSource
 from connectors.prometheus import (
     PrometheusClient,
     PrometheusSettings,
@@ -229,6 +234,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             _dgd(address, netloc, path, query, configs, wiring)
         else:
             raise EndpointError(f"unsupported output {address!r}")
+    if not wiring.live and len(wiring.inputs) > 1:  # a replay: one stream in event-time order
+        wiring.inputs = [MergedSource(cast(list[TimedSource], wiring.inputs))]
     return wiring
 
 

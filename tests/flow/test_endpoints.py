@@ -11,6 +11,7 @@ import pytest
 
 from connectors.dgd_dataflow import DgdInventorySource
 from connectors.kafka import KafkaTraceSource
+from connectors.merged import MergedSource
 from connectors.prometheus import PrometheusTrafficInput
 from connectors.recorded import RecordedSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
@@ -94,6 +95,19 @@ def test_recorded_files_become_one_source(tmp_path: Path):
     assert isinstance(source, RecordedSource) and source.paths == [a, b]
     with pytest.raises(EndpointError, match="given twice"):
         wire([str(a), str(a)], ["-"], CONFIGS)
+
+
+def test_a_replays_inputs_are_merged_and_a_live_runs_are_not(tmp_path: Path):
+    recording = tmp_path / "a.jsonl"
+    recording.write_text("")
+    replayed = "kafka://127.0.0.1:1/events?until=end"
+    [merged] = wire([replayed, str(recording)], ["-"], CONFIGS).inputs
+    assert isinstance(merged, MergedSource)
+    assert [type(s).__name__ for s in merged.sources] == ["KafkaEventSource", "RecordedSource"]
+    followed = wire([replayed.removesuffix("?until=end"), str(recording)], ["-"], CONFIGS)
+    assert followed.live and len(followed.inputs) == 2  # a followed topic never ends
+    with_dgd = wire([replayed, str(recording)], [DGD], CONFIGS)  # the DGD's inventory polls
+    assert with_dgd.live and not any(isinstance(s, MergedSource) for s in with_dgd.inputs)
 
 
 def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():

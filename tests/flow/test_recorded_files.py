@@ -16,6 +16,7 @@ from bytewax.recovery import init_db_dir
 from bytewax.testing import TestingSink
 
 import connectors.recorded
+from connectors.merged import MergedSource
 from connectors.recorded import RecordedSource
 from tests.flow.cluster import run_flow
 from tests.flow.runner import run_recorded as run
@@ -122,7 +123,9 @@ def test_files_split_by_worker_decide_like_the_unsplit_recording(split_by_worker
     assert got["ticks"] == whole["ticks"]
 
 
-def read_all(source: RecordedSource, workers: int, recovery: Path | None = None) -> list:
+def read_all(
+    source: RecordedSource | MergedSource, workers: int, recovery: Path | None = None
+) -> list:
     out: list = []
     flow = Dataflow("recorded_in")
     op.output("out", op.input("in", flow, source), TestingSink(out))
@@ -163,6 +166,43 @@ def test_merged_files_resume_where_they_stopped(tmp_path, monkeypatch, workers):
         fh.write(clock_line("x", 5) + "\n")
     again = read_all(RecordedSource([a, b]), workers, tmp_path)
     assert positions(again) == [("b.jsonl", 3), ("a.jsonl", 5)]
+
+
+def test_merged_inputs_resume_with_what_they_had_read_and_not_handed_on(
+    tmp_path, monkeypatch, workers
+):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(clock_line("x", t) + "\n" for t in (1, 3, 4, 7)))
+    b.write_text(f"{clock_line('x', 2)}\n{{oops\n{clock_line('x', 5)}\n")
+
+    def merged() -> MergedSource:
+        return MergedSource([RecordedSource([a]), RecordedSource([b])])
+
+    order = [("a.jsonl", 1), ("b.jsonl", 1), ("b.jsonl", 2), ("a.jsonl", 2), ("a.jsonl", 3)]
+    order += [("b.jsonl", 3), ("a.jsonl", 4)]  # the bad line stays behind its neighbour
+    assert positions(read_all(merged(), workers)) == order
+
+    # stopped after a batch that left lines read from the files but not handed on
+    monkeypatch.setattr(connectors.recorded, "BATCH_LINES", 2)
+    first = merged().build_part("in", "merged", None)
+    head = first.next_batch()
+    state = first.snapshot()
+    first.close()
+    assert positions(head) == order[:3] and state.queued["0/recorded"]
+    rest = merged().build_part("in", "merged", state)
+    tail: list = []
+    with pytest.raises(StopIteration):
+        while True:
+            tail += rest.next_batch()
+    rest.close()
+    assert positions(head + tail) == order
+
+    # through the runtime's recovery: a rerun reads only what was appended since
+    init_db_dir(tmp_path, 1)
+    assert len(read_all(merged(), workers, tmp_path)) == len(order)
+    with b.open("a") as fh:
+        fh.write(clock_line("x", 8) + "\n")
+    assert positions(read_all(merged(), workers, tmp_path)) == [("b.jsonl", 4)]
 
 
 def test_a_cut_gz_file_is_reported_once_across_a_resume(tmp_path, workers):

@@ -1,0 +1,181 @@
+"""Several replayed inputs read as one stream, merged by event time.
+
+A replay's inputs are each in event-time order — a recording's files are merged on it
+(:mod:`connectors.recorded`), so are a topic's partitions (:mod:`connectors.kafka.source`) —
+but bytewax reads separate inputs side by side, in batches, in whatever interleaving its
+runtime picks. The planner's event time follows the newest event it has seen, so one input
+read ahead of another (say, a topic of a deployment's state snapshots beside a recording of its
+forward passes) would make the other's events late, and the replay's decisions would depend
+on the interleaving. :class:`MergedSource` makes separate inputs one input: one bytewax
+partition that reads every input's partitions (its *lanes*) and hands on the queued item with
+the least ``(event time, lane)``, as long as every lane that has not ended has one queued — the
+same merge a recording's files get, so a replay decides the same however its inputs are split
+(and whichever the runtime or the broker serves first).
+
+Each input says what event time an item has with its ``merge_time(item, previous)`` (an item
+without one — a dead letter, a line that is no valid event — keeps its lane's previous time, so
+it stays with its neighbours). Only bounded inputs are merged (``flowplanner run`` merges the
+inputs of a replay, one with no live input): a live input never ends, and a lane with nothing
+to read would hold the others for ever.
+
+The resume state is every lane's own state plus the items read from it and not handed on yet,
+so a resumed replay hands on exactly what was left, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
+from connectors.stopping import inputs_ended
+
+PARTITION = "merged"
+"""The source's one partition: every input's partitions merged into one ordered stream."""
+
+Queued = tuple[float, Any]
+"""An item read from a lane and not handed on yet, with its merge time."""
+
+
+class TimedSource(Protocol):
+    """A bytewax source of bounded, event-time-ordered partitions whose items have a time."""
+
+    def list_parts(self) -> list[str]: ...
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: Any
+    ) -> StatefulSourcePartition[Any, Any]: ...
+
+    def merge_time(self, item: Any, previous: float) -> float: ...
+
+
+@dataclass
+class MergedState:
+    """Resume state: per lane, its partition's own state, what it had read but not handed on,
+    and the merge time of the last item read from it."""
+
+    parts: dict[str, Any] = field(default_factory=dict)
+    queued: dict[str, list[Queued]] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Lane:
+    key: str
+    source: TimedSource
+    part: StatefulSourcePartition[Any, Any]
+    queue: deque[Queued]
+    time: float
+    ended: bool = False
+
+    def read(self) -> None:
+        """Queue the lane's next batch, or note that it ended."""
+        try:
+            batch = self.part.next_batch()
+        except StopIteration:
+            self.ended = True
+            return
+        for item in batch:
+            self.time = self.source.merge_time(item, self.time)
+            self.queue.append((self.time, item))
+
+
+class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
+    def __init__(self, lanes: list[_Lane]) -> None:
+        self._lanes = lanes
+        self._waiting: list[_Lane] = []
+
+    def next_batch(self) -> list[Any]:
+        if inputs_ended():
+            raise StopIteration
+        for lane in self._lanes:
+            if not lane.queue and not lane.ended:
+                lane.read()
+        lanes, batch = self._lanes, []
+        while True:
+            self._waiting = [lane for lane in lanes if not lane.queue and not lane.ended]
+            queued = [i for i, lane in enumerate(lanes) if lane.queue]
+            if self._waiting or not queued:
+                break
+            first = min(queued, key=lambda i: (lanes[i].queue[0][0], i))
+            batch.append(lanes[first].queue.popleft()[1])
+        if not batch and not self._waiting:
+            raise StopIteration  # every lane ended and every item was handed on
+        return batch
+
+    def next_awake(self) -> datetime | None:
+        """Poll at once unless every lane waited on asked to wait (then until the first)."""
+        wakes = [lane.part.next_awake() for lane in self._waiting]
+        if not wakes or any(wake is None for wake in wakes):
+            return None
+        return min(wake for wake in wakes if wake is not None)
+
+    def snapshot(self) -> MergedState:
+        return MergedState(
+            parts={lane.key: lane.part.snapshot() for lane in self._lanes},
+            queued={lane.key: list(lane.queue) for lane in self._lanes},
+            times={lane.key: lane.time for lane in self._lanes},
+        )
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.part.close()
+
+
+class MergedSource(FixedPartitionedSource[Any, MergedState]):
+    """Bounded inputs read as one stream, merged on ``(event time, lane)``.
+
+    >>> import os, tempfile
+    >>> import bytewax.operators as op
+    >>> from bytewax.dataflow import Dataflow
+    >>> from bytewax.testing import TestingSink, run_main
+    >>> from connectors.recorded import RecordedSource
+    >>> d = tempfile.mkdtemp(); a, b = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
+    >>> def at(t): return '{"type": "clock", "deployment": "d", "time": %d}\\n' % t
+    >>> _ = open(a, "w").write(at(1) + at(3))
+    >>> _ = open(b, "w").write(at(2) + at(3))
+    >>> out = []; flow = Dataflow("doc")
+    >>> merged = MergedSource([RecordedSource([a]), RecordedSource([b])])
+    >>> op.output("out", op.input("in", flow, merged), TestingSink(out))
+    >>> run_main(flow); [(os.path.basename(e.source), e.position) for e in out]
+    [('a.jsonl', 1), ('b.jsonl', 1), ('a.jsonl', 2), ('b.jsonl', 2)]
+    """
+
+    def __init__(self, sources: Sequence[TimedSource]) -> None:
+        if not sources:
+            raise ValueError("no inputs to merge")
+        self.sources = list(sources)
+        self._parts: list[tuple[str, TimedSource, str]] | None = None
+
+    def _lane_parts(self) -> list[tuple[str, TimedSource, str]]:
+        if self._parts is None:
+            self._parts = [
+                (f"{i}/{part}", source, part)
+                for i, source in enumerate(self.sources)
+                for part in source.list_parts()
+            ]
+        return self._parts
+
+    def list_parts(self) -> list[str]:
+        self._lane_parts()
+        return [PARTITION]
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: MergedState | None
+    ) -> _MergedPartition:
+        state = resume_state or MergedState()
+        lanes = [
+            _Lane(
+                key,
+                source,
+                source.build_part(f"{step_id}/{key}", part, state.parts.get(key)),
+                deque(state.queued.get(key, [])),
+                state.times.get(key, float("-inf")),
+            )
+            for key, source, part in self._lane_parts()
+        ]
+        return _MergedPartition(lanes)
