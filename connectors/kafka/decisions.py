@@ -14,12 +14,14 @@ from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
     KafkaConnectorError,
+    PartitionWatch,
     consumer_config,
     list_partitions,
     message_position,
     partition_bounds,
     poll_batch,
 )
+from connectors.kafka.source import PARTITION_REFRESH_S
 from schemas import ScalingDecision, describe_validation_error
 
 log = logging.getLogger(__name__)
@@ -66,8 +68,11 @@ def read_decision_messages(
 
     The reading position is fixed by this call (not by the first ``next``): without ``follow``
     reading stops at the end offsets seen now (and raises if the broker makes no progress for
-    ``timeout_s``); with ``follow`` it waits for new decisions forever. ``from_beginning=False``
-    skips what the topic holds now. Order is per partition, hence per deployment (the key).
+    ``timeout_s``); with ``follow`` it waits for new decisions forever, and reads a partition
+    added to the topic meanwhile from its first offset (found within
+    :data:`~connectors.kafka.source.PARTITION_REFRESH_S`, as the planner's event source finds
+    one). ``from_beginning=False`` skips what the topic holds now. Order is per partition,
+    hence per deployment (the key).
     """
     partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
     bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
@@ -114,7 +119,17 @@ def _read(
     )
     consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
     where = f"{topic} at {bootstrap}"
-    return _consume(consumer, errors, where, ends, set(partitions), timeout_s)
+    watch = None
+    if ends is None:  # following: partitions added to the topic are read too
+        watch = PartitionWatch(
+            bootstrap,
+            topic,
+            known=partitions,
+            interval_s=PARTITION_REFRESH_S,
+            config=config,
+            timeout_s=timeout_s,
+        )
+    return _consume(consumer, errors, where, ends, set(partitions), timeout_s, watch)
 
 
 def _consume(
@@ -124,12 +139,18 @@ def _consume(
     ends: dict[int, int] | None,
     pending: set[int],
     timeout_s: float,
+    watch: PartitionWatch | None = None,
 ) -> Iterator[DecisionMessage]:
-    # ``ends`` None = follow forever; otherwise stop once every pending partition reached its end.
+    # ``ends`` None = follow forever (and the partitions ``watch`` finds); otherwise stop once
+    # every pending partition reached its end.
     warned: set[int] = set()
+    if watch is not None:
+        watch.start()
     try:
         last_progress = monotonic()
         while ends is None or pending:
+            if watch is not None:
+                _add_partitions(consumer, watch)
             messages = poll_batch(consumer, BATCH_SIZE, 0.2)
             for reported in errors:
                 if reported.fatal():
@@ -163,7 +184,24 @@ def _consume(
                 if next_offset >= ends[partition]:
                     pending.discard(partition)
     finally:
+        if watch is not None:
+            watch.close()
         consumer.close()
+
+
+def _add_partitions(consumer: Consumer, watch: PartitionWatch) -> None:
+    """Read the partitions ``watch`` found added to the topic, each from its first offset."""
+    found = watch.added()
+    if not found:
+        return
+    consumer.incremental_assign(
+        [TopicPartition(watch.topic, p, bounds.first) for p, bounds in sorted(found.items())]
+    )
+    log.info(
+        "Kafka topic %s has new partitions %s; reading them from their beginning",
+        watch.topic,
+        sorted(found),
+    )
 
 
 def read_decisions(

@@ -161,7 +161,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka broker")
     parser.add_argument("--topic", required=True, help="decisions topic")
     parser.add_argument(
-        "--follow", action="store_true", help="keep printing new decisions as they arrive"
+        "--follow",
+        action="store_true",
+        help="keep printing new decisions as they arrive, those of partitions added to the "
+        "topic meanwhile included (read from their beginning)",
     )
     parser.add_argument(
         "--new-only", action="store_true", help="skip the decisions already in the topic"
