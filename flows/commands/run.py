@@ -217,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
         logging.getLogger(package).setLevel(logging.INFO)
+    # the Kubernetes client's HTTP retries: the DGD connector reports what fails, once
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:
         configs = load_config(args.config)
         port = metrics_port(args.metrics_port, configs, os.environ)

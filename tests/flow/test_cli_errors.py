@@ -231,3 +231,12 @@ def test_a_dgd_output_without_any_api_server_says_how_to_name_one(tmp_path):
     assert done.returncode == 1
     assert "no Kubernetes API server to talk to" in done.stderr
     assert "set KUBECONFIG or give the address (dgd://NAMESPACE/NAME?host=URL)" in done.stderr
+
+
+def test_a_dgd_api_server_that_does_not_answer_is_one_line():
+    # the Kubernetes client retries each request; its urllib3 retry warnings are not ours to say
+    address = "dgd://dynamo/llama?deployment=llama&host=http://127.0.0.1:1"
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--output", address)
+    assert_clean_error(done, "cannot read DGD dynamo/llama")
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0, done.stderr
