@@ -23,16 +23,18 @@ from confluent_kafka import Producer
 
 from connectors.backlog import BACKLOG
 from connectors.kafka import ensure_topic
+from connectors.stopping import end_inputs, inputs_ended
 from flows.planner import PlannerSinks, build_flow
 from schemas import DeadLetter, PlannerConfig, TickRecord
 from tests.flow.cluster import run_flow
 
 INTERRUPT_AGAIN_S = 5.0
-"""An interrupt the run has not stopped on within this long is sent again. The interrupt is
-raised in whatever Python code the main thread runs next, and code that swallows it (a
-finaliser run there: "Exception ignored in …") leaves the run going for ever. Full-suite
-runs hung so twice in tests/flow/test_backlog_clock.py (the worker idle in the runtime, the
-watcher gone, so its interrupt was sent); where it was swallowed is not known."""
+"""An interrupt the run has not stopped on within this long is sent again, and the inputs are
+told to end (:func:`connectors.stopping.end_inputs`, the stop ``flowplanner run`` makes on
+SIGTERM: each input ends at its next read). Full-suite runs of fresh clones hung in
+tests/flow/test_backlog_clock.py: the interrupt was sent, the Kafka reader went on being
+polled on the main thread, and no ``KeyboardInterrupt`` ever ended the run, not even one sent
+every 5 s; where it is lost is not known. A run ended so finishes as a stopped worker does."""
 
 Outcome = tuple[list[dict], list[dict], list[str]]
 """A run's decisions, tick records and dead-letter reasons."""
@@ -126,7 +128,9 @@ def run_until_interrupted(
         finally:
             while not finished.is_set():  # until the run stops: see INTERRUPT_AGAIN_S
                 _thread.interrupt_main()
-                finished.wait(INTERRUPT_AGAIN_S)
+                if finished.wait(INTERRUPT_AGAIN_S):
+                    break
+                end_inputs()
 
     watcher = threading.Thread(target=beside, daemon=True)
     watcher.start()
@@ -136,10 +140,12 @@ def run_until_interrupted(
         finished.set()
         assert interrupted(stopped), stopped
     else:
-        raise AssertionError("a live run ended by itself")
+        finished.set()
+        assert inputs_ended(), "a live run ended by itself"
     finally:
         finished.set()
         watcher.join()
+        end_inputs(False)
 
 
 def interrupted(error: BaseException | None) -> bool:
