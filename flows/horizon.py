@@ -90,6 +90,7 @@ from schemas import (
     FpmBatchEvent,
     FpmRow,
     InventoryEvent,
+    LimitsEvent,
 )
 
 MAX_AHEAD_OF_HOST_S = 300.0
@@ -119,11 +120,12 @@ def event_time(event: Event) -> datetime:
     return event_time_of(event.time)
 
 
-_SNAPSHOTS = (InventoryEvent, CapabilitiesEvent, AckEvent)
+_SNAPSHOTS = (InventoryEvent, CapabilitiesEvent, AckEvent, LimitsEvent)
 
 
 def is_state_snapshot(event: Event) -> bool:
-    """Inventory, capabilities and acknowledgements describe the present (see flows.clock)."""
+    """Inventory, capabilities, acknowledgements and limits describe the present (see
+    flows.clock)."""
     return isinstance(event, _SNAPSHOTS)  # asked ~4 times an event: the tuple is built once
 
 
@@ -345,7 +347,7 @@ def _stray(event: Event) -> DeadLetter:
 
 def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
     """``waiting`` with ``snapshot`` added last, in place of the one of its kind: the newest
-    inventory and acknowledgement count, capabilities merge field by field.
+    inventory and acknowledgement count, capabilities and limits merge field by field.
 
     >>> from schemas import EngineCapabilities as Engine, WorkerCapabilities as Workers
     >>> def caps(t, **fields):
@@ -362,6 +364,9 @@ def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
         elif isinstance(earlier, CapabilitiesEvent) and isinstance(snapshot, CapabilitiesEvent):
             merged = merge_capabilities(earlier.payload, snapshot.payload)
             snapshot = snapshot.model_copy(update={"payload": merged})
+        elif isinstance(earlier, LimitsEvent) and isinstance(snapshot, LimitsEvent):
+            limits = earlier.payload.merged(snapshot.payload)
+            snapshot = snapshot.model_copy(update={"payload": limits})
     return [*kept, snapshot]
 
 

@@ -48,6 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from river import stats
 
 from operators.ack_gate import AckGate
@@ -65,6 +66,7 @@ from schemas import (
     EngineLoad,
     ForwardPassMetrics,
     FpmRow,
+    Limits,
     PlannerConfig,
     RequestRecord,
     Role,
@@ -72,6 +74,7 @@ from schemas import (
     TickRecord,
     TrafficObservation,
     WorkerCounts,
+    describe_validation_error,
     fpm_from_row,
 )
 from schemas.config import CAPACITY_QUANTILES
@@ -246,6 +249,8 @@ class DeploymentPlanner:
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
+        if window.limits is not None:
+            self._set_limits(window.limits)
         per_engine = self.config.fpm_samples_per_engine_per_tick
         # Engine order, not arrival order: the training samples' order decides which the perf
         # models drop first when full, and engines reporting at the same event time through
@@ -284,6 +289,24 @@ class DeploymentPlanner:
         self.requests_seen = self.requests_seen or bool(window.requests)
         self.request_windows.append(stats_)
         self.traffic_events.extend(window.traffic)
+
+    def _set_limits(self, limits: Limits) -> None:
+        """Plan within ``limits`` from this tick on, unless the config they make is refused
+        (as it would be at start): then a dead letter says why, and the limits stay."""
+        try:
+            config = PlannerConfig.model_validate(self.config.model_dump() | limits.changes())
+        except ValidationError as error:
+            self.dead_letters.append(
+                DeadLetter(
+                    source="limits",
+                    reason=f"limits refused: {describe_validation_error(error)}",
+                    raw=json.dumps(limits.changes()),
+                    deployment=self.deployment,
+                )
+            )
+            return
+        self.config = config
+        self.machine.set_config(config)
 
     def _refuse_ack(self, acked: int, reason: str) -> None:
         raw = {"deployment": self.deployment, "acked_decision_id": acked}

@@ -156,6 +156,12 @@ class PlannerStateMachine:
         return self.fleet.gpus_per_replica(role)
 
     # --- set-up ------------------------------------------------------------------------------
+    def set_config(self, config: PlannerConfig) -> None:
+        """Plan with ``config`` from the next tick on (a :class:`schemas.Limits` change: the
+        loops, the budget and the rate guard read their limits from it)."""
+        self.fleet.config = config
+        self.load.rate_guard.config = config
+
     def set_capabilities(self, capabilities: WorkerCapabilities) -> None:
         """Replace the engine capabilities (discovered from workers or configured)."""
         self.fleet.capabilities = capabilities

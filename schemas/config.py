@@ -453,6 +453,10 @@ class PlannerConfig(BaseModel):
     """Virtual connector: proceed without an acknowledgement after this long."""
 
     # --- exporter and diagnostics (§9.6, §9.7) ---
+    control_api_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """Port of the control API of a live ``flowplanner run`` (127.0.0.1 only; change replica
+    floors and GPU budgets while it runs: :mod:`connectors.control_api`). *Ours*: 0, off — the
+    reference serves 9086 unless told 0; here ``--control-port`` or this field asks for it."""
     metric_reporting_prometheus_port: Annotated[int, Field(ge=0, le=65535)] = 0
     """Port of the Prometheus exporter of ``flowplanner run`` (0: off unless
     ``--metrics-port`` or ``PLANNER_PROMETHEUS_PORT`` says; spec §9.6)."""
@@ -680,7 +684,6 @@ REFERENCE_FIELD_HINTS: dict[str, str] = {
             "isl",
             "osl",
             "load_metric_samples",
-            "control_api_port",
             "report_filename",
             "report_write_gzip_log",
             "live_dashboard_port",

@@ -532,6 +532,50 @@ class Acknowledgement(BaseModel):
     acked_decision_id: Count
 
 
+Replicas = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+GpuBudget = Annotated[int, Field(ge=-1, le=MAX_REPLICAS * MAX_ENGINE_GPUS)]
+"""A GPU budget: -1 is off, as in the config."""
+
+
+class Limits(BaseModel):
+    """Replica floors and GPU budgets changed while the planner runs (the control API's, or
+    any input's ``limits`` event): each field given replaces the config's from the next tick,
+    the others keep theirs; a role's floor given as ``null`` falls back to ``min_endpoint``.
+    The deployment's config is checked again with them (a ceiling below what the floors need
+    is refused, as at start).
+
+    >>> Limits.model_validate({"decode_min_endpoint": 4, "max_gpu_budget": 16}).changes()
+    {'decode_min_endpoint': 4, 'max_gpu_budget': 16}
+    >>> Limits(decode_min_endpoint=4).merged(Limits(decode_min_endpoint=None)).changes()
+    {'decode_min_endpoint': None}
+    """
+
+    model_config = _PAYLOAD_CONFIG
+
+    min_endpoint: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] | None = None
+    prefill_min_endpoint: Replicas | None = None
+    decode_min_endpoint: Replicas | None = None
+    max_gpu_budget: GpuBudget | None = None
+    min_gpu_budget: GpuBudget | None = None
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> Limits:
+        if not self.model_fields_set:
+            raise ValueError(f"give at least one of {', '.join(Limits.model_fields)}")
+        for name in ("min_endpoint", "max_gpu_budget", "min_gpu_budget"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null (-1 turns a budget off)")
+        return self
+
+    def changes(self) -> dict[str, int | None]:
+        """The fields given, by name."""
+        return self.model_dump(include=self.model_fields_set)
+
+    def merged(self, later: Limits) -> Limits:
+        """These limits with ``later``'s fields over them."""
+        return Limits.model_validate(self.changes() | later.changes())
+
+
 MAX_DEPLOYMENT_NAME = 253
 """The longest deployment name an event may carry (a Kubernetes object name's limit): a longer
 one is no deployment's, and would be echoed whole in the "unknown deployment" dead letter."""
@@ -674,6 +718,19 @@ class AckEvent(_Envelope):
     payload: Acknowledgement
 
 
+class LimitsEvent(_Envelope):
+    """The deployment's replica floors or GPU budgets were changed (see :class:`Limits`).
+
+    >>> e = parse_event('{"type": "limits", "deployment": "d", "time": 0, '
+    ...                 '"payload": {"decode_min_endpoint": 3}}')
+    >>> type(e).__name__, e.payload.changes()
+    ('LimitsEvent', {'decode_min_endpoint': 3})
+    """
+
+    type: Literal["limits"] = "limits"
+    payload: Limits
+
+
 class ClockEvent(_Envelope):
     """Nothing happened except that event time reached ``time`` (advances the planner's clock).
 
@@ -700,6 +757,7 @@ Event = Annotated[
     | TrafficEvent
     | RequestEvent
     | AckEvent
+    | LimitsEvent
     | ClockEvent,
     Field(discriminator="type"),
 ]

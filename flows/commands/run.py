@@ -22,6 +22,7 @@ from kubernetes.config.config_exception import ConfigException as KubeConfigExce
 from prometheus_client import REGISTRY
 
 from connectors.console import JsonlFileSink, LineSink
+from connectors.control_api import ControlApi, ControlApiSource
 from connectors.dgd import DgdUnavailableError
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
@@ -33,6 +34,7 @@ from connectors.traces import read_warmup_trace
 from flows.cli import MAX_WORKERS, port_number, worker_count
 from flows.display import format_time
 from flows.endpoints import EndpointError, wire
+from flows.horizon import untimed
 from flows.planner import PlannerSinks, build_flow
 from operators.bootstrap import benchmark_fpms, profile_to_fpms
 from operators.predictors.warmup import trace_observations
@@ -213,6 +215,20 @@ def metrics_port(
         raise ValueError(f"PLANNER_PROMETHEUS_PORT: {exc}") from None
 
 
+def control_api_port(flag: int | None, configs: Mapping[str, PlannerConfig]) -> int | None:
+    """The control API's port, ``None`` for none: ``--control-port`` (0 = any free port), else
+    the largest ``control_api_port`` a config sets (0, the default, is off).
+
+    >>> control_api_port(None, {"d": PlannerConfig()}) is None
+    True
+    >>> control_api_port(None, {"d": PlannerConfig(control_api_port=9086)}), control_api_port(0, {})
+    (9086, 0)
+    """
+    if flag is not None:
+        return flag
+    return max((c.control_api_port for c in configs.values()), default=0) or None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
@@ -222,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = load_config(args.config)
         port = metrics_port(args.metrics_port, configs, os.environ)
+        control_port = control_api_port(args.control_port, configs)
         wiring = wire(args.input, args.output, configs)
         bootstrap, warmup = preload(configs)
     except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
@@ -269,6 +286,27 @@ def run(args: argparse.Namespace) -> int:
             print(f"flowplanner run: cannot serve metrics on port {port}: {exc}", file=sys.stderr)
             return 1
         print(f"flowplanner run: metrics on {server.url}", file=sys.stderr)
+    control = None
+    if control_port is not None and not wiring.live:
+        print(
+            "flowplanner run: no control API for a replay (its limits are the `limits` events "
+            "of its inputs)",
+            file=sys.stderr,
+        )
+    elif control_port is not None:
+        control = ControlApi(configs, clock=untimed)  # placed at the watermark, as DGD polls
+        try:
+            url = control.serve(control_port)
+        except OSError as exc:
+            print(
+                f"flowplanner run: cannot serve the control API on port {control_port}: {exc}",
+                file=sys.stderr,
+            )
+            if server is not None:
+                server.stop()
+            return 1
+        print(f"flowplanner run: control API on {url}/deployments/NAME/limits", file=sys.stderr)
+        wiring.inputs.append(ControlApiSource(control))
     flow = build_flow(
         configs,
         wiring.inputs,
@@ -285,6 +323,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
+        if control is not None:
+            control.stop()
     if status:
         return status
     print(
@@ -332,6 +372,13 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         type=port_number,
         help="serve Prometheus metrics on this port (0 = any free port; default: the config's "
         "metric_reporting_prometheus_port, where 0 means off)",
+    )
+    parser.add_argument(
+        "--control-port",
+        type=port_number,
+        help="serve the control API (PUT/GET /deployments/NAME/limits) on 127.0.0.1 at this "
+        "port, live runs only (0 = any free port; default: the config's control_api_port, "
+        "where 0 means off)",
     )
     parser.add_argument(
         "-w",

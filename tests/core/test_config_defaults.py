@@ -69,6 +69,13 @@ SPEC: dict[str, Any] = {
 """Spec default of every §9.1–§9.7 field PlannerConfig has and keeps the spec's default of."""
 
 OURS: dict[str, tuple[Any, Any, str]] = {
+    # §9.5
+    "control_api_port": (
+        9086,
+        0,
+        "no port opens unless asked: a config shared by replays and by several workers on "
+        "one host must not make each of them bind 9086",
+    ),
     # §9.2
     "profile_results_dir": (
         "profiling_results",
@@ -96,8 +103,6 @@ REFUSED: dict[str, Any] = {
     "osl": 150,
     # §9.4 Load scaling
     "load_metric_samples": 10,
-    # §9.5 Budget / endpoints
-    "control_api_port": 9086,
     # §9.6 Prometheus (an input here: --input prometheus://... or the PROMETHEUS_* variables)
     "metric_pulling_prometheus_endpoint": (
         "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"

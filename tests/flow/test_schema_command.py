@@ -51,6 +51,7 @@ def test_every_wire_type_has_a_schema():
         "traffic",
         "request",
         "ack",
+        "limits",
         "clock",
     }
     reasons = schemas["ScalingDecision"]["$defs"]["TickDiagnostics"]["properties"]

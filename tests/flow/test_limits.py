@@ -1,0 +1,74 @@
+"""``limits`` events change a deployment's replica floors and GPU budgets while it runs: from
+the next tick, through the real flow, the same on 1 and 2 workers; a change the config would
+refuse at start is a dead letter and changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from schemas import Limits, parse_event
+from tests.flow.runner import run_recorded, write_config
+from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
+
+
+def limits(time: float, **payload: int | None) -> dict:
+    return {"type": "limits", "deployment": "alpha", "time": time, "payload": payload}
+
+
+def test_a_raised_floor_holds_from_the_next_tick_until_it_is_lowered_again(tmp_path: Path):
+    ramp = decode_ramp("alpha", engines=2, seconds=120)
+    clock = {"type": "clock", "deployment": "alpha", "time": 125.0, "payload": {}}
+    changes = [
+        limits(30.0, decode_min_endpoint=6),
+        limits(60.0, decode_min_endpoint=20),  # 20 GPUs > max_gpu_budget 16: refused
+        limits(90.0, decode_min_endpoint=None),  # back to min_endpoint (1)
+    ]
+    config = write_config(tmp_path / "c.yaml", {"alpha": DECODE_CONFIG})
+    base = write_stream(tmp_path / "base.jsonl", [*ramp, clock])
+    changed = write_stream(
+        tmp_path / "changed.jsonl", sorted([*ramp, *changes, clock], key=lambda e: e["time"])
+    )
+
+    want = run_recorded(config, [base], tmp_path / "base")
+    got = run_recorded(config, [changed], tmp_path / "changed")  # on 1 and on 2 workers
+
+    def plan(decisions: list[dict], after: float) -> list[tuple[float, int]]:
+        return [(d["time"], d["num_decode"]) for d in decisions if d["time"] > after]
+
+    floor = [(d["time"], d["num_decode"]) for d in got["decisions"] if d["time"] <= 90.0]
+    assert floor == [(t, 6) for t in range(35, 95, 5)]  # from the first tick after 30 s
+    assert want["decisions"] and max(n for _, n in plan(want["decisions"], 0)) < 6
+    assert plan(got["decisions"], 90.0) == plan(want["decisions"], 90.0)
+    [refused] = got["dead"]
+    assert refused["source"] == "limits" and refused["deployment"] == "alpha"
+    assert refused["reason"].startswith("limits refused: ")
+    assert "max_gpu_budget 16 is below the 20 GPUs the minimum endpoints need" in refused["reason"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ({}, "give at least one of"),
+        ({"min_endpoint": None}, "min_endpoint cannot be null"),
+        ({"decode_min_endpoint": 0}, "greater than or equal to 1"),
+        ({"max_gpu_budget": "16"}, "valid integer"),
+        ({"max_replicas": 4}, "Extra inputs are not permitted"),
+    ],
+)
+def test_limits_that_say_nothing_or_something_wrong_are_refused(payload, problem):
+    with pytest.raises(ValidationError, match=problem):
+        Limits.model_validate(payload)
+
+
+def test_later_limits_override_earlier_ones_field_by_field():
+    first = parse_event('{"type": "limits", "deployment": "d", "time": 1, "payload": '
+                        '{"min_endpoint": 2, "decode_min_endpoint": 4}}')  # fmt: skip
+    later = Limits.model_validate({"decode_min_endpoint": None, "max_gpu_budget": -1})
+    assert first.payload.merged(later).changes() == {
+        "min_endpoint": 2,
+        "decode_min_endpoint": None,
+        "max_gpu_budget": -1,
+    }
