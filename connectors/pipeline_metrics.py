@@ -25,6 +25,7 @@ DEAD_LETTER_KINDS = frozenset(
         "undecodable",
         "duplicate",
         "ignored",
+        "limits",
     )
 )
 """The ``kind`` label of a dead letter: the first word of its reason when it is one of these

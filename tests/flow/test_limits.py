@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from connectors.pipeline_metrics import dead_letter_kind
 from schemas import Limits, parse_event
 from tests.flow.runner import run_recorded, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
@@ -46,6 +47,7 @@ def test_a_raised_floor_holds_from_the_next_tick_until_it_is_lowered_again(tmp_p
     assert refused["source"] == "limits" and refused["deployment"] == "alpha"
     assert refused["reason"].startswith("limits refused: ")
     assert "max_gpu_budget 16 is below the 20 GPUs the minimum endpoints need" in refused["reason"]
+    assert dead_letter_kind(refused["reason"]) == "limits"  # a metric label of its own
 
 
 @pytest.mark.parametrize(
