@@ -7,8 +7,10 @@ flowplanner's is the same idea on the dataflow's terms: ``flowplanner run --cont
 * ``PUT /deployments/NAME/limits`` with a :class:`schemas.Limits` JSON object (say,
   ``{"decode_min_endpoint": 4, "max_gpu_budget": 32}``) → ``202`` and every limit the API has
   accepted for NAME so far; ``400`` for a body that is not JSON, ``422`` for limits that are
-  not :class:`schemas.Limits`, ``404`` for a deployment the config does not have;
-* ``GET /deployments/NAME/limits`` → those limits (``{}`` before any).
+  not :class:`schemas.Limits`, ``404`` for a deployment the config does not have, ``411``
+  without a ``Content-Length``, ``413`` for a body over :data:`MAX_BODY` bytes;
+* ``GET /deployments/NAME/limits`` → those limits (``{}`` before any) — what the API passed
+  on, refused ones included (the planner's refusals are dead letters).
 
 An accepted change enters the flow as a ``limits`` event of the deployment
 (:class:`ControlApiSource`), the same event a recorded stream or a topic may carry, placed at
@@ -119,11 +121,14 @@ class ControlApi:
                 self._answer(api.get)
 
             def do_PUT(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
+                length = self.headers.get("Content-Length", "")
+                if not length.isdigit():  # missing (chunked), negative or not a number
+                    self._reply(411, {"error": "give the body's length (Content-Length)"})
+                    return
+                if int(length) > MAX_BODY:
                     self._reply(413, {"error": f"a body of at most {MAX_BODY} bytes"})
                     return
-                body = self.rfile.read(length)
+                body = self.rfile.read(int(length))
                 self._answer(lambda name: api.put(name, body))
 
             def do_POST(self) -> None:

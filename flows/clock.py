@@ -20,11 +20,12 @@ made late by the host clock that ran on, and a stall delays idle ticks by its ow
 The end of the input is not the end of event time: a window still open then is incomplete and
 does not tick. A recorded stream that should end with a tick ends with a ``clock`` event.
 
-A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements) is not
-dropped: it describes the present, not a past instant, so it is placed at the watermark and
-applies from the next tick. Late measurements (forward passes, requests) stay late. Live, a
-snapshot never moves event time (its time is another host's clock): the newest event time is
-the measurements', and a snapshot may open a window ahead of them without closing any.
+A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements,
+limits) is not dropped: it describes the present, not a past instant, so it is placed at the
+watermark and applies from the next tick. Late measurements (forward passes, requests) stay
+late. Live, a snapshot never moves event time (its time is another host's clock): the newest
+event time is the measurements', and a snapshot may open a window ahead of them without
+closing any.
 
 Each key (deployment) has its own clock; ``lateness_of`` gives the allowed lateness of the key
 an item belongs to (``lateness`` until the first item of a key, e.g. right after a resume).

@@ -23,7 +23,7 @@ deployment for as long as the run lasts, and in front of the windows:
   Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
   letter at once (``ahead``), and the first one is used at once (a live source's first
   traffic observation may be minutes from its second);
-* a state snapshot (inventory, capabilities, acknowledgement) describes the present: it is
+* a state snapshot (inventory, capabilities, acknowledgement, limits) describes the present: it is
   placed at the watermark if it is older. Live, its own time is another host's clock: it never
   moves event time — it keeps its own time up to one tick window past the newest measurement
   (so it lands in the window a replay puts it in, whether it comes just before or just after
@@ -347,7 +347,8 @@ def _stray(event: Event) -> DeadLetter:
 
 def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
     """``waiting`` with ``snapshot`` added last, in place of the one of its kind: the newest
-    inventory and acknowledgement count, capabilities and limits merge field by field.
+    inventory and acknowledgement count, capabilities merge field by field; every limits
+    change is kept (each is applied, or refused, on its own).
 
     >>> from schemas import EngineCapabilities as Engine, WorkerCapabilities as Workers
     >>> def caps(t, **fields):
@@ -359,14 +360,11 @@ def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
     """
     kept: list[Event] = []
     for earlier in waiting:
-        if type(earlier) is not type(snapshot):
+        if type(earlier) is not type(snapshot) or isinstance(earlier, LimitsEvent):
             kept.append(earlier)
         elif isinstance(earlier, CapabilitiesEvent) and isinstance(snapshot, CapabilitiesEvent):
             merged = merge_capabilities(earlier.payload, snapshot.payload)
             snapshot = snapshot.model_copy(update={"payload": merged})
-        elif isinstance(earlier, LimitsEvent) and isinstance(snapshot, LimitsEvent):
-            limits = earlier.payload.merged(snapshot.payload)
-            snapshot = snapshot.model_copy(update={"payload": limits})
     return [*kept, snapshot]
 
 

@@ -249,8 +249,8 @@ class DeploymentPlanner:
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
-        if window.limits is not None:
-            self._set_limits(window.limits)
+        for limits in window.limits:
+            self._set_limits(limits)
         per_engine = self.config.fpm_samples_per_engine_per_tick
         # Engine order, not arrival order: the training samples' order decides which the perf
         # models drop first when full, and engines reporting at the same event time through
@@ -291,22 +291,37 @@ class DeploymentPlanner:
         self.traffic_events.extend(window.traffic)
 
     def _set_limits(self, limits: Limits) -> None:
-        """Plan within ``limits`` from this tick on, unless the config they make is refused
-        (as it would be at start): then a dead letter says why, and the limits stay."""
+        """Plan within ``limits`` from this tick on, unless the config they make is refused —
+        as it would be at start, or because the floors need more GPUs than the ceiling allows
+        at the GPUs per replica the engines report: then a dead letter says why, and the
+        limits stay."""
         try:
             config = PlannerConfig.model_validate(self.config.model_dump() | limits.changes())
         except ValidationError as error:
-            self.dead_letters.append(
-                DeadLetter(
-                    source="limits",
-                    reason=f"limits refused: {describe_validation_error(error)}",
-                    raw=json.dumps(limits.changes()),
-                    deployment=self.deployment,
-                )
+            self._refuse_limits(limits, describe_validation_error(error))
+            return
+        gpus = {role: self.machine.gpus_per_replica(role) or 1 for role in config.roles}
+        need = sum(config.min_endpoint_for(role) * gpus[role] for role in config.roles)
+        if 0 <= config.max_gpu_budget < need:
+            per_role = ", ".join(f"{role} {n}" for role, n in gpus.items())
+            self._refuse_limits(
+                limits,
+                f"max_gpu_budget {config.max_gpu_budget} is below the {need} GPUs the minimum "
+                f"endpoints need at the GPUs per replica the engines report ({per_role})",
             )
             return
         self.config = config
         self.machine.set_config(config)
+
+    def _refuse_limits(self, limits: Limits, why: str) -> None:
+        self.dead_letters.append(
+            DeadLetter(
+                source="limits",
+                reason=f"limits refused: {why}",
+                raw=json.dumps(limits.changes()),
+                deployment=self.deployment,
+            )
+        )
 
     def _refuse_ack(self, acked: int, reason: str) -> None:
         raw = {"deployment": self.deployment, "acked_decision_id": acked}

@@ -161,6 +161,7 @@ class PlannerStateMachine:
         loops, the budget and the rate guard read their limits from it)."""
         self.fleet.config = config
         self.load.rate_guard.config = config
+        self.throughput.refit_lower_bounds()
 
     def set_capabilities(self, capabilities: WorkerCapabilities) -> None:
         """Replace the engine capabilities (discovered from workers or configured)."""

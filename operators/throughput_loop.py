@@ -36,6 +36,7 @@ class ThroughputLoop:
         self.fleet = fleet
         self.forecaster = forecaster
         self.lower_bounds: dict[Role, int] = {"prefill": 1, "decode": 1}
+        self._sized: dict[Role, int] = {}  # the step-capped sizing behind the lower bounds
 
     def bound_for(self, role: Role) -> int | None:
         """The replica floor of ``role``, or ``None`` for a role the deployment lacks."""
@@ -85,7 +86,8 @@ class ThroughputLoop:
             osl_quantile=config.capacity_osl_quantile,
         )
         sized = {role: fleet.capacity(role, demand_rps, isl, osl) for role in config.roles}
-        if config.zero_demand_to_min_endpoint and not demand_rps > 0:
+        idle = config.zero_demand_to_min_endpoint and not demand_rps > 0
+        if idle:
             # ours: no requests need the endpoint floor, whatever the models can answer (the
             # zero lengths forecast before any traffic make every capacity query answer 0)
             sized = {role: idle_capacity(c, fleet.min_endpoint(role)) for role, c in sized.items()}
@@ -104,12 +106,14 @@ class ThroughputLoop:
             diag.throughput_decision_reason = "model_not_ready"
             return self._hold_at_min_endpoints(diag)
 
-        targets = {
-            role: self._change_capped(role, c.replicas)
+        capped = {
+            role: self._change_capped(role, 0 if idle else c.replicas)  # idle: the floor alone
             for role, c in sized.items()
             if c.replicas is not None
         }
+        targets = self._floored(capped)
         if config.enable_load_scaling:
+            self._sized = capped
             bounds, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=True)
             self.lower_bounds.update(bounds)
             self._set_reason(diag, budget_reason or "set_lower_bound")
@@ -124,17 +128,28 @@ class ThroughputLoop:
             return None
         return self._target(targets, budget_reason or "scale", diag)
 
+    def refit_lower_bounds(self) -> None:
+        """The limits changed (:class:`schemas.Limits`): fit the last sizing's lower bounds to
+        them again now, so a lowered floor or ceiling holds from the next tick, not from the
+        next throughput tick that sizes."""
+        if self._sized:
+            targets = self._floored(self._sized)
+            bounds, _ = self.fleet.budget().fit_throughput(targets, lower_bounds=True)
+            self.lower_bounds.update(bounds)
+
     def _change_capped(self, role: Role, desired: int) -> int:
         """Spec §5.4: one observation moves a role at most ``max_throughput_scaling_replicas``
-        from its ready count, then the endpoint floor (which may exceed the cap). The cap is
-        taken from the ready count each time, so re-evaluating an observation never ratchets;
-        with no count known there is nothing to cap against."""
+        from its ready count (then comes the endpoint floor, which may exceed the cap:
+        :meth:`_floored`). The cap is taken from the ready count each time, so re-evaluating an
+        observation never ratchets; with no count known there is nothing to cap against."""
         current = self.fleet.inventory.ready(role)
         if current is None:
             return desired
         cap = self.fleet.config.max_throughput_scaling_replicas
-        bounded = min(max(desired, max(0, current - cap)), current + cap)
-        return max(bounded, self.fleet.min_endpoint(role))
+        return min(max(desired, max(0, current - cap)), current + cap)
+
+    def _floored(self, replicas: Mapping[Role, int]) -> dict[Role, int]:
+        return {role: max(n, self.fleet.min_endpoint(role)) for role, n in replicas.items()}
 
     def _hold_at_min_endpoints(self, diag: TickDiagnostics) -> ScaleTarget | None:
         """Model not ready: hold the current counts, but never below the min endpoints

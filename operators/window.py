@@ -65,7 +65,7 @@ class TickWindow:
     traffic: list[tuple[float, TrafficObservation]] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
-    limits: Limits | None = None
+    limits: list[Limits] = field(default_factory=list)
     events: int = 0
 
     def __deepcopy__(self, memo: dict[int, object]) -> TickWindow:
@@ -87,7 +87,7 @@ class TickWindow:
             traffic=list(self.traffic),
             requests=list(self.requests),
             acks=list(self.acks),
-            limits=self.limits,
+            limits=list(self.limits),
             events=self.events,
         )
 
@@ -117,7 +117,7 @@ def fold_event(window: TickWindow, event: Event) -> TickWindow:
     elif isinstance(event, AckEvent):
         window.acks.append(event.payload.acked_decision_id)
     elif isinstance(event, LimitsEvent):
-        window.limits = merge_limits(window.limits, event.payload)
+        window.limits.append(event.payload)  # each is applied, or refused, on its own
     else:
         assert isinstance(event, ClockEvent)
     return window
@@ -134,20 +134,9 @@ def merge_windows(a: TickWindow, b: TickWindow) -> TickWindow:
     a.traffic.extend(b.traffic)
     a.requests.extend(b.requests)
     a.acks.extend(b.acks)
-    a.limits = merge_limits(a.limits, b.limits)
+    a.limits.extend(b.limits)
     a.events += b.events
     return a
-
-
-def merge_limits(earlier: Limits | None, later: Limits | None) -> Limits | None:
-    """``later``'s limits over ``earlier``'s (either may be missing).
-
-    >>> merge_limits(Limits(min_endpoint=2), Limits(max_gpu_budget=4)).changes()
-    {'min_endpoint': 2, 'max_gpu_budget': 4}
-    """
-    if earlier is None or later is None:
-        return later or earlier
-    return earlier.merged(later)
 
 
 @overload

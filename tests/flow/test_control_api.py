@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -74,6 +75,11 @@ def test_limits_put_over_http_hold_from_the_next_tick(tmp_path: Path, kafka_boot
         status, reply = call(f"{api}/alpha/limits", "PUT", b'{"decode_min_endpoint": 0}')
         assert status == 422 and "greater than or equal to 1" in reply["error"]
         assert call(f"{api}/alpha/limits", "POST", b"{}")[0] == 405
+        big = b'{"min_endpoint": 2' + b" " * 5000 + b"}"
+        assert call(f"{api}/alpha/limits", "PUT", big)[0] == 413
+        with socket.create_connection(("127.0.0.1", int(found.group(1).rsplit(":", 1)[1]))) as raw:
+            raw.sendall(b"PUT /deployments/alpha/limits HTTP/1.1\r\nContent-Length: -1\r\n\r\n")
+            assert raw.recv(100).startswith(b"HTTP/1.0 411")
 
         def decided(count: int) -> list[dict]:
             records = read_jsonl(out) if out.exists() else []

@@ -4,6 +4,7 @@ refuse at start is a dead letter and changes nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,59 @@ def test_later_limits_override_earlier_ones_field_by_field():
         "decode_min_endpoint": None,
         "max_gpu_budget": -1,
     }
+
+
+def run_changes(tmp_path: Path, config: dict, ramp: list[dict], changes: list[dict]) -> dict:
+    """A recorded ramp with ``changes`` through ``flowplanner run`` (1 and 2 workers)."""
+    clock = {"type": "clock", "deployment": "alpha", "time": ramp[-1]["time"] + 5, "payload": {}}
+    events = [*sorted([*ramp, *changes], key=lambda e: e["time"]), clock]
+    stream = write_stream(tmp_path / "s.jsonl", events)
+    return run_recorded(write_config(tmp_path / "c.yaml", {"alpha": config}), [stream], tmp_path)
+
+
+def test_a_lowered_floor_holds_at_once_even_where_the_throughput_loop_set_it(tmp_path: Path):
+    # the throughput loop's lower bound was floored at the old min_endpoint (3) by its one
+    # sizing (no requests: the floor alone); it sizes no more, and the bound went stale
+    config = {
+        **DECODE_CONFIG,
+        "enable_throughput_scaling": True,
+        "throughput_adjustment_interval_seconds": 30.0,
+        "max_gpu_budget": -1,
+        "min_endpoint": 3,
+        "scale_down_stabilization_seconds": 0,
+        "load_rate_window_seconds": 0,
+    }
+    ramp = decode_ramp("alpha", engines=3, seconds=120, kv_start=2000, kv_end=30000)
+    no_requests = {"duration_s": 30.0, "num_req": 0, "isl": 0, "osl": 0}
+    changes = [
+        {"type": "traffic", "deployment": "alpha", "time": 20.0, "payload": no_requests},
+        limits(40.0, min_endpoint=1),
+    ]
+    got = run_changes(tmp_path, config, ramp, changes)
+    assert got["dead"] == []
+    assert [(d["time"], d["num_decode"]) for d in got["decisions"]][:2] == [(45.0, 2), (50.0, 2)]
+
+
+def test_floors_the_engines_gpus_cannot_fund_are_refused(tmp_path: Path):
+    ramp = decode_ramp("alpha", engines=2, seconds=60)
+    ramp[0]["payload"]["decode"]["num_gpu"] = 2  # the config says nothing: 1 GPU per replica
+    got = run_changes(
+        tmp_path, DECODE_CONFIG, ramp, [limits(30.0, decode_min_endpoint=3, max_gpu_budget=4)]
+    )
+    [refused] = got["dead"]
+    assert refused["reason"] == (
+        "limits refused: max_gpu_budget 4 is below the 6 GPUs the minimum endpoints need at the "
+        "GPUs per replica the engines report (decode 2)"
+    )
+    assert all(d["num_decode"] > 0 for d in got["decisions"])
+
+
+def test_each_change_in_one_window_is_applied_or_refused_on_its_own(tmp_path: Path):
+    ramp = decode_ramp("alpha", engines=2, seconds=60)
+    changes = [limits(30.0, decode_min_endpoint=6), limits(31.0, max_gpu_budget=1)]
+    got = run_changes(tmp_path, DECODE_CONFIG, ramp, changes)
+    assert [(d["time"], d["num_decode"]) for d in got["decisions"]] == [
+        (t, 6) for t in range(35, 65, 5)
+    ]
+    [refused] = got["dead"]
+    assert json.loads(refused["raw"]) == {"max_gpu_budget": 1}
