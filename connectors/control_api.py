@@ -121,14 +121,17 @@ class ControlApi:
                 self._answer(api.get)
 
             def do_PUT(self) -> None:
-                length = self.headers.get("Content-Length", "")
-                if not length.isdigit():  # missing (chunked), negative or not a number
+                length = self.headers.get("Content-Length", "").strip()
+                if not (length.isascii() and length.isdigit()):  # none (chunked), -1, "²"
                     self._reply(411, {"error": "give the body's length (Content-Length)"})
                     return
                 if int(length) > MAX_BODY:
                     self._reply(413, {"error": f"a body of at most {MAX_BODY} bytes"})
                     return
                 body = self.rfile.read(int(length))
+                if len(body) < int(length):  # the client went away mid-body
+                    self._reply(400, {"error": "the body is shorter than its Content-Length"})
+                    return
                 self._answer(lambda name: api.put(name, body))
 
             def do_POST(self) -> None:

@@ -47,6 +47,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 from river import stats
@@ -292,23 +293,25 @@ class DeploymentPlanner:
 
     def _set_limits(self, limits: Limits) -> None:
         """Plan within ``limits`` from this tick on, unless the config they make is refused —
-        as it would be at start, or because the floors need more GPUs than the ceiling allows
-        at the GPUs per replica the engines report: then a dead letter says why, and the
-        limits stay."""
+        as it would be at start, or at what the engines report (their GPUs per replica and
+        power caps, which the floors and budgets must fit as well): then a dead letter says
+        why, and the limits stay."""
+        changed = self.config.model_dump() | limits.changes()
+        reported: dict[str, Any] = {"capabilities": self.machine.capabilities.model_dump()}
+        for role in self.config.roles:
+            gpus = self.machine.gpus_per_replica(role)
+            if gpus is not None:
+                reported[f"{role}_engine_num_gpu"] = gpus
         try:
-            config = PlannerConfig.model_validate(self.config.model_dump() | limits.changes())
+            config = PlannerConfig.model_validate(changed)
         except ValidationError as error:
             self._refuse_limits(limits, describe_validation_error(error))
             return
-        gpus = {role: self.machine.gpus_per_replica(role) or 1 for role in config.roles}
-        need = sum(config.min_endpoint_for(role) * gpus[role] for role in config.roles)
-        if 0 <= config.max_gpu_budget < need:
-            per_role = ", ".join(f"{role} {n}" for role, n in gpus.items())
-            self._refuse_limits(
-                limits,
-                f"max_gpu_budget {config.max_gpu_budget} is below the {need} GPUs the minimum "
-                f"endpoints need at the GPUs per replica the engines report ({per_role})",
-            )
+        try:
+            PlannerConfig.model_validate(changed | reported)
+        except ValidationError as error:
+            why = describe_validation_error(error).removeprefix("Value error, ")
+            self._refuse_limits(limits, f"at what the engines report, {why}")
             return
         self.config = config
         self.machine.set_config(config)

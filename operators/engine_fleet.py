@@ -144,13 +144,16 @@ class EngineFleet:
             watts[role] = None if gpus is None or cap is None else gpus * cap
         return PowerBudget(limit, watts, {role: self.min_endpoint(role) for role in roles})
 
-    def capacity(self, role: Role, demand_rps: float, isl: float, osl: float) -> Capacity:
+    def capacity(
+        self, role: Role, demand_rps: float, isl: float, osl: float, floor: bool = True
+    ) -> Capacity:
         """What ``role`` needs for ``demand_rps`` requests/s of these lengths within the SLAs,
-        by its perf model (``Capacity(None)`` without one)."""
+        by its perf model (``Capacity(None)`` without one); at least the role's minimum
+        endpoints unless ``floor=False``."""
         cfg = self.config
         caps = self.caps(role)
         model = self.models.get(role)
-        min_ep = self.min_endpoint(role)
+        min_ep = self.min_endpoint(role) if floor else 0
         if isinstance(model, PrefillPerfModel):
             return prefill_capacity(
                 model,

@@ -85,7 +85,11 @@ class ThroughputLoop:
             isl_quantile=config.capacity_isl_quantile,
             osl_quantile=config.capacity_osl_quantile,
         )
-        sized = {role: fleet.capacity(role, demand_rps, isl, osl) for role in config.roles}
+        # sized without the endpoint floor, which comes after the step cap (_floored): a
+        # limits change then refits the lower bounds to the new floor (refit_lower_bounds)
+        sized = {
+            role: fleet.capacity(role, demand_rps, isl, osl, floor=False) for role in config.roles
+        }
         idle = config.zero_demand_to_min_endpoint and not demand_rps > 0
         if idle:
             # ours: no requests need the endpoint floor, whatever the models can answer (the

@@ -85,9 +85,12 @@ def run_changes(tmp_path: Path, config: dict, ramp: list[dict], changes: list[di
     return run_recorded(write_config(tmp_path / "c.yaml", {"alpha": config}), [stream], tmp_path)
 
 
-def test_a_lowered_floor_holds_at_once_even_where_the_throughput_loop_set_it(tmp_path: Path):
+@pytest.mark.parametrize("requests", [0, 1], ids=["idle", "one request"])
+def test_a_lowered_floor_holds_at_once_even_where_the_throughput_loop_set_it(
+    tmp_path: Path, requests: int
+):
     # the throughput loop's lower bound was floored at the old min_endpoint (3) by its one
-    # sizing (no requests: the floor alone); it sizes no more, and the bound went stale
+    # sizing (of no or one request: the floor); it sizes no more, and the bound went stale
     config = {
         **DECODE_CONFIG,
         "enable_throughput_scaling": True,
@@ -98,9 +101,9 @@ def test_a_lowered_floor_holds_at_once_even_where_the_throughput_loop_set_it(tmp
         "load_rate_window_seconds": 0,
     }
     ramp = decode_ramp("alpha", engines=3, seconds=120, kv_start=2000, kv_end=30000)
-    no_requests = {"duration_s": 30.0, "num_req": 0, "isl": 0, "osl": 0}
+    traffic = {"duration_s": 30.0, "num_req": requests, "isl": 100 * requests, "osl": 10}
     changes = [
-        {"type": "traffic", "deployment": "alpha", "time": 20.0, "payload": no_requests},
+        {"type": "traffic", "deployment": "alpha", "time": 20.0, "payload": traffic},
         limits(40.0, min_endpoint=1),
     ]
     got = run_changes(tmp_path, config, ramp, changes)
@@ -115,11 +118,24 @@ def test_floors_the_engines_gpus_cannot_fund_are_refused(tmp_path: Path):
         tmp_path, DECODE_CONFIG, ramp, [limits(30.0, decode_min_endpoint=3, max_gpu_budget=4)]
     )
     [refused] = got["dead"]
-    assert refused["reason"] == (
-        "limits refused: max_gpu_budget 4 is below the 6 GPUs the minimum endpoints need at the "
-        "GPUs per replica the engines report (decode 2)"
+    assert refused["reason"].startswith(
+        "limits refused: at what the engines report, max_gpu_budget 4 is below the 6 GPUs the "
+        "minimum endpoints need"
     )
     assert all(d["num_decode"] > 0 for d in got["decisions"])
+
+
+def test_floors_the_engines_power_caps_cannot_fund_are_refused(tmp_path: Path):
+    power = {"enable_power_awareness": True, "total_gpu_power_limit": 2000, "max_gpu_budget": -1}
+    ramp = decode_ramp("alpha", engines=2, seconds=60)
+    ramp[0]["payload"]["decode"]["gpu_power_limit_w"] = 700  # 4 replicas draw 2800 W
+    got = run_changes(tmp_path, DECODE_CONFIG | power, ramp, [limits(30.0, decode_min_endpoint=4)])
+    [refused] = got["dead"]
+    assert refused["reason"].startswith(
+        "limits refused: at what the engines report, total_gpu_power_limit 2000 W is below the "
+        "2800 W the minimum endpoints draw"
+    )
+    assert all(d["num_decode"] < 4 for d in got["decisions"])
 
 
 def test_each_change_in_one_window_is_applied_or_refused_on_its_own(tmp_path: Path):
