@@ -82,7 +82,7 @@ class ControlApi:
     def put(self, deployment: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """Accept ``body`` as ``deployment``'s new limits: the HTTP status and reply."""
         if deployment not in self.deployments:
-            return 404, {"error": f"unknown deployment {deployment!r}", "known": self.deployments}
+            return self._unknown(deployment)
         try:
             limits = Limits.model_validate_json(body)
         except ValidationError as error:
@@ -98,10 +98,13 @@ class ControlApi:
     def get(self, deployment: str) -> tuple[int, dict[str, Any]]:
         """The limits accepted for ``deployment`` so far: the HTTP status and reply."""
         if deployment not in self.deployments:
-            return 404, {"error": f"unknown deployment {deployment!r}", "known": self.deployments}
+            return self._unknown(deployment)
         with self._lock:
             limits = self.accepted.get(deployment)
         return 200, {"deployment": deployment, "limits": limits.changes() if limits else {}}
+
+    def _unknown(self, deployment: str) -> tuple[int, dict[str, Any]]:
+        return 404, {"error": f"unknown deployment {deployment!r}", "known": self.deployments}
 
     def take(self) -> list[LimitsEvent]:
         """The changes accepted since the last call, in order."""

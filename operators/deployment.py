@@ -297,16 +297,16 @@ class DeploymentPlanner:
         power caps, which the floors and budgets must fit as well): then a dead letter says
         why, and the limits stay."""
         changed = self.config.model_dump() | limits.changes()
-        reported: dict[str, Any] = {"capabilities": self.machine.capabilities.model_dump()}
-        for role in self.config.roles:
-            gpus = self.machine.gpus_per_replica(role)
-            if gpus is not None:
-                reported[f"{role}_engine_num_gpu"] = gpus
         try:
             config = PlannerConfig.model_validate(changed)
         except ValidationError as error:
             self._refuse_limits(limits, describe_validation_error(error))
             return
+        reported: dict[str, Any] = {"capabilities": self.machine.capabilities.model_dump()}
+        for role in config.roles:
+            gpus = self.machine.gpus_per_replica(role)
+            if gpus is not None:
+                reported[f"{role}_engine_num_gpu"] = gpus
         try:
             PlannerConfig.model_validate(changed | reported)
         except ValidationError as error:
