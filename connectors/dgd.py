@@ -42,8 +42,9 @@ Applying a decision (:meth:`DgdActuator.apply`)
          "spec": {"services": {"<Service>": {"replicas": N}}}}
 
     carrying only the roles whose target differs from the spec (equal → ``no_change``). The
-    annotation records the decision with the replicas it set (a
-    :class:`schemas.DeliveredDecision` as JSON: ``deployment``, ``decision_id``, ``time``), so
+    annotation records the decision (a :class:`schemas.DeliveredDecision` as JSON:
+    ``deployment``, ``decision_id``, ``time``) and what every managed service is left asking
+    for (``num_prefill`` / ``num_decode``: the patched count, else the spec as read), so
     a restarted planner reads it back (:meth:`DgdActuator.delivered`) and does not apply
     the decisions of its replayed history again. The
     ``resourceVersion`` precondition makes the patch apply to exactly the state the checks
@@ -60,8 +61,10 @@ Applying a decision (:meth:`DgdActuator.apply`)
     is applied even then, so pods stuck Pending for lack of GPUs can be given back. A target is
     such a retraction when, for every service the patch changes, all of these hold:
 
-    * it lies between ready and spec (``ready <= target < spec``: the spec asks for more than
-      are ready and the target gives part of that back, never more than ready);
+    * it lies below the spec while the spec asks for more than are ready (``target < spec``,
+      ``ready < spec``); the patch gives back the replicas not ready, down to the target or to
+      ready, whichever is more (``max(target, ready)``): a target below ready is a scale-down,
+      which waits, like any change, for the DGD to be Ready again;
     * the spec in flight is ours: the ``flowplanner/last-decision`` annotation is of the same
       deployment and its ``num_prefill`` / ``num_decode`` equals the service's current spec
       (a scale-up by a person or another controller is never retracted);
@@ -231,9 +234,14 @@ class DgdUnavailableError(RuntimeError):
     503
     """
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, names_object: bool = False
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.names_object = names_object
+        """The API server's answer names the object (``details.name``): a 404 then means the
+        object is missing, not the resource type (no CRD, or not at this version)."""
 
 
 def pod_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -324,6 +332,24 @@ def _error_text(err: Exception) -> str:
             pass
         return f"HTTP {err.status}: {message}"
     return f"{type(err).__name__}: {err}"
+
+
+def _names_object(err: Exception) -> bool:
+    """The error is an API Status naming an object (``details.name``), as a 404 of a missing
+    object does; the 404 of a resource type the server does not serve names none.
+
+    >>> missing = ApiException(status=404)
+    >>> missing.body = '{"kind": "Status", "reason": "NotFound", "details": {"name": "llama"}}'
+    >>> _names_object(missing), _names_object(ApiException(status=404))
+    (True, False)
+    """
+    if not isinstance(err, ApiException):
+        return False
+    try:
+        details = json.loads(err.body or "").get("details")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(details, dict) and bool(details.get("name"))
 
 
 def _retry_after(err: Exception) -> float | None:
@@ -474,7 +500,9 @@ class DgdActuator:
                     self.sleep(self._backoff(attempt, err))
         assert last is not None
         status = last.status if isinstance(last, ApiException) else None
-        raise DgdUnavailableError(f"cannot read DGD {self.dgd}: {_error_text(last)}", status)
+        raise DgdUnavailableError(
+            f"cannot read DGD {self.dgd}: {_error_text(last)}", status, _names_object(last)
+        )
 
     def delivered(self) -> DeliveredDecision | None:
         """The last decision a patch of ours carried (its annotation), if the DGD has one.
@@ -497,10 +525,15 @@ class DgdActuator:
             dgd = self.read()
         except DgdUnavailableError as err:
             where = f"{DGD_GROUP}/{DGD_VERSION} {DGD_PLURAL}"
-            if err.status_code == 404:
+            if err.status_code == 404 and err.names_object:
                 raise DgdValidationError(
                     f"DynamoGraphDeployment {self.dgd} not found ({where}); check the name "
                     f"(config or ${DGD_NAME_ENV}) and namespace"
+                ) from err
+            if err.status_code == 404:
+                raise DgdValidationError(
+                    f"the API server does not serve {where}: is the DynamoGraphDeployment CRD "
+                    f"installed, at version {DGD_VERSION}? ({err})"
                 ) from err
             if err.status_code in (401, 403):
                 raise DgdValidationError(
@@ -611,6 +644,15 @@ class DgdActuator:
             return result("failed", str(err))
         last_error, last_status = "", None
         lost: tuple[dict[str, int], str, str] | None = None  # patch, steps, why no answer
+
+        def committed(dgd: dict[str, Any]) -> ApplyResult | None:
+            """``applied`` if a PATCH whose answer was lost shows in the DGD as read now."""
+            if lost is None or any(self._spec_of(dgd, s) != n for s, n in lost[0].items()):
+                return None
+            sent, steps, why = lost
+            note = f"the PATCH response was lost: {why}; the re-read shows it committed"
+            return result("applied", f"{steps} ({note})", sent)
+
         for attempt in range(1, self.max_attempts + 1):
             try:
                 dgd = self._get()
@@ -622,21 +664,27 @@ class DgdActuator:
                 if attempt < self.max_attempts:
                     self.sleep(self._backoff(attempt, err))
                 continue
+            if (done := committed(dgd)) is not None:
+                return done
             try:
                 patch, skip = self._plan(dgd, services, targets, decision)
             except Exception as err:  # a DGD body no check above foresaw: never crash the flow
                 log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
                 return result("failed", f"malformed DGD: {type(err).__name__}: {err}")
-            if not patch and lost is not None:
-                sent, steps, why = lost
-                note = f"the PATCH response was lost: {why}; the re-read shows it committed"
-                return result("applied", f"{steps} ({note})", sent)
             if not patch:
                 return result("no_change", "the DGD already asks for these replicas")
             if skip is not None:
                 return result(skip[0], skip[1], patch)
+            # what each managed service is left asking for: the patch, else the spec as read
+            left = {r: patch.get(svc, self._spec_of(dgd, svc)) for r, svc in services.items()}
             try:
-                mark = DeliveredDecision.of(decision).model_dump_json()
+                mark = DeliveredDecision(
+                    deployment=decision.deployment,
+                    decision_id=decision.decision_id,
+                    time=decision.time,
+                    num_prefill=left.get("prefill"),
+                    num_decode=left.get("decode"),
+                ).model_dump_json()
             except ValidationError as err:  # e.g. an empty deployment name
                 return result("failed", f"decision: {describe_validation_error(err)}", patch)
             metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
@@ -649,6 +697,11 @@ class DgdActuator:
             steps = ", ".join(
                 f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
             )
+            if any(patch.get(services[r], n) != n for r, n in targets.items()):
+                steps += (
+                    " (a retraction gives back only the replicas not ready; the rest waits for "
+                    "the DGD to be Ready)"
+                )
             attempts += 1
             try:
                 self._api.patch_namespaced_custom_object(
@@ -672,6 +725,15 @@ class DgdActuator:
                     self.sleep(self._backoff(attempt, err))
                 continue
             return result("applied", steps, patch)
+        if lost is not None:  # the last PATCH got no answer: did it commit?
+            try:
+                dgd = self._get()
+            except _REQUEST_ERRORS:
+                pass
+            else:
+                if (done := committed(dgd)) is not None:
+                    return done
+            last_error += " (the last PATCH got no answer and may have committed)"
         return result(
             "failed",
             f"gave up after {self.max_attempts} attempts; last error: {last_error}",
@@ -707,8 +769,8 @@ class DgdActuator:
         note = ""
         if self.allow_retraction and all(_retracts(states[r], n) for r, n in moved.items()):
             why_not = self._not_a_retraction(dgd, states, moved, decision)
-            if why_not is None:
-                return patch, None
+            if why_not is None:  # never below ready: the rest of a scale-down waits for Ready
+                return {services[r]: max(n, states[r].ready or 0) for r, n in moved.items()}, None
             note = f"; not a retraction: {why_not}"
         status, why = ready_condition(dgd)
         if status != "True":
@@ -775,9 +837,11 @@ def _last_decision(dgd: dict[str, Any]) -> tuple[DeliveredDecision | None, str |
 
 
 def _retracts(state: ServiceState, target: int) -> bool:
-    """The target only gives back part of an unfinished scale-up (ready ≤ target < spec)."""
+    """The target gives back some of an unfinished scale-up (target < spec, ready < spec):
+    the replicas not ready, down to the target or to ready, whichever is more."""
     return (
         state.ready is not None
         and state.spec_replicas is not None
-        and state.ready <= target < state.spec_replicas
+        and state.ready < state.spec_replicas
+        and target < state.spec_replicas
     )

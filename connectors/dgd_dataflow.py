@@ -145,13 +145,7 @@ class _DgdSinkPartition(StatelessSinkPartition[Any]):
                 log.warning("DGD sink: ignored %s (not a ScalingDecision)", type(decision).__name__)
                 continue
             if self.deployment is not None and decision.deployment != self.deployment:
-                DEAD_LETTERS.labels(kind="dgd_sink").inc()
-                log.warning(
-                    "DGD sink for %s: ignored decision of deployment %r",
-                    self.deployment,
-                    decision.deployment,
-                )
-                continue
+                continue  # another deployment's: its own DGD sink applies it
             kept = newest.get(decision.deployment)
             if kept is not None:
                 loser, decision = sorted((kept, decision), key=lambda d: d.decision_id)
@@ -235,7 +229,9 @@ class DgdSink(DynamicSink[Any]):
 
     Within one batch only the newest decision of a deployment is applied (older ones are
     reported ``superseded``). With ``deployment`` set, decisions of other deployments are
-    dead-lettered. ``on_result`` receives every :class:`connectors.dgd.ApplyResult`.
+    passed over: every actuator sees the decisions of every deployment, and each deployment's
+    ``dgd://`` output applies its own. ``on_result`` receives every
+    :class:`connectors.dgd.ApplyResult`.
 
     Decisions are applied on one background thread per worker, so a slow or hanging API server
     (an apply retries for up to ``max_attempts`` × (request timeout + backoff)) never holds up

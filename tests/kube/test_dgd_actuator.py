@@ -93,6 +93,17 @@ def test_validate_fails_when_dgd_is_missing(make_actuator):
     assert "DYN_PARENT_DGD_K8S_NAME" in message
 
 
+def test_validate_says_when_the_dgd_resource_is_not_served(apiserver: ApiServer):
+    """No DGD CRD (or not at v1alpha1): not the "check the name" of a missing object."""
+    actuator = DgdActuator(kube_api_client(apiserver.url), "dynamo", "llama", sleep=lambda s: 0)
+    with pytest.raises(DgdValidationError) as err:
+        actuator.validate()
+    message = str(err.value)
+    assert "does not serve nvidia.com/v1alpha1 dynamographdeployments" in message
+    assert "CRD installed, at version v1alpha1?" in message
+    assert "check the name" not in message
+
+
 def test_validate_fails_naming_the_missing_role(dgd, make_actuator):
     services = {"Frontend": {"replicas": 1}, "VllmDecodeWorker": {"replicas": 1}}
     create_dgd(dgd.server, dgd.client, manifest_with(services))
@@ -235,8 +246,9 @@ def test_a_restarted_actuator_reads_back_the_last_decision_it_applied(dgd, make_
         actuator.apply(decision(decision_id=5, num_prefill=2)).outcome == "no_change"
     )  # nothing written
     delivered = make_actuator().delivered()
+    # with what each service is left asking for: decode, which the decision left alone, too
     assert delivered == DeliveredDecision(
-        deployment="llama", decision_id=4, time=4.0, num_prefill=2
+        deployment="llama", decision_id=4, time=4.0, num_prefill=2, num_decode=1
     )
 
 
@@ -439,6 +451,52 @@ def test_apply_retracts_an_unschedulable_scale_up(dgd, make_actuator):
     assert actuator.apply(retraction).outcome == "applied"
     fixture.operator.converge()
     assert actuator.read_inventory().decode_scaling_in_progress is False
+
+
+def test_a_stuck_scale_up_is_given_back_when_the_load_drops_below_ready(dgd, make_actuator):
+    """Spec §17 item 7 (the reference never scales back down after load stops): decode 1 → 4
+    with room for 2, so 2 stay Pending; then the load is gone and the planner, seeing the 4,
+    asks for 1. The Pending 2 are given back at once (never below ready); the rest of the
+    scale-down is an ordinary change, once the DGD is Ready again."""
+    fixture = tight_dgd(dgd)
+    fixture.operator.capacity["d"] = 2
+    actuator = make_actuator(name="tight")
+    assert actuator.apply(decision(decision_id=1, num_decode=4, time=100.0)).outcome == "applied"
+    fixture.operator.converge()
+    stuck = actuator.read_inventory()
+    assert (stuck.ready_num_decode, stuck.expected_num_decode) == (2, 4)
+    retraction = actuator.apply(decision(decision_id=2, num_decode=1, expected_decode=4))
+    assert retraction.outcome == "applied", retraction.reason
+    assert retraction.patch == {"d": 2}
+    assert "gives back only the replicas not ready" in retraction.reason
+    fixture.operator.converge()
+    assert actuator.read_inventory().decode_scaling_in_progress is False
+    rest = actuator.apply(decision(decision_id=3, num_decode=1, expected_decode=2))
+    assert (rest.outcome, rest.patch) == ("applied", {"d": 1})
+    assert "retraction" not in rest.reason
+
+
+def test_a_retraction_of_one_role_keeps_the_other_roles_scale_up_ours(dgd, make_actuator):
+    """Both roles scale up and stick. A decision that retracts prefill and leaves decode
+    alone must not make our decode scale-up look like someone else's: the annotation records
+    what each service is left asking for, so decode can be retracted next."""
+    fixture = tight_dgd(dgd)
+    fixture.operator.capacity["p"] = 1
+    actuator = make_actuator(name="tight")
+    both = decision(decision_id=1, num_prefill=3, num_decode=4, time=100.0)
+    assert actuator.apply(both).outcome == "applied"
+    fixture.operator.converge()
+    prefill_back = decision(decision_id=2, num_prefill=1, expected_prefill=3, expected_decode=4)
+    assert actuator.apply(prefill_back).patch == {"p": 1}
+    mark = DeliveredDecision.model_validate_json(
+        fixture.get()["metadata"]["annotations"][LAST_DECISION_ANNOTATION]
+    )
+    assert (mark.decision_id, mark.num_prefill, mark.num_decode) == (2, 1, 4)
+    fixture.operator.converge()
+    decode_back = decision(decision_id=3, num_decode=1, expected_prefill=1, expected_decode=4)
+    result = actuator.apply(decode_back)
+    assert (result.outcome, result.patch) == ("applied", {"d": 1}), result.reason
+    assert spec_replicas(fixture) == {"p": 1, "d": 1}
 
 
 @pytest.mark.parametrize("ours_before", [False, True], ids=["no-annotation", "ours-was-2"])
@@ -646,4 +704,29 @@ def test_a_patch_whose_answer_is_lost_is_reported_applied(dgd, make_actuator, sl
     assert result.reason.endswith("; the re-read shows it committed)")
     assert sleeps == [0.5]
     assert [r.status for r in dgd.patches()] == [200]
+    assert spec_replicas(dgd)["VllmDecodeWorker"] == 3
+
+
+def test_a_patch_whose_answer_is_lost_on_the_last_attempt_is_read_back(dgd, make_actuator):
+    """Two busy answers, then the third and last PATCH commits but its answer comes too late:
+    a last read shows it landed, so the outcome is ``applied``, not a ``failed`` that did."""
+    released = threading.Event()
+
+    def answer_late(path: str, old: Any, new: Any) -> None:
+        if old is not None and new is not None and old["spec"] != new["spec"]:
+            released.wait(10.0)  # past the client's timeout: the answer is lost
+
+    dgd.server.on_write(answer_late)
+    dgd.server.inject(dgd.path, 503, 503, method="PATCH")
+    actuator = make_actuator(request_timeout_s=0.5, max_attempts=3)
+    try:
+        result = actuator.apply(decision(num_decode=3))
+    finally:
+        released.set()
+    assert (result.outcome, result.attempts, result.patch) == (
+        "applied",
+        3,
+        {"VllmDecodeWorker": 3},
+    )
+    assert result.reason.endswith("; the re-read shows it committed)")
     assert spec_replicas(dgd)["VllmDecodeWorker"] == 3

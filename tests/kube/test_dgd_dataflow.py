@@ -16,11 +16,12 @@ from prometheus_client import REGISTRY
 
 from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
-from schemas import DeadLetter, TickRecord, WorkerCounts
+from flows.endpoints import wire
+from schemas import DeadLetter, PlannerConfig, TickRecord, WorkerCounts
 from tests.decisions import decision
 from tests.flow.cluster import run_flow
 
-from .conftest import DgdFixture, poll_inventory
+from .conftest import DgdFixture, create_dgd, load_fixture, poll_inventory
 
 pytestmark = pytest.mark.services
 
@@ -82,9 +83,46 @@ def test_sink_applies_only_the_newest_decision_of_a_batch(dgd: DgdFixture):
         (2, "superseded"),
         (4, "applied"),
     ]
-    assert counter("flowplanner_dead_letters_total", kind="dgd_sink") == dead_before + 2
+    # "not a decision" only: another deployment's decision is another sink's to apply
+    assert counter("flowplanner_dead_letters_total", kind="dgd_sink") == dead_before + 1
     [patch] = dgd.patches()
     assert patch.body["spec"] == {"services": {"VllmDecodeWorker": {"replicas": 4}}}
+
+
+def test_two_deployments_each_scale_their_own_dgd(dgd: DgdFixture, workers: int):
+    """Every actuator output sees every deployment's decisions (flows/planner.py); each
+    ``dgd://`` output applies its own deployment's and passes over the rest: valid decisions,
+    not dead letters."""
+    body = load_fixture("dgd_disagg.yaml")
+    body["metadata"]["name"] = "mistral"
+    other = create_dgd(dgd.server, dgd.client, body)
+    host = dgd.server.url
+    wiring = wire(
+        [],
+        [
+            f"dgd://dynamo/vllm-disagg?deployment=llama&host={host}",
+            f"dgd://dynamo/mistral?deployment=mistral&host={host}",
+        ],
+        {"llama": PlannerConfig(), "mistral": PlannerConfig()},
+    )
+    flow = Dataflow("two_dgds")
+    decisions = op.input(
+        "decisions",
+        flow,
+        TestingSource(
+            [
+                decision(deployment="llama", decision_id=1, num_decode=2),
+                decision(deployment="mistral", decision_id=1, num_decode=3),
+            ]
+        ),
+    )
+    for i, sink in enumerate(wiring.actuators):
+        op.output(f"dgd_{i}", decisions, sink)
+    dead_before = counter("flowplanner_dead_letters_total", kind="dgd_sink")
+    run_flow(flow, workers)
+    replicas = [d.get()["spec"]["services"]["VllmDecodeWorker"]["replicas"] for d in (dgd, other)]
+    assert replicas == [2, 3]
+    assert counter("flowplanner_dead_letters_total", kind="dgd_sink") == dead_before
 
 
 def test_sink_stops_the_dataflow_when_the_dgd_is_missing(dgd: DgdFixture, workers: int):
