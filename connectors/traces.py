@@ -32,6 +32,7 @@ import gzip
 import io
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -447,13 +448,27 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
     return _Row(arrival_ms, request)  # ms (_PER_SECOND)
 
 
+_UTC_OFFSET = re.compile(r"(Z|[+-][0-9]{2}:?[0-9]{2})$")
+
+
 def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
-    """(whole seconds since the epoch, fraction numerator, fraction digits) — exact."""
-    main, _, frac = stamp.strip().partition(".")
+    """(whole seconds since the epoch, fraction numerator, fraction digits) — exact. A stamp
+    without a UTC offset is UTC (the Azure traces carry none); one with an offset is read
+    with it.
+
+    >>> _azure_seconds(Path("t.csv"), 2, "2023-11-16 18:15:46.25+05:00")
+    (1700140546, 25, 2)
+    >>> _azure_seconds(Path("t.csv"), 2, "2023-11-16 13:15:46.25")
+    (1700140546, 25, 2)
+    """
+    text = stamp.strip()
+    offset = _UTC_OFFSET.search(text) if " " in text or "T" in text else None
+    main, _, frac = text[: offset.start() if offset else None].partition(".")
     try:
-        when = datetime.fromisoformat(main).replace(tzinfo=UTC)
+        when = datetime.fromisoformat(main + (offset.group() if offset else ""))
     except ValueError as exc:
         raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp!r}") from exc
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
     if frac and not (frac.isascii() and frac.isdigit() and len(frac) <= 18):
         raise TraceFormatError(path, lineno, f"bad TIMESTAMP {stamp[:60]!r}")
     return int(when.timestamp()), int(frac or 0), len(frac)

@@ -211,7 +211,12 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         self.state = state
 
     def on_item(self, event: Event) -> tuple[Iterable[Event | DeadLetter], bool]:
-        if self.live and event.time > host.time() + MAX_AHEAD_OF_HOST_S:
+        # a snapshot stamped ahead is placed at the newest measurement instead (_snapshot)
+        if (
+            self.live
+            and not is_state_snapshot(event)
+            and event.time > host.time() + MAX_AHEAD_OF_HOST_S
+        ):
             past = f"{MAX_AHEAD_OF_HOST_S:g} s past the host clock"
             return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
         if isinstance(event, FpmBatchEvent) and self.window is not None:

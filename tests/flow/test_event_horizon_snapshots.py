@@ -145,3 +145,25 @@ def test_live_snapshots_waiting_for_the_first_measurement_collapse(workers):
     assert by_type["InventoryEvent"].payload.ready_num_decode == 1 + 999 % 3
     decode = by_type["CapabilitiesEvent"].payload.decode  # merged: the card and the last poll
     assert (decode.num_gpu, decode.gpu_power_limit_w) == (2, 700 - 999 % 2)
+
+
+def test_a_live_snapshot_stamped_past_the_host_clock_is_placed_not_refused(workers):
+    """Another host's clock 10 minutes ahead stamps an inventory: a snapshot never moves event
+    time, so it is placed at the newest measurement — used, not refused as ``ahead`` (only a
+    measurement that far past the host clock is)."""
+    now = time.time()
+    skewed = InventoryEvent(deployment="d", time=now + 600, payload=INVENTORY)
+    stray = ClockEvent(deployment="d", time=now + 600)
+    events = [ClockEvent(deployment="d", time=now), skewed, stray]
+    flow = Dataflow("live_ahead")
+    keyed = op.key_on("key", op.input("in", flow, TestingSource(events)), lambda e: e.deployment)
+    clock = PlannerClock(event_time, timedelta(0), timedelta(seconds=5), is_state=is_state_snapshot)
+    out: list = []
+    horizon = EventHorizon(clock, live=True, window_s=5.0)
+    op.output("out", horizon.apply("horizon", keyed), TestingSink(out))
+    run_flow(flow, workers)
+    released = [item for _key, item in out]
+    assert [type(e).__name__ for e in released[:2]] == ["ClockEvent", "InventoryEvent"]
+    assert released[1].time == pytest.approx(now, abs=1e-3)  # (µs: bytewax's clock)
+    assert released[1].payload == skewed.payload
+    assert released[2].reason.startswith("ahead: ")  # the measurement is refused

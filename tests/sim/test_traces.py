@@ -239,3 +239,14 @@ def test_warmup_trace_rejects_a_file_twice_mixed_formats_and_empty_matches(
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceFormatError, match=r"no \*\.jsonl"):
         read_warmup_trace(tmp_path / "empty")
+
+
+def test_azure_timestamps_with_a_utc_offset_are_read_with_it(tmp_path: Path) -> None:
+    text = (
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.5+05:00,10,2\n"  # 13:15:46.5 UTC
+        "2023-11-16T13:15:47Z,11,2\n"
+        "2023-11-16 13:15:48.25,12,2\n"  # no offset: UTC
+    )
+    rows = read_trace(_write(tmp_path, "a.csv", text))
+    assert [(r.arrival_s, r.isl) for r in rows] == [(0.0, 10), (0.5, 11), (1.75, 12)]
