@@ -12,14 +12,18 @@ the least ``(event time, lane)``, as long as every lane that has not ended has o
 same merge a recording's files get, so a replay decides the same however its inputs are split
 (and whichever the runtime or the broker serves first).
 
-Each input says what event time an item has with its ``merge_time(item, previous)`` (an item
-without one — a dead letter, a line that is no valid event — keeps its lane's previous time, so
-it stays with its neighbours). Only bounded inputs are merged (``flowplanner run`` merges the
-inputs of a replay, one with no live input): a live input never ends, and a lane with nothing
-to read would hold the others for ever.
+Each input says what event time an item has with its ``merge_time(item)``, and the lane keys
+its items by it (:class:`connectors.merge_keys.MergeKeys`): an item without one — a dead
+letter, a line that is no valid event — keeps its lane's previous key, so it stays with its
+neighbours, and so does one stamped more than a minute past that key unless the lane's next
+timed item confirms the jump (one stray timestamp does not hold the rest of its input back
+behind the others, whose events would then be late). Only bounded inputs are merged
+(``flowplanner run`` merges the inputs of a replay, one with no live input): a live input
+never ends, and a lane with nothing to read would hold the others for ever.
 
-The resume state is every lane's own state plus the items read from it and not handed on yet,
-so a resumed replay hands on exactly what was left, in the same order.
+The resume state is every lane's own state plus the items read from it and not handed on yet
+(keyed, or waiting for their key), so a resumed replay hands on exactly what was left, in the
+same order.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any, Protocol
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
+from connectors.merge_keys import MergeKeys
 from connectors.stopping import inputs_ended
 
 PARTITION = "merged"
@@ -50,17 +55,19 @@ class TimedSource(Protocol):
         self, step_id: str, for_part: str, resume_state: Any
     ) -> StatefulSourcePartition[Any, Any]: ...
 
-    def merge_time(self, item: Any, previous: float) -> float: ...
+    def merge_time(self, item: Any) -> float | None:
+        """The item's event time, ``None`` if it has none."""
+        ...
 
 
 @dataclass
 class MergedState:
-    """Resume state: per lane, its partition's own state, what it had read but not handed on,
-    and the merge time of the last item read from it."""
+    """Resume state: per lane, its partition's own state, what it had read and keyed but not
+    handed on, and its keys' state (the items read and waiting for their key among them)."""
 
     parts: dict[str, Any] = field(default_factory=dict)
     queued: dict[str, list[Queued]] = field(default_factory=dict)
-    times: dict[str, float] = field(default_factory=dict)
+    keys: dict[str, MergeKeys[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,7 +76,7 @@ class _Lane:
     source: TimedSource
     part: StatefulSourcePartition[Any, Any]
     queue: deque[Queued]
-    time: float
+    keys: MergeKeys[Any]
     ended: bool = False
 
     def read(self) -> None:
@@ -78,10 +85,10 @@ class _Lane:
             batch = self.part.next_batch()
         except StopIteration:
             self.ended = True
+            self.queue.extend(self.keys.end())
             return
         for item in batch:
-            self.time = self.source.merge_time(item, self.time)
-            self.queue.append((self.time, item))
+            self.queue.extend(self.keys.add(self.source.merge_time(item), item))
 
 
 class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
@@ -118,7 +125,7 @@ class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
         return MergedState(
             parts={lane.key: lane.part.snapshot() for lane in self._lanes},
             queued={lane.key: list(lane.queue) for lane in self._lanes},
-            times={lane.key: lane.time for lane in self._lanes},
+            keys={lane.key: lane.keys.copy() for lane in self._lanes},
         )
 
     def close(self) -> None:
@@ -174,7 +181,7 @@ class MergedSource(FixedPartitionedSource[Any, MergedState]):
                 source,
                 source.build_part(f"{step_id}/{key}", part, state.parts.get(key)),
                 deque(state.queued.get(key, [])),
-                state.times.get(key, float("-inf")),
+                state.keys[key].copy() if key in state.keys else MergeKeys(),
             )
             for key, source, part in self._lane_parts()
         ]

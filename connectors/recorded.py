@@ -9,14 +9,16 @@ stream breaks; the lines before it are used. (Writing: ``connectors.console.Json
 
 Several files (e.g. one per engine, or per recorder) are read as ONE time-ordered stream: each
 recording is ordered by event time, and the files are merged on ``(time, file index, line
-number)``, where the time is the event time of the line. A line that is not a valid event keeps
-the key of the line before it in its file, even when it has a ``"time"`` field (a producer
-writing milliseconds, a line cut short): it stays with its neighbours and admission
-dead-letters it there, instead of holding the rest of its file back behind the other files.
-Merging matters because the planner's watermark follows the newest event time seen: files read
-side by side in chunks would let one file's chunk push the watermark past the other file's
-events, which would then be dropped as late (and depend on how the runtime interleaves the
-reads).
+number)``, where the time is the line's merge key (:class:`connectors.merge_keys.MergeKeys`):
+the event time of the line. A line that is not a valid event keeps the key of the line before
+it in its file, even when it has a ``"time"`` field (a producer writing milliseconds, a line cut
+short), and so does a valid one stamped more than a minute past that key unless the next line
+with a time confirms the jump (a stray timestamp): it stays with its neighbours and admission
+or the event-time step dead-letters it there, instead of holding the rest of its file back
+behind the other files. Merging matters because the planner's watermark follows the newest
+event time seen: files read side by side in chunks would let one file's chunk push the
+watermark past the other file's events, which would then be dropped as late (and depend on how
+the runtime interleaves the reads).
 
 The resume state is the number of lines consumed from each file (by path), so a recovered run
 continues where it stopped, with the same merge order.
@@ -32,14 +34,15 @@ import gzip
 import heapq
 import io
 import itertools
-import math
 import zlib
 from collections.abc import Generator, Sequence
+from contextlib import closing
 from pathlib import Path
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from connectors.backlog import BACKLOG
+from connectors.merge_keys import MergeKeys
 from connectors.pipeline_metrics import EVENTS_IN
 from connectors.stopping import inputs_ended
 from schemas import DeadLetter, RawEvent, parse_event
@@ -67,20 +70,20 @@ def open_recording(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def line_time(line: str | bytes, previous: float) -> float:
-    """The event time of a valid event line, else ``previous`` (keeps the line in place).
+def line_time(line: str | bytes) -> float | None:
+    """The event time of a valid event line, else ``None`` (it keeps the key before it).
 
-    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 12.5}', 0.0)
+    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 12.5}')
     12.5
-    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 1.7e12}', 3.0)  # ms, not s
-    3.0
-    >>> line_time(b'{"type": "clock", "time": "soon"}', 3.0), line_time(b"{oops", 3.0)
-    (3.0, 3.0)
+    >>> line_time(b'{"type": "clock", "deployment": "d", "time": 1.7e12}') is None  # ms, not s
+    True
+    >>> line_time(b'{"type": "clock", "time": "soon"}'), line_time(b"{oops")
+    (None, None)
     """
     try:
         return parse_event(line).time
     except Exception:  # any reason the line is not an event: admission names it
-        return previous
+        return None
 
 
 def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
@@ -101,16 +104,32 @@ def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
 def _read_file(
     path: Path, index: int, skip: int, timed: bool
 ) -> Generator[tuple[MergeKey, RawEvent | DeadLetter], None, None]:
-    """The non-blank lines of one file after line ``skip``, with their merge keys."""
-    source, line_no, time = str(path), 0, -math.inf
+    """The non-blank lines of one file after line ``skip``, with their merge keys (those of the
+    lines before ``skip`` are computed too: a key depends on the lines before it)."""
+    keys: MergeKeys[tuple[int, RawEvent | DeadLetter]] = MergeKeys()
+    with closing(_read_lines(path, timed)) as lines:
+        for time, line_no, item in lines:
+            for key, (position, ready) in keys.add(time, (line_no, item)):
+                if position > skip:  # else it was emitted before the run was resumed
+                    yield (key, index, position), ready
+    for key, (position, ready) in keys.end():
+        if position > skip:
+            yield (key, index, position), ready
+
+
+def _read_lines(
+    path: Path, timed: bool
+) -> Generator[tuple[float | None, int, RawEvent | DeadLetter], None, None]:
+    """The non-blank lines of one file: event time (when ``timed`` and the line is a valid
+    event), line number and the line."""
+    source, line_no = str(path), 0
     with open_recording(path) as file:
         while True:
             try:
                 line = file.readline()
             except _UNREADABLE as exc:
                 line_no += 1
-                if line_no > skip:  # else it was emitted before the run was resumed
-                    yield (time, index, line_no), unreadable(source, line_no, exc)
+                yield None, line_no, unreadable(source, line_no, exc)
                 return
             if not line:
                 return
@@ -119,10 +138,7 @@ def _read_file(
                 line = line[len(codecs.BOM_UTF8) :]  # an editor's byte order mark, not data
             if not line.strip():
                 continue
-            if timed:
-                time = line_time(line, time)
-            if line_no > skip:
-                yield (time, index, line_no), RawEvent(source, line_no, line)
+            yield (line_time(line) if timed else None), line_no, RawEvent(source, line_no, line)
 
 
 class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeState]):
@@ -191,10 +207,10 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
     def list_parts(self) -> list[str]:
         return [PARTITION]
 
-    def merge_time(self, item: RawEvent | DeadLetter, previous: float) -> float:
+    def merge_time(self, item: RawEvent | DeadLetter) -> float | None:
         """The event time to merge a line on with other inputs
         (:class:`connectors.merged.MergedSource`): its :func:`line_time`."""
-        return line_time(item.data, previous) if isinstance(item, RawEvent) else previous
+        return line_time(item.data) if isinstance(item, RawEvent) else None
 
     def build_part(
         self, step_id: str, for_part: str, resume_state: ResumeState | None

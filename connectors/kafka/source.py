@@ -28,6 +28,7 @@ from connectors.kafka.client import (
     message_position,
     partition_bounds,
 )
+from connectors.merge_keys import MergeKeys
 from connectors.pipeline_metrics import EVENTS_IN
 from connectors.recorded import line_time
 from connectors.stopping import inputs_ended
@@ -85,7 +86,7 @@ RECENT_REQUEST_IDS = 100_000
 
 TopicState = dict[int, tuple[int, float]]
 """A topic reader's resume state: per partition, the offset after the last message it handed
-on and that message's merge time."""
+on and that message's merge key."""
 
 
 @dataclass
@@ -96,14 +97,16 @@ class _Lane:
     next_offset: int
     """Offset after the last message handed on (the resume position)."""
     handed_time: float
-    """Merge time of the last message handed on."""
+    """Merge key of the last message handed on (the keys of the next ones follow from it)."""
     backlog_end: int
     """End offset when the reader started (or found the partition): until it is read, the
     partition holds the merge (one found while the reader runs, also until the consumer first
     answers for it: see :meth:`_TopicReader._open_lanes`)."""
     end: int | None
     """Bounded reads stop here."""
-    read_time: float = 0.0
+    keys: MergeKeys[tuple[int, Any]] = field(init=False)
+    """The merge keys of the messages read (with their offsets): while the backlog is read,
+    one that jumps ahead waits for confirmation (:class:`connectors.merge_keys.MergeKeys`)."""
     caught_up: bool = False
     paused: bool = False
     queue: deque[tuple[float, int, Any]] = field(default_factory=deque)
@@ -120,8 +123,24 @@ class _Lane:
     """The reader warned that it holds the merge (once per silence)."""
 
     def __post_init__(self) -> None:
-        self.read_time = self.handed_time
         self.caught_up = self.next_offset >= self.backlog_end
+        # the backlog is merged as a replay is; after it, the next message may be minutes away
+        # and messages go on as they arrive: each is keyed at its own time
+        self.keys = MergeKeys(self.handed_time, confirm=not self.caught_up)
+
+    def read(self, time: float | None, offset: int, item: Any) -> None:
+        """Queue the message at ``offset`` (``time``: its event time) with its merge key, and
+        those whose key it settles."""
+        for key, (at, ready) in self.keys.add(time, (offset, item)):
+            self.queue.append((key, at, ready))
+
+    def read_backlog(self) -> None:
+        """Everything the partition held when it was opened is read; a bounded read ends here,
+        and a message still waiting for its key is keyed at its own time."""
+        self.caught_up = True
+        for key, (at, ready) in self.keys.end():
+            self.queue.append((key, at, ready))
+        self.keys.confirm = False
 
     @property
     def holds_merge(self) -> bool:
@@ -132,10 +151,13 @@ class _Lane:
 class _TopicReader(StatefulSourcePartition[X, TopicState]):
     """Every partition of one topic, read by one consumer and handed on merged by event time.
 
-    A message is queued with its merge time (:meth:`KafkaTopicSource.merge_time`); the reader
-    hands on the queued message with the least ``(time, partition)`` (a partition's own order
-    is kept) as long as every partition whose backlog — what it held when the reader started —
-    is not read yet has one queued. Merged so, one partition's events cannot run ahead of
+    A message is queued with its merge key: its event time (:meth:`KafkaTopicSource.merge_time`)
+    — while the backlog is read, unless it lies more than a minute past its partition's last key and
+    the partition's next timed message does not confirm the jump (a stray timestamp keeps the
+    key before it: :class:`connectors.merge_keys.MergeKeys`). The reader hands on the queued
+    message with the least ``(key, partition)`` (a partition's own order is kept) as long as
+    every partition whose backlog — what it held when the reader started — is not read yet
+    has one queued. Merged so, one partition's events cannot run ahead of
     another's and make them late in the flow, and a replay's order does not depend on which
     partition the broker serves first. Once the backlog is read, messages go on as they arrive.
     A partition with :data:`MERGE_QUEUE` messages queued stops fetching until it drains.
@@ -364,17 +386,17 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
                 raise KafkaConnectorError(f"Kafka error reading {self._where}/{partition}: {error}")
-            lane.caught_up = True  # all there is has been read
+            lane.read_backlog()  # all there is has been read
             return
         if lane.end is not None and offset >= lane.end:
-            lane.caught_up = True
+            lane.read_backlog()
             return
         item = self._source.convert(message)
-        if len(self._lanes) > 1:  # one partition is in order as it is
-            lane.read_time = self._source.merge_time(item, lane.read_time)
-        lane.queue.append((lane.read_time, offset, item))
+        # one partition is in order as it is
+        time = self._source.merge_time(item) if len(self._lanes) > 1 else None
+        lane.read(time, offset, item)
         if offset + 1 >= lane.backlog_end:
-            lane.caught_up = True
+            lane.read_backlog()
 
     def _hand_on(self) -> list[X]:
         batch: list[X] = []
@@ -470,10 +492,11 @@ class KafkaTopicSource(FixedPartitionedSource[X, TopicState], Generic[X]):
         """Turn one Kafka message into a dataflow item (``None``: not an input)."""
         raise NotImplementedError
 
-    def merge_time(self, item: X | None, previous: float) -> float:
-        """The event time to merge ``item`` on; ``previous`` (its partition's last) when it has
-        none — the default, which keeps the partitions' messages in the order they were read."""
-        return previous
+    def merge_time(self, item: X | None) -> float | None:
+        """The event time to merge ``item`` on; ``None`` when it has none (it keeps its
+        partition's last key) — the default, which keeps the partitions' messages in the order
+        they were read."""
+        return None
 
     def list_parts(self) -> list[str]:
         try:
@@ -515,10 +538,10 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
             f"kafka:{message.topic()}/{partition}", offset, b"" if value is None else value
         )
 
-    def merge_time(self, item: RawEvent | None, previous: float) -> float:
+    def merge_time(self, item: RawEvent | None) -> float | None:
         """The event's ``time`` when it is a valid event, as a recording's lines are merged
         (:func:`connectors.recorded.line_time`)."""
-        return previous if item is None else line_time(item.data, previous)
+        return None if item is None else line_time(item.data)
 
 
 class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
@@ -573,9 +596,10 @@ class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):
             deployment=self.deployment,
         )
 
-    def merge_time(self, item: RequestEvent | DeadLetter | None, previous: float) -> float:
-        """A request's end time; a dead letter or a skipped message keeps its partition's."""
-        return item.time if isinstance(item, RequestEvent) else previous
+    def merge_time(self, item: RequestEvent | DeadLetter | None) -> float | None:
+        """A request's end time; a dead letter or a skipped message has none (it keeps its
+        partition's last key)."""
+        return item.time if isinstance(item, RequestEvent) else None
 
     def _first_offset(self, partition: int, event: RequestEvent | None, offset: int) -> int | None:
         """The offset of an earlier message of this event's request, remembering this one."""

@@ -64,3 +64,37 @@ def test_a_followed_partitioned_topic_decides_as_its_replay(
     )
 
     assert followed == recorded
+
+
+@pytest.mark.services
+def test_a_stray_in_one_partitions_backlog_costs_one_dead_letter(
+    tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """A followed topic's backlog is merged as its replay is: a forward pass stamped an hour
+    ahead on one partition keeps its place there (connectors.merge_keys), instead of holding
+    the rest of its partition back behind the other's events, which would all be late."""
+    events = decode_ramp("alpha", engines=2, seconds=120.0)
+    configs = {"alpha": PlannerConfig.model_validate(DECODE_CONFIG)}
+    recorded = replay(configs, RecordedSource([write_stream(tmp_path / "s.jsonl", events)]))
+    at = next(i for i, e in enumerate(events) if e["type"] == "fpm" and e["time"] >= 40.0)
+    stray = events[at] | {"time": events[at]["time"] + 3600.0}
+    poisoned = [*events[:at], stray, *events[at:]]
+    engines = sorted({e["payload"]["fpm"]["worker_id"] for e in events if e["type"] == "fpm"})
+    publish(  # one engine's passes on each partition; the stray on the first engine's
+        kafka_bootstrap,
+        kafka_topic,
+        poisoned,
+        [
+            int(e["type"] == "fpm" and e["payload"]["fpm"]["worker_id"] != engines[0])
+            for e in poisoned
+        ],
+    )
+    decisions, ticks, dead = live_until(
+        configs,
+        [KafkaEventSource(kafka_bootstrap, kafka_topic)],
+        HostClock(),
+        recorded[1][-1]["time"],
+        last_event=120.0,
+    )
+    assert (decisions, ticks) == recorded[:2] and recorded[0]
+    assert [reason.split(":")[0] for reason in dead] == ["stray"]
