@@ -41,6 +41,10 @@ T = TypeVar("T")
 Keyed = tuple[float, T]
 """An item with its merge key."""
 
+MAX_WAITING = 10_000
+"""A jump followed by this many items without a time is not confirmed: it keeps the key before
+it, and so do they (what waits is held in memory; a run of bad lines is no confirmation)."""
+
 
 @dataclass
 class MergeKeys(Generic[T]):
@@ -58,6 +62,11 @@ class MergeKeys(Generic[T]):
     >>> read = [(0.0, "a"), (86400.0, "a day later"), (86401.0, "b"), (9e10, "last")]
     >>> [keyed for time, item in read for keyed in keys.add(time, item)] + keys.end()
     [(0.0, 'a'), (86400.0, 'a day later'), (86401.0, 'b'), (90000000000.0, 'last')]
+    >>> keys = MergeKeys[str](key=5.0)  # a run of bad lines confirms nothing
+    >>> released = keys.add(9e10, "stray") + [
+    ...     keyed for _ in range(MAX_WAITING) for keyed in keys.add(None, "bad")]
+    >>> len(released), released[0], keys.key
+    (10001, (5.0, 'stray'), 5.0)
     """
 
     key: float = -math.inf
@@ -95,7 +104,7 @@ class MergeKeys(Generic[T]):
         """An item without a time: it waits with a waiting jump, else takes the key before it."""
         if self.waiting:
             self.waiting.append((None, item))
-            return []
+            return self._release(self.key) if len(self.waiting) > MAX_WAITING else []
         return [(self.key, item)]
 
     def _settle(self, time: float) -> list[Keyed[T]]:
