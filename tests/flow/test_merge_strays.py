@@ -62,6 +62,16 @@ def inserted(events: list[dict], stray: dict, where: str) -> list[dict]:
     return [*events[: at + 1], stray, *events[at + 1 :]]
 
 
+def split_with(
+    events: list[dict], stray: dict, engine: str, where: str
+) -> tuple[list[dict], list[dict]]:
+    """``events`` split by engine (:func:`by_engine`), ``stray`` inserted in ``engine``'s."""
+    w0, w1 = by_engine(events)
+    if engine == "w0":
+        return inserted(w0, stray, where), w1
+    return w0, inserted(w1, stray, where)
+
+
 def expected(tmp_path: Path, events: list[dict], stray: dict, where: str) -> dict:
     """What one recording decides: without the stray — or, one that ends the input, with it at
     the end of the recording (nothing follows it there either)."""
@@ -88,11 +98,7 @@ def test_a_stray_in_one_of_two_recording_files_costs_one_dead_letter(tmp_path, t
     events = burst()
     stray = stray_pass(events, time)
     want = expected(tmp_path, events, stray, where)
-    w0, w1 = by_engine(events)
-    if engine == "w0":
-        w0 = inserted(w0, stray, where)
-    else:
-        w1 = inserted(w1, stray, where)
+    w0, w1 = split_with(events, stray, engine, where)
     files = [write_stream(tmp_path / "w0.jsonl", w0), write_stream(tmp_path / "w1.jsonl", w1)]
 
     got = run_recorded(CONFIG, files, tmp_path / "files")  # on 1 and on 2 workers
@@ -205,11 +211,7 @@ def test_a_stray_in_one_partition_of_a_topic_read_to_its_end_costs_one_dead_lett
     events = burst()
     stray = stray_pass(events, time)
     want = expected(tmp_path, events, stray, where)
-    w0, w1 = by_engine(events)
-    if engine == "w0":
-        w0 = inserted(w0, stray, where)
-    else:
-        w1 = inserted(w1, stray, where)
+    w0, w1 = split_with(events, stray, engine, where)
     produce(kafka_bootstrap, kafka_topic, [w0, w1])
     topic = f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end"
 
