@@ -17,9 +17,9 @@ deployment for as long as the run lasts, and in front of the windows:
   while the inputs read back their history: :mod:`connectors.backlog`) any measurement more
   than :data:`REPLAY_JUMP_S` (or the deployment's allowed lateness) past the newest is held
   until the next one shows the stream did not go back behind it by more than that; the very
-  first measurement of a replay is held too, and is also a stray if the next one lies a week
-  or more past it. The closed loop's simulator, in order by construction, is never held
-  (``ordered``).
+  first measurement of a replay is held too, and when the next one lies a week or more past
+  it, the one after them says which of the two is the stray. The closed loop's simulator, in
+  order by construction, is never held (``ordered``).
   Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
   letter at once (``ahead``), and the first one is used at once (a live source's first
   traffic observation may be minutes from its second);
@@ -169,6 +169,10 @@ class HorizonState:
     by the replay's rule when the next one comes, whenever that is."""
     waiting: list[Event] = field(default_factory=list)
     ahead_of_held: int = 0
+    rival: Event | None = None
+    """A replay's first measurement, when the second (held) lies more than :data:`MAX_JUMP_S`
+    past it: the third says which of the two is the stray."""
+    ahead_of_rival: int = 0
 
 
 @dataclass(frozen=True)
@@ -249,10 +253,13 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         waiting, state.waiting = state.waiting, []
         if self.live:
             return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
-        # nothing follows to contradict them: the held event and the snapshots waiting are used
+        # nothing follows to contradict them: the held events and the snapshots waiting are used
+        rival, state.rival = state.rival, None
         before = state.ahead_of_held if held is not None else len(waiting)
-        used = self._use(held) if held is not None else []
-        return waiting[:before] + used + waiting[before:], StatefulLogic.RETAIN
+        first = state.ahead_of_rival if rival is not None else before
+        out = waiting[:first] + (self._use(rival) if rival is not None else [])
+        out += waiting[first:before] + (self._use(held) if held is not None else [])
+        return out + waiting[before:], StatefulLogic.RETAIN
 
     def snapshot(self) -> HorizonState:
         self.state.clock = self.clock.snapshot()
@@ -269,18 +276,33 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
                 state.held, state.ahead_of_held = event, 0  # nothing waits when nothing is held
                 return []
             return [event]
+        used: list[Event | DeadLetter] = self._settle_rival(event) if state.rival else []
         waiting, state.waiting = state.waiting, []
         before = state.ahead_of_held if state.held is not None else len(waiting)
-        used: list[Event | DeadLetter] = []
         if state.held is not None:
             held, state.held = state.held, None
-            used = self._decide(held, event, first=state.newest is None, short=True)
+            if state.newest is None and event.time > held.time + MAX_JUMP_S:
+                state.rival, state.ahead_of_rival = held, before  # the next one will say
+            else:
+                used += self._decide(held, event, first=state.newest is None, short=True)
         hold = state.newest is None or event.time > state.newest + self._jump(event)
         now = [] if hold else self._use(event)  # far behind is merely late (the window step's)
         out = self._settle(waiting[:before], hold) + used + self._settle(waiting[before:], hold)
         if hold:
             state.held, state.ahead_of_held = event, len(state.waiting)
         return out + now
+
+    def _settle_rival(self, event: Event) -> list[Event | DeadLetter]:
+        """Replay: the first two measurements lay more than :data:`MAX_JUMP_S` apart; the third
+        (``event``) says which is the stray: the second (held) if ``event`` goes back behind it
+        — the first is then held again, to be decided by ``event`` — else the first."""
+        state = self.state
+        rival, state.rival = state.rival, None
+        assert rival is not None and state.held is not None
+        if event.time < state.held.time - self._jump(state.held):
+            stray, state.held, state.ahead_of_held = state.held, rival, state.ahead_of_rival
+            return [self._stray_ahead(stray)]
+        return [_stray(rival)]
 
     def _settle(self, snapshots: list[Event], hold: bool) -> list[Event | DeadLetter]:
         """Replay: snapshots that waited for a held event, now that it is decided — used, still

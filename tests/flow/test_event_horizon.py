@@ -84,6 +84,14 @@ DAY = 24 * 3600.0
             "60 s ahead of the events before and after it",
         ),
         ("the first pass, far behind", 1.78e9, 2, 1.0, "604800 s from the events around it"),
+        # the first pass was a stray too (a week from the second): the third says which is
+        (
+            "the second pass, far ahead",
+            0.0,
+            3,
+            9e10,
+            "60 s ahead of the events before and after it",
+        ),
     ],
 )
 def test_one_stray_timestamp_is_refused_and_changes_nothing(
