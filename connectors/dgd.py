@@ -790,8 +790,9 @@ class DgdActuator:
         moved: dict[Role, int],
         decision: ScalingDecision,
     ) -> str | None:
-        """Why targets that lie between ready and spec (``moved``) may not retract the scale-up
-        in flight; ``None`` when they may (the rule is in the module docs)."""
+        """Why targets below a spec that asks for more than are ready (``moved``) may not
+        retract the scale-up in flight; ``None`` when they may (the rule is in the module
+        docs)."""
         mark, problem = _last_decision(dgd)
         if mark is None:
             return problem or f"the DGD has no {LAST_DECISION_ANNOTATION} annotation of ours"

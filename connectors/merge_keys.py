@@ -13,8 +13,10 @@ must cost no more.
 So an item more than :data:`flows.horizon.REPLAY_JUMP_S` past its input's previous key waits
 for the input's next item with a time, and keeps the previous key unless that one confirms the
 jump by not going back behind it by more than :data:`~flows.horizon.REPLAY_JUMP_S` — the
-horizon's rule, for one input instead of one deployment. A real gap (a recording that moves on
-by minutes or days) is confirmed by the event after it and merged at its true time. The items
+horizon's rule, for one input instead of one deployment (at its shortest: the horizon waits
+for a deployment's allowed lateness instead, if that is longer; the merge knows no config). A
+real gap (a recording that moves on by minutes or days) is confirmed by the event after it and
+merged at its true time. The items
 without a time that follow a waiting one (dead letters, lines that are no valid event) wait
 with it and get its key, as they always take the key before them. At the input's end a waiting
 item is keyed at its own time: nothing follows in its input to contradict it (the horizon too

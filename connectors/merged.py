@@ -43,7 +43,7 @@ PARTITION = "merged"
 """The source's one partition: every input's partitions merged into one ordered stream."""
 
 Queued = tuple[float, Any]
-"""An item read from a lane and not handed on yet, with its merge time."""
+"""An item read from a lane and not handed on yet, with its merge key."""
 
 
 class TimedSource(Protocol):

@@ -448,7 +448,7 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
     return _Row(arrival_ms, request)  # ms (_PER_SECOND)
 
 
-_UTC_OFFSET = re.compile(r"(Z|[+-][0-9]{2}:?[0-9]{2})$")
+_UTC_OFFSET = re.compile(r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$")
 
 
 def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:

@@ -94,8 +94,9 @@ from schemas import (
 )
 
 MAX_AHEAD_OF_HOST_S = 300.0
-"""*ours*: live, an event stamped more than 5 minutes past the host clock is refused (clocks of
-healthy hosts agree within well under a second; this is a broken clock or a wrong unit)."""
+"""*ours*: live, a measurement stamped more than 5 minutes past the host clock is refused (clocks
+of healthy hosts agree within well under a second; this is a broken clock or a wrong unit); a
+state snapshot is placed at the newest measurement instead."""
 
 MAX_JUMP_S = 7 * 24 * 3600.0
 """*ours*: a measurement more than 7 days from its deployment's newest needs the next one to

@@ -247,6 +247,7 @@ def test_azure_timestamps_with_a_utc_offset_are_read_with_it(tmp_path: Path) -> 
         "2023-11-16 18:15:46.5+05:00,10,2\n"  # 13:15:46.5 UTC
         "2023-11-16T13:15:47Z,11,2\n"
         "2023-11-16 13:15:48.25,12,2\n"  # no offset: UTC
+        "2023-11-16 08:15:49.5-05,13,2\n"
     )
     rows = read_trace(_write(tmp_path, "a.csv", text))
-    assert [(r.arrival_s, r.isl) for r in rows] == [(0.0, 10), (0.5, 11), (1.75, 12)]
+    assert [(r.arrival_s, r.isl) for r in rows] == [(0.0, 10), (0.5, 11), (1.75, 12), (3.0, 13)]
