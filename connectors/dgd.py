@@ -677,13 +677,10 @@ class DgdActuator:
                 return result(skip[0], skip[1], patch)
             # what each managed service is left asking for: the patch, else the spec as read
             left = {r: patch.get(svc, self._spec_of(dgd, svc)) for r, svc in services.items()}
+            targets_left = {"num_prefill": left.get("prefill"), "num_decode": left.get("decode")}
             try:
-                mark = DeliveredDecision(
-                    deployment=decision.deployment,
-                    decision_id=decision.decision_id,
-                    time=decision.time,
-                    num_prefill=left.get("prefill"),
-                    num_decode=left.get("decode"),
+                mark = DeliveredDecision.of(
+                    decision.model_copy(update=targets_left)
                 ).model_dump_json()
             except ValidationError as err:  # e.g. an empty deployment name
                 return result("failed", f"decision: {describe_validation_error(err)}", patch)

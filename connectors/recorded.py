@@ -107,13 +107,15 @@ def _read_file(
     """The non-blank lines of one file after line ``skip``, with their merge keys (those of the
     lines before ``skip`` are computed too: a key depends on the lines before it)."""
     keys: MergeKeys[tuple[int, RawEvent | DeadLetter]] = MergeKeys()
-    with closing(_read_lines(path, timed)) as lines:
-        for time, line_no, item in lines:
-            for key, (position, ready) in keys.add(time, (line_no, item)):
-                if position > skip:  # else it was emitted before the run was resumed
-                    yield (key, index, position), ready
-    for key, (position, ready) in keys.end():
-        if position > skip:
+
+    def keyed() -> Generator[tuple[float, tuple[int, RawEvent | DeadLetter]], None, None]:
+        with closing(_read_lines(path, timed)) as lines:
+            for time, line_no, item in lines:
+                yield from keys.add(time, (line_no, item))
+        yield from keys.end()
+
+    for key, (position, ready) in keyed():
+        if position > skip:  # else it was emitted before the run was resumed
             yield (key, index, position), ready
 
 

@@ -131,16 +131,17 @@ class _Lane:
     def read(self, time: float | None, offset: int, item: Any) -> None:
         """Queue the message at ``offset`` (``time``: its event time) with its merge key, and
         those whose key it settles."""
-        for key, (at, ready) in self.keys.add(time, (offset, item)):
-            self.queue.append((key, at, ready))
+        self._queue(self.keys.add(time, (offset, item)))
 
     def read_backlog(self) -> None:
         """Everything the partition held when it was opened is read; a bounded read ends here,
         and a message still waiting for its key is keyed at its own time."""
         self.caught_up = True
-        for key, (at, ready) in self.keys.end():
-            self.queue.append((key, at, ready))
+        self._queue(self.keys.end())
         self.keys.confirm = False
+
+    def _queue(self, keyed: list[tuple[float, tuple[int, Any]]]) -> None:
+        self.queue.extend((key, offset, item) for key, (offset, item) in keyed)
 
     @property
     def holds_merge(self) -> bool:
