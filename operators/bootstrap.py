@@ -13,7 +13,9 @@ the models through the same intake (``load_benchmark_fpms``):
 
 Self-benchmark FPMs (spec §6.3 priority 1, a worker's ``get_perf_metrics`` answer or a file of
 it): :func:`benchmark_fpms` takes the parsed ``{"results": [{"point": {"point_type": ...},
-"fpms": [...]}]}`` document and keeps the FPMs with ``wall_time > 0`` per role.
+"fpms": [...]}]}`` document and keeps the FPMs with ``wall_time > 0`` per role. They come from
+outside, so each is held to the plausibility ceilings every admitted FPM is
+(:func:`schemas.fpm.implausibility`); a pass above them is refused, as a malformed one is.
 
 Ours (``PlannerConfig.bootstrap_within_engine_limits``): a profile sweeps far past what the
 deployed engine can run in one forward pass (decode batches of ~1 600 requests on an engine
@@ -21,8 +23,17 @@ with ``max_num_seqs = 256``; 16 k-token prompts on an engine that prefills 8 k t
 Those points stay in the bucketed sample store for good (live samples never reach their
 buckets) and bend the linear fit where the engine actually runs: on the shipped H200 profile
 the decode model under-predicts a full 256-request batch by ~19 % and the prefill model small
-chunks by ~20 %. :func:`within_engine_limits` says which synthetic FPMs an engine could have
-produced; the planner drops the others once the capabilities are known.
+chunks by ~20 %. :func:`within_engine_limits` says which bootstrap FPMs an engine could have
+produced; the planner drops the others once the capabilities are known, but never so many that
+a perf model is left fewer than ``load_min_observations`` samples (then no model before live
+data at all, spec §6): it keeps the dropped points nearest the limits by
+:func:`limit_overshoot` (e.g. with ``max_num_batched_tokens = 2048`` only 2 of the shipped 17
+prefill points fit, and the prompts of 2 134 to 4 168 tokens stay with them).
+
+A self-benchmark pass is a real forward pass, so it is judged as a live one is: by the
+scheduler limits only. The KV rule is for profile points alone (a real pass may count more KV
+than the engine holds under prefix caching, see :mod:`operators.engine_limits`); a bootstrap FPM
+is a profile point when its ``worker_id`` is :data:`BOOTSTRAP_WORKER_ID`.
 """
 
 from __future__ import annotations
@@ -40,10 +51,22 @@ from schemas import (
     describe_validation_error,
     fpm_to_row,
 )
+from schemas.fpm import implausibility
 from schemas.profile import DecodeProfile, PerformanceProfile, PrefillProfile
 
 BOOTSTRAP_WORKER_ID = "profile"
-"""``worker_id`` of the synthetic FPMs (``counter_id`` is the point's index)."""
+"""``worker_id`` of the synthetic FPMs (``counter_id`` is the point's index); it marks them as
+profile points (:func:`from_profile`)."""
+
+
+def from_profile(fpm: ForwardPassMetrics) -> bool:
+    """Whether ``fpm`` was computed from a profile (not a pass an engine measured).
+
+    >>> from_profile(ForwardPassMetrics(worker_id=BOOTSTRAP_WORKER_ID)), from_profile(
+    ...     ForwardPassMetrics(worker_id="decode-0"))
+    (True, False)
+    """
+    return fpm.worker_id == BOOTSTRAP_WORKER_ID
 
 
 def profile_to_fpms(profile: PerformanceProfile) -> dict[Role, list[ForwardPassMetrics]]:
@@ -106,7 +129,8 @@ def benchmark_fpms(
 ) -> dict[Role, list[ForwardPassMetrics]]:
     """FPMs of a self-benchmark, per role; idle heartbeats (``wall_time == 0``) are dropped.
 
-    Raises ``ValueError`` naming ``source`` and the place of the first malformed part.
+    Raises ``ValueError`` naming ``source`` and the place of the first malformed part, or of
+    the first pass above the plausibility ceilings (:func:`schemas.fpm.implausibility`).
 
     >>> doc = {"results": [{"point": {"point_type": "decode"}, "fpms": [
     ...     {"wall_time": 0.02, "scheduled_requests": {"num_decode_requests": 8}},
@@ -134,6 +158,9 @@ def benchmark_fpms(
             except ValidationError as exc:
                 reason = describe_validation_error(exc)
                 raise ValueError(f"{source}: results[{i}].fpms[{j}]: {reason}") from None
+            implausible = implausibility(fpm)
+            if implausible is not None:
+                raise ValueError(f"{source}: results[{i}].fpms[{j}]: {implausible}")
             if fpm.wall_time > 0:
                 out[role].append(fpm)
     return out
@@ -143,8 +170,8 @@ def within_engine_limits(fpm: ForwardPassMetrics, caps: EngineCapabilities) -> b
     """Whether one forward pass of an engine with these capabilities could look like ``fpm``.
 
     Scheduled requests at most ``max_num_seqs``, fresh prefill tokens at most
-    ``max_num_batched_tokens``, KV tokens held at most ``max_kv_tokens``; an unknown limit
-    (``None``) accepts anything.
+    ``max_num_batched_tokens`` and, for a profile point (:func:`from_profile`), KV tokens held
+    at most ``max_kv_tokens``; an unknown limit (``None``) accepts anything.
 
     >>> caps = EngineCapabilities(max_num_seqs=256, max_num_batched_tokens=8192)
     >>> decode = lambda n: ForwardPassMetrics(scheduled_requests=ScheduledRequestMetrics(
@@ -154,7 +181,32 @@ def within_engine_limits(fpm: ForwardPassMetrics, caps: EngineCapabilities) -> b
     >>> within_engine_limits(decode(1049), EngineCapabilities())
     True
     """
-    return engine_limit_breach(fpm_to_row(0.0, fpm), caps) is None
+    return engine_limit_breach(fpm_to_row(0.0, fpm), caps, kv=from_profile(fpm)) is None
+
+
+def limit_overshoot(fpm: ForwardPassMetrics, caps: EngineCapabilities) -> float:
+    """How many times the engine's tightest limit ``fpm`` asks for: the largest of scheduled
+    requests / ``max_num_seqs``, fresh prefill tokens / ``max_num_batched_tokens`` and, for a
+    profile point, scheduled KV / ``max_kv_tokens`` (0 when no limit is known). Above 1 exactly
+    when :func:`within_engine_limits` says no; it ranks the points beyond the limits, nearest
+    first, when some must stay.
+
+    >>> caps = EngineCapabilities(max_num_batched_tokens=2048)
+    >>> prefill = lambda isl: ForwardPassMetrics(scheduled_requests=ScheduledRequestMetrics(
+    ...     num_prefill_requests=1, sum_prefill_tokens=isl))
+    >>> limit_overshoot(prefill(1024), caps), limit_overshoot(prefill(5120), caps)
+    (0.5, 2.5)
+    """
+    s = fpm.scheduled_requests
+    ratios = [0.0]
+    if caps.max_num_seqs:
+        ratios.append((s.num_prefill_requests + s.num_decode_requests) / caps.max_num_seqs)
+    if caps.max_num_batched_tokens:
+        ratios.append(s.sum_prefill_tokens / caps.max_num_batched_tokens)
+    if caps.max_kv_tokens and from_profile(fpm):
+        kv = s.sum_decode_kv_tokens + s.sum_prefill_kv_tokens + s.sum_prefill_tokens
+        ratios.append(kv / caps.max_kv_tokens)
+    return max(ratios)
 
 
 def _check_latency(key: str, index: int, value_ms: float) -> None:

@@ -46,14 +46,14 @@ import json
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from river import stats
 
 from operators.ack_gate import AckGate
 from operators.engine_limits import engine_limit_breach, within_scheduler_limits
+from operators.length_histogram import LengthHistogram
 from operators.state_machine import PlannerStateMachine
 from operators.throughput_scaling import quantile_key
 from operators.tick import FpmObservations, ScheduledTick, TickInput
@@ -111,9 +111,13 @@ class RequestStats:
     hits: int = 0
     sum_accept: float = 0.0
     accepts: int = 0
+    isl_lengths: LengthHistogram = field(default_factory=LengthHistogram)
+    osl_lengths: LengthHistogram = field(default_factory=LengthHistogram)
 
     def add(self, record: RequestRecord) -> None:
         self.count += 1
+        self.isl_lengths.add(record.isl)
+        self.osl_lengths.add(record.osl)
         self.sum_isl += record.isl
         self.sum_osl += record.osl
         if record.kv_hit_rate is not None:
@@ -132,6 +136,15 @@ class RequestStats:
         self.hits += other.hits
         self.sum_accept += other.sum_accept
         self.accepts += other.accepts
+        self.isl_lengths.merge(other.isl_lengths)
+        self.osl_lengths.merge(other.osl_lengths)
+
+    def quantiles(self, series: str) -> dict[str, float] | None:
+        """The :data:`QUANTILES` of the window's ``isl`` or ``osl`` (``None`` when empty)."""
+        lengths = self.isl_lengths if series == "isl" else self.osl_lengths
+        if not lengths.count:
+            return None
+        return {quantile_key(q): lengths.quantile(q) or 0.0 for q in QUANTILES}
 
 
 def _beyond_limits(breach: str, fpm: str, _row: FpmRow) -> str:
@@ -206,7 +219,6 @@ class DeploymentPlanner:
         self.request_windows: deque[RequestStats] = deque(maxlen=keep)
         self.requests_seen = False
         self.traffic_events: deque[tuple[float, TrafficObservation]] = deque(maxlen=16)
-        self.quantiles = self._fresh_quantiles()
         self.decisions = 0
         self.dead_letters: list[DeadLetter] = []
 
@@ -283,10 +295,6 @@ class DeploymentPlanner:
         stats_ = RequestStats(end_s)
         for request in self._first_requests(end_s, window.requests):
             stats_.add(request)
-            for quantile in self.quantiles["isl"]:
-                quantile.update(request.isl)
-            for quantile in self.quantiles["osl"]:
-                quantile.update(request.osl)
         self.requests_seen = self.requests_seen or bool(window.requests)
         self.request_windows.append(stats_)
         self.traffic_events.extend(window.traffic)
@@ -429,7 +437,8 @@ class DeploymentPlanner:
             traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
         window = self.config.load_rate_window_seconds
         if tick.run_load_scaling and 0 < window != tick.traffic_metrics_duration_s:
-            rate_traffic = self.traffic_over(window, now_s)  # the tick reads a longer span
+            # the tick's own traffic read spans another duration: read the rate window apart
+            rate_traffic = self.traffic_over(window, now_s, readings_stand=True)
         tick_input = TickInput(
             now_s=now_s,
             traffic=traffic,
@@ -447,8 +456,6 @@ class DeploymentPlanner:
         effects = self.machine.on_tick(tick, tick_input)
         if tick.need_worker_fpm:
             self.training = {}
-        if tick.run_throughput_scaling:
-            self.quantiles = self._fresh_quantiles()
         assert effects.next_tick is not None
         self.next_tick = effects.next_tick
         decision = None
@@ -522,44 +529,45 @@ class DeploymentPlanner:
         ]
 
     # --- traffic -------------------------------------------------------------------------
-    def traffic_over(self, duration_s: float, now_s: float) -> TrafficObservation | None:
+    def traffic_over(
+        self, duration_s: float, now_s: float, *, readings_stand: bool = False
+    ) -> TrafficObservation | None:
         """Traffic of the last ``duration_s`` seconds, ``None`` when unknown.
 
-        An explicit traffic observation (e.g. from Prometheus) received in that span wins;
-        otherwise the request records of the span are aggregated. A deployment that never sent
-        request records and no traffic observation has *unknown* traffic, never zero demand.
+        An explicit traffic observation (e.g. from Prometheus) wins: the newest one stamped in
+        ``[now_s − duration_s, now_s)`` — a reading joins the tick window that holds it, which
+        closes at the first tick after it, so each throughput tick reads the readings of its own
+        interval, one on its start included. With ``readings_stand`` (the load tick's rate
+        window, shorter than the readings Prometheus takes once a throughput interval) a
+        reading stands for as long as it covers: the newest one within
+        ``max(duration_s, its duration_s)``.
+
+        Otherwise the request records of the tick windows that end in ``(now_s − duration_s,
+        now_s]`` are aggregated — counts, means and length quantiles over the same requests —
+        and ``duration_s`` of the result is the span those windows cover: a whole number of
+        tick windows, so a rate window of 30 s on 7 s windows counts 35 s of requests and says
+        so. A deployment that never sent request records and no traffic observation has
+        *unknown* traffic, never zero demand.
         """
-        since = now_s - duration_s
-        explicit = [obs for t, obs in self.traffic_events if since < t <= now_s + 1e-9]
-        if explicit:
-            return explicit[-1]
+        for t, obs in reversed(self.traffic_events):
+            span = max(duration_s, obs.duration_s) if readings_stand else duration_s
+            if now_s - span - GRID_SLACK_S <= t < now_s + GRID_SLACK_S:
+                return obs
         if not self.requests_seen:
             return None
+        since = now_s - duration_s
         total = RequestStats(now_s)
         for window in self.request_windows:
-            if since < window.end_s <= now_s + 1e-9:
+            if since < window.end_s <= now_s + GRID_SLACK_S:
                 total.merge(window)
         n = total.count
         return TrafficObservation(
-            duration_s=duration_s,
+            duration_s=math.ceil(duration_s / self.window_s - GRID_SLACK_S) * self.window_s,
             num_req=n,
             isl=total.sum_isl / n if n else 0.0,
             osl=total.sum_osl / n if n else 0.0,
             kv_hit_rate=total.sum_hit / total.hits if total.hits else None,
             accept_length=total.sum_accept / total.accepts if total.accepts else None,
-            isl_quantiles=self._quantile_values("isl") if n else None,
-            osl_quantiles=self._quantile_values("osl") if n else None,
+            isl_quantiles=total.quantiles("isl"),
+            osl_quantiles=total.quantiles("osl"),
         )
-
-    @staticmethod
-    def _fresh_quantiles() -> dict[str, list[stats.Quantile]]:
-        return {series: [stats.Quantile(q) for q in QUANTILES] for series in ("isl", "osl")}
-
-    def _quantile_values(self, series: str) -> dict[str, float] | None:
-        values = {}
-        for q, quantile in zip(QUANTILES, self.quantiles[series], strict=True):
-            value = quantile.get()
-            if value is None:
-                return None
-            values[quantile_key(q)] = max(0.0, float(value))
-        return values

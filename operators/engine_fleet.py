@@ -9,9 +9,10 @@ serves at given lengths (:meth:`~EngineFleet.capacity`). Plain state: it pickles
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
-from operators.bootstrap import within_engine_limits
+from operators.bootstrap import limit_overshoot, within_engine_limits
 from operators.gpu_budget import GpuBudget
 from operators.inventory import Inventory
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
@@ -28,6 +29,11 @@ from schemas import EngineCapabilities, PlannerConfig, Role, WorkerCapabilities
 PerfModel = PrefillPerfModel | DecodePerfModel | AggPerfModel
 
 _NO_CAPS = EngineCapabilities()
+
+log = logging.getLogger(__name__)
+
+_LIMITS = {"max_num_seqs", "max_num_batched_tokens", "max_kv_tokens"}
+"""The capabilities that bound one forward pass (:mod:`operators.engine_limits`)."""
 
 
 def perf_models(config: PlannerConfig) -> dict[Role, PerfModel]:
@@ -114,12 +120,36 @@ class EngineFleet:
 
     def retire_foreign_benchmarks(self) -> None:
         """Ours (``bootstrap_within_engine_limits``): drop bootstrap samples no forward pass of
-        these engines can have (see :func:`operators.bootstrap.within_engine_limits`)."""
+        these engines can have (see :func:`operators.bootstrap.within_engine_limits`).
+
+        Never below ``load_min_observations`` samples: a profile swept far past a small
+        ``max_num_batched_tokens`` would otherwise leave the model nothing to fit and the
+        planner no capacity before live data (spec §6). The points beyond the limits nearest
+        them (:func:`operators.bootstrap.limit_overshoot`) stay then, as few as make up the
+        minimum, with a warning naming the role, how many were beyond and what stayed.
+        """
         if not self.config.bootstrap_within_engine_limits:
             return
         for role, model in self.models.items():
             caps = self.caps(role)
-            model.retire_benchmarks(partial(within_engine_limits, caps=caps))
+            kept_before = model.rejected_kept
+            retired = model.retire_benchmarks(
+                partial(within_engine_limits, caps=caps),
+                nearness=partial(limit_overshoot, caps=caps),
+            )
+            kept = model.rejected_kept
+            if kept and kept != kept_before:  # once per change, not at every capability update
+                log.warning(
+                    "%s: %d bootstrap points are beyond the engine's limits (%s); kept the %d "
+                    "nearest them (up to %.3gx a limit) so the perf model has "
+                    "load_min_observations = %d samples",
+                    role,
+                    retired + len(kept),
+                    caps.model_dump(exclude_none=True, include=_LIMITS),
+                    len(kept),
+                    max(limit_overshoot(fpm, caps) for fpm in kept),
+                    model.min_observations,
+                )
 
     def budget(self) -> GpuBudget:
         """The GPU budget (and the power budget, when on) as this tick sees the fleet."""

@@ -307,7 +307,7 @@ class PlannerConfig(BaseModel):
     §4.6); 0 never scales down."""
     load_min_observations: Annotated[int, Field(ge=1)] = 5
     """Forward passes a perf model needs before the load loop uses it (else
-    ``insufficient_data``)."""
+    ``insufficient_data``); at most ``max_num_fpm_samples``, which is all a model keeps."""
     prefill_scale_up_queue_tokens: Annotated[int, Field(ge=0)] | None = None
     """``optimization_target: load`` (spec §4.3): a prefill replica is added when ANY engine
     has at least this many prompt tokens queued. Required with that target when the mode has
@@ -347,8 +347,11 @@ class PlannerConfig(BaseModel):
     bootstrap_within_engine_limits: bool = True
     """*ours*: once the engines' ``max_num_seqs`` / ``max_num_batched_tokens`` /
     ``max_kv_tokens`` are known, drop the profile (bootstrap) samples no forward pass of these
-    engines can have, e.g. decode batches beyond ``max_num_seqs``. Reference: ``False`` (every
-    profile point stays in the perf model)."""
+    engines can have, e.g. decode batches beyond ``max_num_seqs`` (a self-benchmark pass, one
+    the engine ran, is held to the scheduler limits only, as live passes are). Never below
+    ``load_min_observations`` samples: the dropped points nearest the limits stay, as few as
+    make up the minimum, with a warning. Reference: ``False`` (every profile point stays in the
+    perf model)."""
     in_progress_guard: Literal["deployment", "role"] = "role"
     """*ours*: what a scale still in flight (expected != ready) blocks. ``role``: that role
     takes no new load step until it lands, the other role of a disagg deployment still moves.
@@ -499,6 +502,13 @@ class PlannerConfig(BaseModel):
         buckets = self.fpm_sample_bucket_size
         if math.isqrt(buckets) ** 2 != buckets:
             raise ValueError(f"fpm_sample_bucket_size must be a perfect square, got {buckets}")
+        if self.load_min_observations > self.max_num_fpm_samples:
+            # A perf model keeps at most max_num_fpm_samples: it could never be ready.
+            raise ValueError(
+                f"load_min_observations {self.load_min_observations} is above "
+                f"max_num_fpm_samples {self.max_num_fpm_samples}: a perf model keeps at most "
+                "max_num_fpm_samples forward passes, so it could never have enough to fit"
+            )
         if not (self.enable_load_scaling or self.enable_throughput_scaling):
             raise ValueError(
                 "enable_load_scaling and enable_throughput_scaling are both false: "

@@ -157,6 +157,8 @@ class FpmRegressor(base.Regressor):
     live_offered = 0  # forward passes offered through add_observation
     set_aside = 0  # suspects never confirmed
     _screen: WallTimeFit | None = None  # the last accepted fit made from half the store or more
+    rejected_kept: tuple[ForwardPassMetrics, ...] = ()
+    """Benchmark FPMs the last :meth:`retire_benchmarks` rejected but kept (the floor)."""
 
     def __init__(
         self,
@@ -241,10 +243,20 @@ class FpmRegressor(base.Regressor):
                 seq = self._add_sample(self._features_of(fpm), fpm.wall_time)
                 self.benchmark_samples[seq] = fpm
 
-    def retire_benchmarks(self, keep: Callable[[ForwardPassMetrics], bool]) -> int:
+    def retire_benchmarks(
+        self,
+        keep: Callable[[ForwardPassMetrics], bool],
+        nearness: Callable[[ForwardPassMetrics], float] | None = None,
+    ) -> int:
         """Drop the retained benchmark samples whose FPM ``keep`` rejects; returns how many.
 
         Live samples are never touched. The moving averages keep what they saw.
+
+        Never below ``min_observations`` samples (ours): a bootstrap is there to give a model
+        before live data, and one left too few samples to fit gives none. When dropping every
+        rejected sample would leave fewer, the rejected samples ranked first by ``nearness``
+        (smallest first; ties, and every sample without ``nearness``, in load order) stay, as
+        few as make up ``min_observations``; :attr:`rejected_kept` lists them.
 
         >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
         >>> from operators.perf import PrefillPerfModel
@@ -257,8 +269,23 @@ class FpmRegressor(base.Regressor):
         1
         >>> model.num_observations
         2
+        >>> tokens = lambda f: f.scheduled_requests.sum_prefill_tokens
+        >>> model.retire_benchmarks(lambda f: tokens(f) <= 4096, nearness=tokens)  # the floor
+        0
+        >>> [tokens(f) for f in model.rejected_kept]
+        [8000]
         """
-        drop = {seq for seq, fpm in self.benchmark_samples.items() if not keep(fpm)}
+        retained = self.samples.seqs()
+        self.benchmark_samples = {
+            seq: fpm for seq, fpm in self.benchmark_samples.items() if seq in retained
+        }
+        rejected = [seq for seq, fpm in self.benchmark_samples.items() if not keep(fpm)]
+        if nearness is not None:
+            rejected.sort(key=lambda seq: (nearness(self.benchmark_samples[seq]), seq))
+        spare = max(0, len(retained) - self.min_observations)
+        kept = rejected[: max(0, len(rejected) - spare)]
+        self.rejected_kept = tuple(self.benchmark_samples[seq] for seq in kept)
+        drop = set(rejected[len(kept) :])
         for seq in drop:
             del self.benchmark_samples[seq]
         removed = self.samples.remove(drop)

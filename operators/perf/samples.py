@@ -87,6 +87,10 @@ class BucketedSampleStore:
         stored = sorted(s for bucket in self.buckets.values() for s in bucket)
         return [(x, y) for _, x, y in stored]
 
+    def seqs(self) -> set[int]:
+        """The sequence numbers of the retained samples."""
+        return {s[0] for bucket in self.buckets.values() for s in bucket}
+
     def remove(self, seqs: set[int]) -> int:
         """Drop the retained samples with these sequence numbers; returns how many went.
 

@@ -439,3 +439,25 @@ def test_malformed_self_benchmark_names_the_place(document: object, message: str
 
     with pytest.raises(ValueError, match=re.escape(message)):
         benchmark_fpms(document)
+
+
+@pytest.mark.parametrize(
+    ("fpm", "field"),
+    [
+        ({"wall_time": 1e300}, "wall_time"),
+        (
+            {"wall_time": 0.02, "scheduled_requests": {"sum_decode_kv_tokens": 2**64 - 1}},
+            "scheduled_requests.sum_decode_kv_tokens",
+        ),
+    ],
+)
+def test_implausible_self_benchmark_pass_is_refused(fpm: dict, field: str) -> None:
+    # protects: a self-benchmark comes from outside like any FPM input, so a pass above the
+    # plausibility ceilings is refused, naming where it is, instead of wrecking the fit
+    from operators.bootstrap import benchmark_fpms
+
+    good = {"wall_time": 0.02, "scheduled_requests": {"num_decode_requests": 8}}
+    document = {"results": [{"point": {"point_type": "decode"}, "fpms": [good, fpm]}]}
+    with pytest.raises(ValueError, match=r"bench\.json: results\[0\]\.fpms\[1\]") as refused:
+        benchmark_fpms(document, source="bench.json")
+    assert f"{field} = " in str(refused.value) and "implausible" in str(refused.value)

@@ -9,13 +9,20 @@ in the reference they bend the fit for good.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from connectors.profiles import load_profile
-from operators.bootstrap import BOOTSTRAP_WORKER_ID, profile_to_fpms, within_engine_limits
+from operators.bootstrap import (
+    BOOTSTRAP_WORKER_ID,
+    benchmark_fpms,
+    limit_overshoot,
+    profile_to_fpms,
+    within_engine_limits,
+)
 from operators.perf import BucketedSampleStore, DecodePerfModel, least_squares
 from operators.state_machine import PlannerStateMachine
 from schemas import (
@@ -71,7 +78,7 @@ def machine(profile: PerformanceProfile, **config) -> PlannerStateMachine:
     [
         (decode_fpm(256, 256 * 1000), True),
         (decode_fpm(257, 257 * 300), False),  # more requests than batch slots
-        (decode_fpm(100, 945_030), False),  # more KV than the cache holds
+        (decode_fpm(100, 945_030, worker=BOOTSTRAP_WORKER_ID), False),  # more KV than it holds
         (prefill_fpm(8192, 0.17), True),
         (prefill_fpm(8193, 0.17), False),  # more fresh tokens than one pass computes
     ],
@@ -102,6 +109,7 @@ def test_the_cached_prefix_of_prefilling_requests_holds_kv_too(cached: int, insi
     # protects: a profile point is dropped when decode KV + the prefilling requests' cached
     # (prefix) KV + their fresh tokens exceed max_kv_tokens — here only the cached KV breaks it
     mixed = ForwardPassMetrics(
+        worker_id=BOOTSTRAP_WORKER_ID,
         wall_time=0.2,
         scheduled_requests=ScheduledRequestMetrics(
             num_prefill_requests=1,
@@ -112,6 +120,49 @@ def test_the_cached_prefix_of_prefilling_requests_holds_kv_too(cached: int, insi
         ),
     )
     assert within_engine_limits(mixed, ENGINE) is inside
+
+
+def test_a_measured_pass_is_held_to_the_scheduler_limits_only() -> None:
+    # protects: the KV rule is for points computed from a profile; a pass an engine ran (a
+    # self-benchmark) may count more KV than the cache holds under prefix caching, as live
+    # passes may, and still fits — while its scheduler limits hold it as they hold a profile's
+    over_kv = {"num_decode_requests": 100, "sum_decode_kv_tokens": 945_030}
+    document = {
+        "results": [
+            {
+                "point": {"point_type": "decode"},
+                "fpms": [
+                    {"worker_id": "decode-0", "wall_time": 0.02, "scheduled_requests": over_kv},
+                    {"wall_time": 0.02, "scheduled_requests": over_kv},
+                    {"wall_time": 0.03, "scheduled_requests": {"num_decode_requests": 257}},
+                ],
+            }
+        ]
+    }
+    measured = benchmark_fpms(document)["decode"]
+    assert [within_engine_limits(f, ENGINE) for f in measured] == [True, True, False]
+    computed = decode_fpm(100, 945_030, worker=BOOTSTRAP_WORKER_ID)
+    assert within_engine_limits(computed, ENGINE) is False
+
+
+def test_self_benchmark_passes_over_the_kv_cache_stay_in_the_model() -> None:
+    # protects: the reviewer's case — decode passes sharing a long prefix count 2x the KV the
+    # cache holds; all five are real passes of this engine and the model keeps every one
+    caps = EngineCapabilities(max_num_seqs=256, max_kv_tokens=500_000)
+    points = [(8, 32_000), (32, 128_000), (64, 256_000), (128, 512_000), (256, 1_024_000)]
+    fpms = [
+        {
+            "wall_time": 0.004 + 2e-5 * n + 2e-8 * kv,
+            "scheduled_requests": {"num_decode_requests": n, "sum_decode_kv_tokens": kv},
+        }
+        for n, kv in points
+    ]
+    measured = benchmark_fpms({"results": [{"point": {"point_type": "decode"}, "fpms": fpms}]})
+    config = PlannerConfig(mode="decode", optimization_target="sla", load_min_observations=3)
+    core = PlannerStateMachine(config, WorkerCapabilities(decode=caps))
+    core.load_benchmark_fpms("decode", measured["decode"])
+    assert core.decode_model.num_observations == len(points)
+    assert core.decode_model.rejected_kept == ()  # kept as fitting, not by the floor
 
 
 # -- the store and the regressor ---------------------------------------------------------------
@@ -207,3 +258,64 @@ def test_fit_is_closer_to_the_points_the_engine_can_run(shipped: PerformanceProf
     short = points["prefill"][:3]  # ISL 100, 1117, 2134
     assert relative_errors(ours.prefill_model, short).max() < 0.25
     assert relative_errors(reference.prefill_model, short).max() > 0.5
+
+
+# -- never fewer than load_min_observations samples --------------------------------------------
+
+
+@pytest.mark.parametrize("max_num_batched_tokens", [2048, 4096])
+def test_a_small_prefill_budget_keeps_the_points_nearest_it(
+    shipped: PerformanceProfile, max_num_batched_tokens: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # protects: with a chunked-prefill budget of 2 k or 4 k tokens only 2 or 4 of the 17
+    # profile points fit one pass; dropping the rest left the model too few samples to fit and
+    # the planner without prefill capacity until live data (spec §6). The smallest prompts,
+    # those nearest the budget, stay instead, as many as make up load_min_observations.
+    engine = EngineCapabilities(max_num_batched_tokens=max_num_batched_tokens)
+    config = PlannerConfig(mode="prefill", optimization_target="sla", enable_load_scaling=True)
+    core = PlannerStateMachine(config, WorkerCapabilities(prefill=engine))
+    points = profile_to_fpms(shipped)["prefill"]
+    with caplog.at_level("WARNING", logger="operators.engine_fleet"):
+        core.load_benchmark_fpms("prefill", points)
+    model = core.prefill_model
+    minimum = config.load_min_observations
+    inside = [f for f in points if within_engine_limits(f, engine)]
+    assert len(inside) < minimum  # the case: without the floor the model would not be ready
+    assert model.is_ready and model.num_observations == minimum
+    isl = sorted(f.scheduled_requests.sum_prefill_tokens for f in points)
+    assert sorted(x[0] for x, _ in model.samples.samples()) == isl[:minimum]
+    assert len(model.rejected_kept) == minimum - len(inside)
+    # it gives capacity before any live pass
+    assert core.fleet.capacity("prefill", 10.0, isl=3000.0, osl=150.0).replicas is not None
+    (warning,) = caplog.messages
+    assert warning.startswith(f"prefill: {len(points) - len(inside)} bootstrap points")
+    assert f"kept the {minimum - len(inside)} nearest" in warning
+    # a later capability update with the same limits neither retires nor warns again
+    core.set_capabilities(WorkerCapabilities(prefill=engine))
+    assert model.num_observations == minimum and len(caplog.messages) == 1
+
+
+def test_the_floor_counts_live_samples_and_keeps_the_nearest_first() -> None:
+    # protects: the floor is the model's sample count (a live pass is as good a sample as a
+    # profile point), and among the points beyond the limits the nearest stay, not the first
+    # loaded
+    engine = EngineCapabilities(max_num_seqs=256)
+    nearness = partial(limit_overshoot, caps=engine)
+    model = DecodePerfModel(max_num_fpm_samples=64, min_observations=4)
+    batches = (1024, 300, 64, 512, 260)
+    model.load_benchmark_fpms(
+        [decode_fpm(n, n * 400, 0.004 + 1e-4 * n, BOOTSTRAP_WORKER_ID) for n in batches]
+    )
+    fits = partial(within_engine_limits, caps=engine)
+    assert model.retire_benchmarks(fits, nearness) == 1
+    assert sorted(f.scheduled_requests.num_decode_requests for f in model.rejected_kept) == [
+        260,
+        300,
+        512,
+    ]
+    for n in (10, 20):
+        model.add_observation(decode_fpm(n, n * 400, 0.004 + 1e-4 * n))
+    # 64, the nearest beyond (260) and the 2 live passes make up the minimum
+    assert model.retire_benchmarks(fits, nearness) == 2
+    assert [f.scheduled_requests.num_decode_requests for f in model.rejected_kept] == [260]
+    assert model.num_observations == 4

@@ -28,6 +28,18 @@ def test_other_bucket_sizes_are_rejected(buckets):
         sla(fpm_sample_bucket_size=buckets)
 
 
+def test_min_observations_must_fit_in_the_sample_window():
+    # protects: a perf model keeps at most max_num_fpm_samples passes, so a config asking for
+    # more before the model is used would never have one (model_not_ready for good)
+    with pytest.raises(ValidationError) as refused:
+        sla(max_num_fpm_samples=16, load_min_observations=17)
+    assert "load_min_observations 17" in str(refused.value)
+    assert "max_num_fpm_samples 16" in str(refused.value)
+    assert sla(max_num_fpm_samples=16, load_min_observations=16).load_min_observations == 16
+    reference = PlannerConfig().reference_variant()
+    assert reference.load_min_observations <= reference.max_num_fpm_samples
+
+
 class TestMinEndpoints:
     def test_min_endpoint_applies_to_both_roles(self):
         config = sla(min_endpoint=2)
