@@ -39,8 +39,12 @@ Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deplo
 
 :class:`PrometheusTrafficInput` is the bytewax source: per deployment it reads the last
 ``throughput_adjustment_interval_seconds`` every that many seconds (in a background thread, so
-the dataflow never blocks on HTTP) and yields :class:`schemas.TrafficEvent` stamped with the
-evaluation time (system time; it is also passed to Prometheus as the query time).
+the dataflow never blocks on HTTP) — evaluated at the system time the read starts, passed to
+Prometheus as the query time — and yields a :class:`PrometheusReading` (a
+:class:`schemas.TrafficEvent`) stamped with the system time it hands the reading on: a reading
+is taken on this host's clock, and the live event horizon places one that other inputs stamped
+on this host's clock overtook meanwhile at the watermark rather than dropping it as late
+(:mod:`flows.horizon`).
 
 Connection settings come from the environment as in spec §9.6 (:meth:`PrometheusSettings.from_env`)
 or are given explicitly.
@@ -618,8 +622,32 @@ class PrometheusTrafficSource:
 # --- the bytewax source -------------------------------------------------------------------------
 
 
+class PrometheusReading(TrafficEvent):
+    """A traffic observation read by :class:`PrometheusTrafficInput`, stamped on this host's
+    clock when the input hands it on.
+
+    A reading is taken on the host clock, as a DGD inventory poll is, not carried by the data:
+    while its queries run (and while it crosses to its deployment's worker) forward passes
+    stamped on receipt move event time on. So the live event horizon places a reading behind
+    the watermark at the watermark instead of dropping it as late; one ahead of it moves event
+    time as any measurement does (a throughput-only deployment may have no other clock). A
+    :class:`schemas.TrafficEvent` read from Kafka or a recording is data and stays subject to
+    the lateness rules: only this input makes readings — parsing never does (the wire type is
+    still ``traffic``), and everywhere else a reading is the TrafficEvent it subclasses (same
+    JSON, same window). Defined at module level, so bytewax can pickle it (snapshots, and the
+    exchange to the deployment's worker).
+
+    >>> import pickle
+    >>> reading = PrometheusReading(deployment="d", time=60.0, payload=TrafficObservation(
+    ...     duration_s=60, num_req=120, isl=3000, osl=150))
+    >>> copy = pickle.loads(pickle.dumps(reading))
+    >>> type(copy).__name__, copy == reading, isinstance(copy, TrafficEvent), copy.type
+    ('PrometheusReading', True, True, 'traffic')
+    """
+
+
 @dataclass
-class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
+class _TrafficPartition(StatefulSourcePartition[PrometheusReading, None]):
     source: PrometheusTrafficSource
     interval_s: float
     clock: Callable[[], float]
@@ -628,20 +656,27 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
     polls: int = 0
     _executor: DaemonExecutor = field(init=False)
     """Reads on a daemon thread: a read hung on Prometheus never holds up the process's exit."""
-    _pending: Future[TrafficEvent | None] | None = None
+    _pending: Future[TrafficObservation | None] | None = None
 
     def __post_init__(self) -> None:
         self._executor = DaemonExecutor(f"traffic-{self.source.deployment}")
 
-    def next_batch(self) -> list[TrafficEvent]:
+    def next_batch(self) -> list[PrometheusReading]:
         if inputs_ended():
             raise StopIteration
         if self._pending is not None:
             if not self._pending.done():
                 return []
-            event = self._pending.result()
+            observation = self._pending.result()
             self._pending = None
-            return [event] if event is not None else []
+            if observation is None:
+                return []
+            # stamped now, not when the read began: the queries and the wait for this call
+            # must not leave it behind what the host-clock inputs handed on meanwhile
+            deployment = self.source.deployment
+            return [
+                PrometheusReading(deployment=deployment, time=self.clock(), payload=observation)
+            ]
         if self.max_polls is not None and self.polls >= self.max_polls:
             raise StopIteration
         if datetime.now(UTC) >= self.next_poll:
@@ -650,17 +685,14 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
             self._pending = self._executor.submit(self._observe)
         return []
 
-    def _observe(self) -> TrafficEvent | None:
-        now = self.clock()
+    def _observe(self) -> TrafficObservation | None:
+        """The window up to now, on the read's thread (PromQL evaluated at this time)."""
         try:
-            observation = self.source.observe(self.interval_s, at=now)
+            return self.source.observe(self.interval_s, at=self.clock())
         except Exception:  # never let a bug in a read kill the dataflow: unknown, logged
             log.exception("traffic read of %s failed", self.source.deployment)
             TRAFFIC_UNKNOWN.labels(deployment=self.source.deployment, reason="error").inc()
             return None
-        if observation is None:
-            return None
-        return TrafficEvent(deployment=self.source.deployment, time=now, payload=observation)
 
     def next_awake(self) -> datetime | None:
         if self._pending is not None:
@@ -680,8 +712,8 @@ class _TrafficPartition(StatefulSourcePartition[TrafficEvent, None]):
         self._executor.shutdown(wait=False)
 
 
-class PrometheusTrafficInput(FixedPartitionedSource[TrafficEvent, None]):
-    """Bytewax source of TrafficEvents: one partition (poller) per deployment.
+class PrometheusTrafficInput(FixedPartitionedSource[PrometheusReading, None]):
+    """Bytewax source of :class:`PrometheusReading`: one partition (poller) per deployment.
 
     Each deployment's source is read every ``interval_seconds`` (a number, or one per
     deployment — normally ``throughput_adjustment_interval_seconds``) over that same window;

@@ -23,9 +23,10 @@ does not tick. A recorded stream that should end with a tick ends with a ``clock
 A late *state snapshot* (``is_state``: worker inventory, capabilities, acknowledgements,
 limits) is not dropped: it describes the present, not a past instant, so it is placed at the
 watermark and applies from the next tick. Late measurements (forward passes, requests) stay
-late. Live, a snapshot never moves event time (its time is another host's clock): the newest
-event time is the measurements', and a snapshot may open a window ahead of them without
-closing any.
+late — but for a reading this host took on its own clock (``is_host_reading``), placed at the
+watermark too: the host clock that moved the watermark is its own. Live, a snapshot never
+moves event time (its time is another host's clock): the newest event time is the
+measurements', and a snapshot may open a window ahead of them without closing any.
 
 Each key (deployment) has its own clock; ``lateness_of`` gives the allowed lateness of the key
 an item belongs to (``lateness`` until the first item of a key, e.g. right after a resume).
@@ -92,7 +93,7 @@ class _PlannerClockLogic(ClockLogic[Any, ClockState]):
         if timestamp > state.newest and not live_snapshot:
             state.newest, state.seen_at = timestamp, self._now
         watermark = self._advance()
-        if timestamp < watermark and is_state:
+        if timestamp < watermark and (is_state or self.clock.is_host_reading(value)):
             timestamp = watermark  # a late snapshot still tells the current state
         return timestamp, watermark
 
@@ -182,6 +183,9 @@ class PlannerClock(Clock[Any, ClockState]):
     idle_after: timedelta | None = None
     now_getter: Callable[[], datetime] = _system_now
     is_state: Callable[[Any], bool] = lambda _value: False
+    is_host_reading: Callable[[Any], bool] = lambda _value: False
+    """A measurement taken on this host's clock (a Prometheus reading): it moves event time
+    like any measurement, but a late one is placed at the watermark like a snapshot."""
     lateness_of: Callable[[Any], timedelta] | None = None
     backlog: Backlog | None = None
     """Live: the inputs' backlog (:data:`connectors.backlog.BACKLOG`); ``None``: quiet time

@@ -9,7 +9,13 @@ deployment for as long as the run lasts, and in front of the windows:
 
 * live, a measurement behind the watermark is a dead letter (``late``), as the window's would
   be (a replay never drops a key's windows before its end: there the window step's clock is
-  the one that counts);
+  the one that counts) — except a reading of the run's Prometheus input
+  (:class:`connectors.prometheus.PrometheusReading`, :func:`is_host_reading`): it is taken on
+  the host clock, like an inventory poll, and forward passes stamped on receipt move event time
+  on while its queries run and while it crosses to its deployment's worker, so one behind the
+  watermark is placed at the watermark; one ahead of it moves event time like any measurement
+  (a throughput-only deployment may have no other clock). A traffic event read from Kafka or a
+  recording is data: it stays late (a followed topic decides as its replay);
 * one stray timestamp must not move event time: live, a measurement more than
   :data:`MAX_JUMP_S` past the deployment's newest is held until the next measurement confirms
   it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the data); if
@@ -79,6 +85,7 @@ from datetime import datetime, timedelta
 import bytewax.operators as op
 from bytewax.operators import StatefulLogic
 
+from connectors.prometheus import PrometheusReading
 from flows.clock import EPOCH, ClockState, PlannerClock
 from operators.window import merge_capabilities
 from schemas import (
@@ -128,6 +135,12 @@ def is_state_snapshot(event: Event) -> bool:
     """Inventory, capabilities, acknowledgements and limits describe the present (see
     flows.clock)."""
     return isinstance(event, _SNAPSHOTS)  # asked ~4 times an event: the tuple is built once
+
+
+def is_host_reading(event: Event) -> bool:
+    """A measurement the run's own input took on its host's clock (a Prometheus reading): live,
+    placed at the watermark when behind it, never late. Nothing parsed from an input is one."""
+    return isinstance(event, PrometheusReading)
 
 
 def late_letter(event: Event) -> DeadLetter:
@@ -351,7 +364,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         self.clock.before_batch()
         timestamp, watermark = self.clock.on_item(event)
         if timestamp < watermark:
-            return [late_letter(event)]
+            if not is_host_reading(event):
+                return [late_letter(event)]
+            event = _at(event, _seconds(watermark))  # overtaken while read: it is the present
         state.newest = event.time if state.newest is None else max(state.newest, event.time)
         waiting = [e.model_copy(update={"time": event.time}) for e in state.waiting]
         state.waiting = []

@@ -43,6 +43,7 @@ from flows.clock import EPOCH, PlannerClock
 from flows.horizon import (
     EventHorizon,
     event_time,
+    is_host_reading,
     is_state_snapshot,
     late_letter,
     untimed,
@@ -244,6 +245,7 @@ def build_flow(
         max(lateness.values()),
         idle_after,
         is_state=is_state_snapshot,
+        is_host_reading=is_host_reading,
         lateness_of=lambda event: lateness[event.deployment],  # each key its own
         backlog=BACKLOG if live else None,
     )
