@@ -226,8 +226,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.actuators.append(url.decision_sink())
             try:  # the orchestrator may not have acknowledged anything yet
                 ensure_topic(url.bootstrap, acks)
-            except KafkaConnectorError as exc:
-                raise EndpointError(f"{address!r}: {exc}") from exc
+            except KafkaConnectorError as exc:  # an outage, not a bad address: exit 1, not 2
+                raise KafkaConnectorError(f"{address!r}: {exc}") from exc
             wiring.acks = AckSource(url.bootstrap, acks)
             wiring.live = True
         elif scheme == "dgd":

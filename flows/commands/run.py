@@ -244,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
         print(f"flowplanner run: {exc}", file=sys.stderr)
         return 2
+    except KafkaConnectorError as exc:  # the acknowledgement topic's broker: cannot start
+        print(f"flowplanner run: {exc}", file=sys.stderr)
+        return 1
     # an unwritable report directory: an OSError, one line (flows.cli), before anything starts
     reports = DiagnosticsReportSink(configs) if args.reports else None
     try:

@@ -31,7 +31,9 @@ fits once; here every refit is a fresh auto-ARIMA, so each one starts from raw v
 (unless ``log1p=True``) — a series that once looked like a random walk is not kept in log
 space for good, where an idle stretch (``log1p(0) = 0``) distorts every later fit.
 "Collapses" means the AIC preferred ``(0, d, 0)`` over AR/MA orders that were fitted; on very
-few points (5 to 7) no AR/MA order is allowed, and a forced ``(0, d, 0)`` does not switch.
+few points an order is allowed only while ``p + q + trend + 1`` is at most half the usable
+points (on 5 points and d = 0 only ``(0, 0, 0)``; on 6 and 7 one AR or MA term), and a forced
+``(0, d, 0)`` does not switch.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ Holt-Winters recursions with those parameters, which costs a few float operation
 own forecast. The season is multiplicative when every value in the window is positive and the
 multiplicative fit has the lower AIC, otherwise additive.
 
-The season needs two full seasons of data (``2 · season_length`` points, and at least 12) for
-the heuristic initialisation; until then the predictor is Holt's damped-trend smoothing (no
+The season needs two full seasons of data (``2 · season_length`` points, at least 12 and at
+least ``10 + 2 · (season_length // 2)``, statsmodels' minimum) for the heuristic
+initialisation; until then the predictor is Holt's damped-trend smoothing (no
 season), and with fewer than ``MIN_POINTS`` points it forecasts the last value.
 
 Refits happen every ``refit_every`` points, when the season becomes available, whenever the
@@ -96,7 +97,8 @@ class HoltWintersPredictor(Predictor):
             return
         predicted = self._model_forecast()
         if self._sigma > 0:
-            self._sq_error_sum += ((value - predicted) / self._sigma) ** 2
+            z = (value - predicted) / self._sigma
+            self._sq_error_sum += z * z  # a float ** 2 raises on overflow; z * z is inf
             self._errors_since_fit += 1
         a, b, g, phi = self._alpha, self._beta, self._gamma, self._phi
         previous = self._level + phi * self._trend

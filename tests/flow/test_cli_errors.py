@@ -240,3 +240,11 @@ def test_a_dgd_api_server_that_does_not_answer_is_one_line():
     assert_clean_error(done, "cannot read DGD dynamo/llama")
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0, done.stderr
+
+
+def test_an_acknowledgement_broker_that_does_not_answer_is_an_outage_not_a_bad_address():
+    """Exit 1 (cannot start), as the same broker as a kafka:// output; it was 2 (refused)."""
+    address = "virtual+kafka://127.0.0.1:1/decisions?acks=acks"
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--output", address)
+    assert_clean_error(done, "cannot reach Kafka at 127.0.0.1:1")
+    assert done.returncode == 1

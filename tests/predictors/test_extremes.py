@@ -83,3 +83,15 @@ def test_holt_winters_short_season_fits_at_the_first_try(season: int) -> None:
         p.learn_one(100 + 30 * math.sin(2 * math.pi * t / season) + t % 3)
         p.forecast()
         assert not (p.fallback_reason or "").startswith("refit failed"), (t, p.fallback_reason)
+
+
+def test_holt_winters_learns_a_value_far_beyond_its_level() -> None:
+    """A standardised error beyond 1e154 squared overflowed (float ** raises OverflowError)
+    and crashed the throughput tick and forecast-bench."""
+    p = HoltWintersPredictor(season_length=4)
+    for t in range(30):
+        p.forecast()
+        p.learn_one(100.0 + (t % 4))
+    p.learn_one(1e200)
+    forecast = p.forecast()
+    assert math.isfinite(forecast) and forecast >= 0
