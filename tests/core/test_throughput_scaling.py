@@ -896,19 +896,7 @@ class TestTrafficReadings:
     """Explicit traffic readings (Prometheus, or traffic events of a stream) and the load
     tick's rate window."""
 
-    @staticmethod
-    def planner(**overrides):
-        from operators.deployment import DeploymentPlanner
-
-        config = PlannerConfig(
-            mode="prefill",
-            optimization_target="sla",
-            enable_load_scaling=False,
-            throughput_adjustment_interval_seconds=60,
-            load_adjustment_interval_seconds=5,
-            **overrides,
-        )
-        return DeploymentPlanner("d", config, window_s=5.0)
+    planner = staticmethod(TestRequestWindows.planner)
 
     def test_a_reading_stamped_on_a_tick_is_read_by_the_next_throughput_tick(self):
         """A producer stamping each minute's reading at the minute's end (time 60, duration
