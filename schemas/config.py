@@ -242,11 +242,9 @@ class PlannerConfig(BaseModel):
     """Spec §7; ``periodic`` (a short cycle found in the series' autocorrelation) is *ours*, and
     ``selector`` mixes every other kind (:mod:`operators.predictors.selector`)."""
     load_predictor_log1p: bool = False
-    """Forecast ``log1p`` of the load and transform back (spec §7): the ``arima`` and
-    ``kalman`` predictors (and those two inside the ``selector``). A departure: the
-    reference's Prophet honours it too, while ``holt_winters`` (its stand-in) and ``periodic``
-    model the raw load either way (the multiplicative season already models a load that
-    scales)."""
+    """Forecast ``log1p`` of the load and transform back (spec §7): ``arima``, ``kalman`` and
+    ``holt_winters`` (Prophet's stand-in, as the reference's Prophet does), also inside the
+    ``selector``; ``periodic`` (ours) models the raw load either way."""
     load_predictor_warmup_trace: str | None = None
     """A trace file, a glob or a directory of ``*.jsonl``/``*.jsonl.gz`` traces (spec §7.6)
     whose requests warm the load predictors before live data."""

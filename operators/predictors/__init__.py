@@ -51,7 +51,9 @@ def _single(kind: str, config: PlannerConfig) -> Predictor:
             log1p=config.load_predictor_log1p,
         )
     if kind == "holt_winters":
-        return HoltWintersPredictor(season_length=season_length(config))
+        return HoltWintersPredictor(
+            season_length=season_length(config), log1p=config.load_predictor_log1p
+        )
     if kind == "periodic":
         return PeriodicPredictor()
     raise ValueError(f"unknown load predictor {kind!r}; expected one of {SINGLE_PREDICTORS}")

@@ -13,6 +13,9 @@ Holt-Winters recursions with those parameters, which costs a few float operation
 own forecast. The season is multiplicative when every value in the window is positive and the
 multiplicative fit has the lower AIC, otherwise additive.
 
+With ``log1p=True`` (``load_predictor_log1p``, as the reference's Prophet has it) the model
+fits and runs on ``log1p(y)`` and forecasts ``expm1`` of its forecast.
+
 The season needs two full seasons of data (``2 · season_length`` points, at least 12 and at
 least ``10 + 2 · (season_length // 2)``, statsmodels' minimum) for the heuristic
 initialisation; until then the predictor is Holt's damped-trend smoothing (no
@@ -55,9 +58,11 @@ class HoltWintersPredictor(Predictor):
         fit_seasons: int = 4,
         window: int = 200,
         refit_every: int = 48,
+        log1p: bool = False,
     ) -> None:
         super().__init__()
         self.season_length = season_length
+        self.log1p = log1p
         self.fit_seasons = fit_seasons
         self.window = window
         self.refit_every = refit_every
@@ -91,10 +96,15 @@ class HoltWintersPredictor(Predictor):
             return base * self._season[0]
         return base
 
+    def _space(self, value: float) -> float:
+        """``value`` in the model's space: ``log1p`` of the load in ``log1p`` mode."""
+        return math.log1p(value) if self.log1p else value
+
     def _learn(self, value: float) -> None:
         self._count += 1
         if not self._fitted:
             return
+        value = self._space(value)
         predicted = self._model_forecast()
         if self._sigma > 0:
             z = (value - predicted) / self._sigma
@@ -127,10 +137,10 @@ class HoltWintersPredictor(Predictor):
         m = self.season_length
         seasonal_kinds: tuple[str | None, ...] = (None,)
         if self._season_ready:
-            data = self.values[-self.fit_seasons * m :]
+            data = [self._space(v) for v in self.values[-self.fit_seasons * m :]]
             seasonal_kinds = ("add", "mul") if min(data) > 0 else ("add",)
         else:
-            data = self.values[-self.window :]
+            data = [self._space(v) for v in self.values[-self.window :]]
         best: tuple[float, str | None, Any] | None = None
         for kind in seasonal_kinds:
             model = ExponentialSmoothing(
@@ -191,4 +201,5 @@ class HoltWintersPredictor(Predictor):
                 if not self._fitted:
                     raise
                 self.fallback_reason = f"refit failed, kept the last fit: {error}"[:200]
-        return self._model_forecast()
+        forecast = self._model_forecast()
+        return math.expm1(forecast) if self.log1p else forecast

@@ -32,6 +32,7 @@ FACTORIES: dict[str, Callable[[], Predictor]] = {
     "kalman_log1p": lambda: KalmanPredictor(log1p=True, min_points=3),
     "arima": lambda: ArimaPredictor(refit_every=12),
     "holt_winters": lambda: HoltWintersPredictor(season_length=6, refit_every=12),
+    "holt_winters_log1p": lambda: HoltWintersPredictor(season_length=6, log1p=True),
     "periodic": PeriodicPredictor,
     "selector": lambda: SelectorPredictor(
         candidates=(
@@ -157,3 +158,24 @@ def test_learn_one_does_not_mutate_input(factory: Callable[[], Predictor]) -> No
     p.learn_one(value)
     assert value == np.float64(42.5)
     assert p.values == [42.5]
+
+
+def test_holt_winters_log1p_models_log_load_as_prophet_does() -> None:
+    """Spec §16.8 (Prophet, which Holt-Winters replaces): log1p stores log1p(99), returns 99;
+    the config's flag reaches it (it was ignored)."""
+    from operators.predictors import build_single
+    from schemas import PlannerConfig
+
+    p = build_single("holt_winters", PlannerConfig(load_predictor_log1p=True))
+    assert isinstance(p, HoltWintersPredictor) and p.log1p
+    for _ in range(12):
+        p.learn_one(99.0)
+    assert p.forecast() == pytest.approx(99.0, rel=1e-6)
+    # a load growing by a factor a point is a straight line in log space: followed closely
+    growth = HoltWintersPredictor(season_length=480, log1p=True)
+    raw = HoltWintersPredictor(season_length=480)
+    for t in range(30):
+        growth.learn_one(10.0 * 1.2**t)
+        raw.learn_one(10.0 * 1.2**t)
+    expected = 10.0 * 1.2**30
+    assert abs(growth.forecast() / expected - 1) < abs(raw.forecast() / expected - 1)
