@@ -113,6 +113,9 @@ class RequestStats:
     accepts: int = 0
     isl_lengths: LengthHistogram = field(default_factory=LengthHistogram)
     osl_lengths: LengthHistogram = field(default_factory=LengthHistogram)
+    prompt_tokens_scheduled: int = 0
+    """Prompt tokens the deployment's engines scheduled in the window (their forward passes):
+    new requests arrived, whether or not their records came."""
 
     def add(self, record: RequestRecord) -> None:
         self.count += 1
@@ -138,6 +141,7 @@ class RequestStats:
         self.accepts += other.accepts
         self.isl_lengths.merge(other.isl_lengths)
         self.osl_lengths.merge(other.osl_lengths)
+        self.prompt_tokens_scheduled += other.prompt_tokens_scheduled
 
     def quantiles(self, series: str) -> dict[str, float] | None:
         """The :data:`QUANTILES` of the window's ``isl`` or ``osl`` (``None`` when empty)."""
@@ -156,6 +160,8 @@ NO_GATE = (
     "advisory deployment's) await one"
 )
 """Why an acknowledgement is refused by a planner without the virtual connector's gate."""
+
+_PROMPT_TOKENS = FPM_COLUMN["scheduled.sum_prefill_tokens"]
 
 GRID_SLACK_S = 1e-6
 """Float error allowed between a tick's time and the window end on which it falls (windows
@@ -268,6 +274,7 @@ class DeploymentPlanner:
         # Engine order, not arrival order: the training samples' order decides which the perf
         # models drop first when full, and engines reporting at the same event time through
         # different input partitions arrive in either order.
+        stats_ = RequestStats(end_s)
         for key, rows in sorted(window.rows.items()):
             role, worker_id, dp_rank = key
             rows = self._first_copies(key, rows)
@@ -277,6 +284,7 @@ class DeploymentPlanner:
                 if not rows:
                     continue
             self.latest[key] = rows[-1]
+            stats_.prompt_tokens_scheduled += sum(int(row[_PROMPT_TOKENS]) for row in rows)
             if per_engine == 1:
                 continue  # the reference: a load tick trains on each engine's latest FPM
             if self.config.mode == "agg":
@@ -292,7 +300,6 @@ class DeploymentPlanner:
         silent_since = end_s - self.config.engine_silence_seconds
         for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]
-        stats_ = RequestStats(end_s)
         for request in self._first_requests(end_s, window.requests):
             stats_.add(request)
         self.requests_seen = self.requests_seen or bool(window.requests)
@@ -547,7 +554,9 @@ class DeploymentPlanner:
         and ``duration_s`` of the result is the span those windows cover: a whole number of
         tick windows, so a rate window of 30 s on 7 s windows counts 35 s of requests and says
         so. A deployment that never sent request records and no traffic observation has
-        *unknown* traffic, never zero demand.
+        *unknown* traffic, never zero demand; so has a span without a request record while the
+        engines scheduled prompt tokens in it (requests arrived: the request feed stopped or
+        lags — a silent feed must not read as idle, as a failed Prometheus read does not).
         """
         for t, obs in reversed(self.traffic_events):
             span = max(duration_s, obs.duration_s) if readings_stand else duration_s
@@ -561,6 +570,8 @@ class DeploymentPlanner:
             if since < window.end_s <= now_s + GRID_SLACK_S:
                 total.merge(window)
         n = total.count
+        if n == 0 and total.prompt_tokens_scheduled > 0:
+            return None
         return TrafficObservation(
             duration_s=math.ceil(duration_s / self.window_s - GRID_SLACK_S) * self.window_s,
             num_req=n,

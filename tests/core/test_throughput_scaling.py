@@ -1026,3 +1026,38 @@ def test_ticks_run_at_their_time_when_windows_are_shorter_than_the_merge_toleran
     ends = [round(0.1 * k, 1) for k in range(1, 301)]
     ticked = [end for end in ends if planner.on_window(end, TickWindow()).ran_load]
     assert ticked == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0]
+
+
+def test_a_silent_request_feed_while_the_engines_prefill_is_unknown_not_idle():
+    """Requests were seen, then their feed stops while the engines keep scheduling prompts:
+    the throughput tick holds (no traffic data) instead of sizing for zero demand; once the
+    engines idle too, the idle interval is zero demand again."""
+    from operators.window import TickWindow
+    from schemas import ForwardPassMetrics, RequestRecord, ScheduledRequestMetrics, fpm_to_row
+
+    planner = TestRequestWindows.planner()
+
+    def window(end_s: float, requests: int, prompt_tokens: int) -> TickWindow:
+        fpm = ForwardPassMetrics(
+            worker_id="p0",
+            wall_time=0.05 if prompt_tokens else 0.0,
+            scheduled_requests=ScheduledRequestMetrics(
+                num_prefill_requests=1 if prompt_tokens else 0, sum_prefill_tokens=prompt_tokens
+            ),
+        )
+        return TickWindow(
+            requests=[RequestRecord(isl=1000, osl=100)] * requests,
+            rows={("prefill", "p0", 0): [fpm_to_row(end_s - 1.0, fpm)]},
+        )
+
+    observed = []
+    for i in range(1, 37):
+        interval = (i - 1) // 12  # 0: traffic and its requests; 1: prefill, no records; 2: idle
+        end = 5.0 * i
+        record = planner.on_window(
+            end, window(end, 10 if interval == 0 else 0, 4000 * (interval < 2))
+        )
+        if record.ran_throughput:
+            obs = record.observed_traffic
+            observed.append(None if obs is None else obs.num_req)
+    assert observed == [120, None, 0]
