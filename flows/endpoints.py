@@ -55,6 +55,7 @@ from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
+from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.kafka.url import KafkaUrl
 from connectors.merged import MergedSource, TimedSource
 from connectors.prometheus import (
@@ -207,6 +208,12 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
         except ValueError as exc:
             raise EndpointError(str(exc)) from exc
 
+    virtual = [a for a in outputs or [] if a.startswith("virtual+kafka:")]
+    if len(virtual) > 1:  # refused before connecting to anything
+        raise EndpointError(
+            f"{virtual[1]!r}: only one virtual+kafka:// output per run (the acknowledgement gate "
+            "of a deployment reads one acknowledgement topic)"
+        )
     for address in outputs or ["-"]:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if address == "-":
@@ -224,8 +231,10 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             rest = "&".join(f"{k}={v}" for k, v in query.items())
             url = _kafka_url(f"kafka://{netloc}{path}" + (f"?{rest}" if rest else ""))
             wiring.actuators.append(url.decision_sink())
-            try:  # the orchestrator may not have acknowledged anything yet
-                ensure_topic(url.bootstrap, acks)
+            try:  # the orchestrator may not have acknowledged anything yet; compacted, as the
+                # decisions topic: a quiet deployment's newest acknowledgement must outlive
+                # time-based retention, or a restarted worker waits for it (spec 11.2)
+                ensure_topic(url.bootstrap, acks, topic_config=DECISIONS_TOPIC_CONFIG)
             except KafkaConnectorError as exc:  # an outage, not a bad address: exit 1, not 2
                 raise KafkaConnectorError(f"{address!r}: {exc}") from exc
             wiring.acks = AckSource(url.bootstrap, acks)

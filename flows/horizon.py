@@ -390,8 +390,10 @@ def _stray(event: Event) -> DeadLetter:
 
 def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
     """``waiting`` with ``snapshot`` added last, in place of the one of its kind: the newest
-    inventory and acknowledgement count, capabilities merge field by field; every limits
-    change is kept (each is applied, or refused, on its own).
+    inventory counts, capabilities merge field by field; every limits change and every
+    acknowledgement is kept (each is applied, or refused, on its own: a restarted worker reads
+    the whole acknowledgement topic before its first measurement, and a stale or never-issued
+    acknowledgement read last must not erase the valid one before it).
 
     >>> from schemas import EngineCapabilities as Engine, WorkerCapabilities as Workers
     >>> def caps(t, **fields):
@@ -403,7 +405,7 @@ def _collapsed(waiting: list[Event], snapshot: Event) -> list[Event]:
     """
     kept: list[Event] = []
     for earlier in waiting:
-        if type(earlier) is not type(snapshot) or isinstance(earlier, LimitsEvent):
+        if type(earlier) is not type(snapshot) or isinstance(earlier, (LimitsEvent, AckEvent)):
             kept.append(earlier)
         elif isinstance(earlier, CapabilitiesEvent) and isinstance(snapshot, CapabilitiesEvent):
             merged = merge_capabilities(earlier.payload, snapshot.payload)

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import EventTime, Role, TrafficObservation
-from schemas.fpm import NonNegativeFinite
+from schemas.fpm import MAX_COUNT, NonNegativeFinite
 
 _WRITTEN = ConfigDict(frozen=True, extra="ignore")
 """The config of what the planner writes (module docstring); the type checker still refuses an
@@ -227,7 +227,9 @@ class DecisionAck(BaseModel):
 
     schema_version: Literal[1] = 1
     deployment: str = Field(min_length=1)
-    acked_decision_id: int = Field(ge=0)
+    acked_decision_id: int = Field(ge=0, le=MAX_COUNT)
+    """At most :data:`schemas.fpm.MAX_COUNT` (2**64 − 1), as a decision id can be: a larger one
+    is refused where it is read (a dead letter), not carried into the flow."""
     time: NonNegativeFinite | None = None
 
 

@@ -22,13 +22,13 @@ import argparse
 import logging
 import sys
 from typing import cast, get_args
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 from prometheus_client import start_http_server
 
-from connectors.address import has_host_port
+from connectors.address import address_options, has_host_port
 from connectors.console import LineSink
 from connectors.kafka import KafkaConnectorError, ensure_topic
 from connectors.kafka.event_sink import KafkaEventSink
@@ -52,7 +52,7 @@ def publisher(address: str) -> EndpointSpec:
     ValueError: 'zmq+tcp://127.0.0.1:20380?deployment=llama': give ?deployment=D&role=prefill|decode
     """
     url = urlsplit(address)
-    query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+    query = address_options(repr(address), url.query)
     if url.scheme not in ("zmq+tcp", "zmq+ipc"):
         raise ValueError(f"{address!r}: an engine's publisher is zmq+tcp:// or zmq+ipc://")
     if url.scheme == "zmq+tcp" and not has_host_port(url.netloc):
@@ -81,12 +81,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         publishers = [publisher(address) for address in args.source]
         to = KafkaUrl.parse(args.to)
+        if set(address_options(args.to, urlsplit(args.to).query)) - {"partitions"}:
+            raise ValueError(f"{args.to}: the relay writes events; only ?partitions=N applies")
         flow = build_relay(publishers, to)
     except ValueError as error:
         print(f"flowplanner relay: {error}", file=sys.stderr)
         return 2
     try:
-        ensure_topic(to.bootstrap, to.topic)  # an unreachable broker: one line, before starting
+        # an unreachable broker: one line, before starting
+        ensure_topic(to.bootstrap, to.topic, partitions=to.partitions)
     except KafkaConnectorError as error:
         print(f"flowplanner relay: {error}", file=sys.stderr)
         return 1

@@ -248,3 +248,35 @@ def test_an_acknowledgement_broker_that_does_not_answer_is_an_outage_not_a_bad_a
     done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--output", address)
     assert_clean_error(done, "cannot reach Kafka at 127.0.0.1:1")
     assert done.returncode == 1
+
+
+def test_a_second_virtual_output_is_refused_before_connecting():
+    """Only the last one's acknowledgement topic was read: the first's decisions waited for
+    acknowledgements never seen."""
+    first, second = (f"virtual+kafka://127.0.0.1:1/d{i}?acks=a{i}" for i in (1, 2))
+    done = flowplanner(
+        "run", "--config", CONFIG, "--input", RECORDING, "--output", first, "--output", second
+    )
+    assert_clean_error(done, "only one virtual+kafka:// output per run")
+    assert done.returncode == 2 and "cannot reach Kafka" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "to", "needle"),
+    [
+        (
+            "zmq+tcp://127.0.0.1:1?deployment=a&deployment=b&role=decode",
+            "kafka://127.0.0.1:1/fpm",
+            "option 'deployment' given 2 times",
+        ),
+        (
+            "zmq+tcp://127.0.0.1:1?deployment=a&role=decode",
+            "kafka://127.0.0.1:1/fpm?until=end",
+            "only ?partitions=N applies",
+        ),
+    ],
+)
+def test_relay_refuses_options_it_would_ignore(source, to, needle):
+    done = flowplanner("relay", "--from", source, "--to", to)
+    assert_clean_error(done, needle)
+    assert done.returncode == 2

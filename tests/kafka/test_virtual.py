@@ -208,3 +208,25 @@ def test_without_acknowledgement_the_flow_proceeds_after_the_timeout(
     last = table.stdout.splitlines()[-1]
     assert last.split()[:3] == ["200.0", "llama", "2"]
     assert "note: proceeded without acknowledgement of decision 1" in last
+
+
+def test_an_acknowledgement_beyond_any_decision_id_is_a_dead_letter_not_a_crash() -> None:
+    """2**64 passed the ack source and crashed the flow where it became an input event — at
+    every restart again, the acknowledgement topic being read from its start."""
+    dead = parse_ack(b'{"deployment": "llama", "acked_decision_id": 18446744073709551616}', "a", 1)
+    assert isinstance(dead, DeadLetter) and "acked_decision_id" in dead.reason
+    ack = parse_ack(b'{"deployment": "llama", "acked_decision_id": 18446744073709551615}', "a", 2)
+    assert isinstance(ack, DecisionAck)  # the largest id a decision can have
+
+
+def test_the_acknowledgement_topic_is_created_compacted(kafka_bootstrap: str, kafka_topic: str):
+    """As the decisions topic: a deployment quiet for longer than time-based retention keeps
+    its newest acknowledgement, so a restarted worker does not wait for one already given."""
+    from connectors.kafka.client import topic_settings
+    from flows.endpoints import wire
+    from schemas import PlannerConfig
+
+    acks = f"{kafka_topic}-acks"
+    address = f"virtual+kafka://{kafka_bootstrap}/{kafka_topic}?acks={acks}"
+    wire([], [address], {"llama": PlannerConfig(mode="decode")})
+    assert topic_settings(kafka_bootstrap, acks)["cleanup.policy"] == "compact"

@@ -1,0 +1,55 @@
+"""A restarted worker behind the virtual connector reads the whole acknowledgement topic before
+its deployment's first forward pass: every acknowledgement read then counts, in order — a stale
+one, or one never issued, read after the real one must not erase it (the worker then held its
+next decision for ``scaling_max_wait_seconds``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from bytewax.testing import TestingSink, TestingSource
+
+from flows.planner import PlannerSinks, build_flow
+from schemas import AckEvent, DeliveredDecision, PlannerConfig, parse_event
+from tests.flow.cluster import run_flow
+from tests.flow.live_run import HostClock
+from tests.flow.streams import DECODE_CONFIG, decode_ramp
+
+
+def restarted(acks: list[int], workers: int) -> tuple[list[tuple[int, float]], list[str]]:
+    base = float(int((time.time() - 300.0) // 5 * 5))  # a live run: recent event times
+    in_flight = DeliveredDecision(
+        deployment="alpha", decision_id=3, time=base + 100.0, num_decode=4
+    )
+    ramp = decode_ramp("alpha", engines=2, seconds=120)
+    events = [parse_event(json.dumps(e | {"time": e["time"] + base})) for e in ramp]
+    read_back = [
+        AckEvent(deployment="alpha", time=0.0, payload={"acked_decision_id": n}) for n in acks
+    ]
+    decisions: list = []
+    dead: list = []
+    flow = build_flow(
+        {"alpha": PlannerConfig(**DECODE_CONFIG)},
+        [TestingSource(read_back + events)],
+        PlannerSinks(decisions=[TestingSink(decisions)], dead_letters=[TestingSink(dead)]),
+        live=True,
+        acks=TestingSource([]),
+        host_clock=HostClock(),
+        delivered={"alpha": in_flight},
+        in_flight={"alpha": in_flight},
+    )
+    run_flow(flow, workers)
+    return [(d.decision_id, d.time - base) for d in decisions], [d.reason for d in dead]
+
+
+@pytest.mark.parametrize(
+    ("acks", "refused"),
+    [([1, 2, 3], 0), ([1, 2, 3, 99], 1), ([1, 2, 3, 2], 0)],
+    ids=["acknowledged", "then-never-issued", "then-stale"],
+)
+def test_every_acknowledgement_read_back_counts(acks, refused, workers):
+    sent, dead = restarted(acks, workers)
+    assert sent[:1] == [(4, 105.0)]  # decision 3 was acknowledged: the next goes out at once
+    assert len([r for r in dead if "never issued" in r]) == refused
