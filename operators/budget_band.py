@@ -12,8 +12,11 @@ Three layers:
 * direction-preserving guards for load actions — :func:`guard_single_scaling_budget`,
   :func:`guard_disagg_scaling_budget`: a constraint may shrink a requested move but never
   reverse it, never invent a donor at a full budget, and a floor never turns a scale-down into
-  a scale-up (``gpu_budget_guard_hold``); a current fleet already out of band (or below a
-  minimum endpoint) is reconciled from the fleet itself (``gpu_budget_reconcile``);
+  a scale-up (``gpu_budget_guard_hold``); a current fleet already out of band is reconciled
+  from the fleet itself (``gpu_budget_reconcile``); one in band but below a minimum endpoint
+  takes the proposal raised to the minimum endpoints (so a budget that does not bind changes
+  nothing), clamped into the band if it is out (``gpu_budget_reconcile``), unless that leaves
+  a role below what reconciling from the fleet gives (then that);
 * :func:`fit_directional_budget_pair` and the throughput fits built on it
   (:func:`fit_throughput_single`, :func:`fit_throughput_pair`).
 
@@ -204,8 +207,10 @@ def guard_single_scaling_budget(
 ) -> tuple[int, BudgetReason | None]:
     """Apply the band to one role's load action without reversing its direction.
 
-    A current count out of band (or below ``min_endpoint``) is reconciled from itself
-    (``gpu_budget_reconcile``, which may exceed any step cap); at/below the floor a scale-down,
+    A current count out of band is reconciled from itself (``gpu_budget_reconcile``, which may
+    exceed any step cap). One in band but below ``min_endpoint`` takes the proposal raised to
+    ``min_endpoint`` (no reason: the budget does not bind), or if that is out of band the
+    proposal clamped into it (``gpu_budget_reconcile``). At/below the floor a scale-down,
     at/above the ceiling a scale-up is held (``gpu_budget_guard_hold``); otherwise the proposal
     is clamped, and held if the clamp would turn it around.
 
@@ -217,6 +222,10 @@ def guard_single_scaling_budget(
     (64, 'gpu_budget_reconcile')
     >>> guard_single_scaling_budget(10, 18, 1, -1, 100, 1)
     (18, None)
+    >>> guard_single_scaling_budget(2, 5, 1, -1, 16, 3)  # below min 3: the scale-up fits
+    (5, None)
+    >>> guard_single_scaling_budget(2, 20, 1, -1, 16, 3)  # ... it does not: the funded part
+    (16, 'gpu_budget_reconcile')
     """
     check_count("current", current, 0)
     check_count("proposed", proposed, 0)
@@ -225,11 +234,17 @@ def guard_single_scaling_budget(
     if g is None or (min_gpus < 0 and max_gpus < 0):
         return proposed, None
     total = current * g
-    if current < min_endpoint or not _in_band(
-        total, min_gpus, max_gpus, _tolerance(min_gpus, max_gpus, g)
-    ):
+    tolerance = _tolerance(min_gpus, max_gpus, g)
+    in_band = _in_band(total, min_gpus, max_gpus, tolerance)
+    if current < min_endpoint or not in_band:
         start = max(current, min_endpoint)
-        return proportional_clamp_single(start, g, min_gpus, max_gpus, min_endpoint), RECONCILE
+        reconciled = proportional_clamp_single(start, g, min_gpus, max_gpus, min_endpoint)
+        if in_band:  # only the endpoint is short: the proposal, fitted, if it keeps the recovery
+            raised = max(proposed, min_endpoint)
+            fitted = proportional_clamp_single(raised, g, min_gpus, max_gpus, min_endpoint)
+            if reconciled <= fitted <= raised:
+                return fitted, None if fitted == raised else RECONCILE
+        return reconciled, RECONCILE
     if min_gpus >= 0 and total <= min_gpus and proposed < current:
         return current, HOLD
     if max_gpus >= 0 and total >= max_gpus and proposed > current:
@@ -277,9 +292,12 @@ def guard_disagg_scaling_budget(
 ) -> tuple[int, int, BudgetReason | None]:
     """Apply the band to a disagg load action without reversing a direction.
 
-    A current pair out of band or below a minimum endpoint is reconciled from itself
-    (``gpu_budget_reconcile``: endpoints first, then :func:`proportional_clamp_pair`, which may
-    take the GPUs from the other role). At/below the floor, down/down or down/hold is held; at a
+    A current pair out of band is reconciled from itself (``gpu_budget_reconcile``: endpoints
+    first, then :func:`proportional_clamp_pair`, which may take the GPUs from the other role).
+    One in band but below a minimum endpoint takes the proposal raised to the minimum endpoints
+    (no reason: the budget does not bind), or if that is out of band the proposal clamped into
+    it (``gpu_budget_reconcile``) — unless either leaves a role below what reconciling from the
+    pair gives: then that. At/below the floor, down/down or down/hold is held; at a
     full budget a scale-up passes only as an opposing rebalance (one role down, the other up)
     fitted with both legs moving (:func:`fit_directional_budget_pair`), never by inventing a
     donor. Otherwise the proposal is clamped, and held if that would reverse a direction.
@@ -292,6 +310,8 @@ def guard_disagg_scaling_budget(
     (28, 36, 'gpu_budget_guard_hold')
     >>> guard_disagg_scaling_budget(24, 40, 23, 39, 1, 1, 64, 64, 30, 8)  # prefill below 30
     (30, 34, 'gpu_budget_reconcile')
+    >>> guard_disagg_scaling_budget(0, 2, 0, 3, 1, 1, -1, 16, 1, 1)  # prefill at 0: both fit
+    (1, 3, None)
     """
     cp, cd, pp, pd = _move(current_p, current_d, proposed_p, proposed_d)
     p_min, d_min = int(prefill_min_endpoint), int(decode_min_endpoint)
@@ -299,13 +319,22 @@ def guard_disagg_scaling_budget(
     if pg is None or dg is None or (min_gpus < 0 and max_gpus < 0):
         return pp, pd, None
     band = (min_gpus, max_gpus)
+    tolerance = _tolerance(*band, pg, dg)
     total = cp * pg + cd * dg
-    if not _endpoints_met(cp, cd, p_min, d_min) or not _in_band(
-        total, *band, _tolerance(*band, pg, dg)
-    ):
+    in_band = _in_band(total, *band, tolerance)
+    if not _endpoints_met(cp, cd, p_min, d_min) or not in_band:
         new_p, new_d = proportional_clamp_pair(
             max(cp, p_min), max(cd, d_min), pg, dg, *band, p_min, d_min
         )
+        if in_band:  # only an endpoint is short: the proposal, fitted, if it keeps the recovery
+            raised = (max(pp, p_min), max(pd, d_min))
+            fit_p, fit_d = proportional_clamp_pair(*raised, pg, dg, *band, p_min, d_min)
+            if (
+                new_p <= fit_p <= raised[0]
+                and new_d <= fit_d <= raised[1]
+                and _in_band(fit_p * pg + fit_d * dg, *band, tolerance)
+            ):
+                return fit_p, fit_d, None if (fit_p, fit_d) == raised else RECONCILE
         return new_p, new_d, RECONCILE
     any_down, any_up, opposing = _directions(cp, cd, pp, pd)
     at_floor = min_gpus >= 0 and total <= min_gpus

@@ -259,7 +259,9 @@ class LoadLoop:
         """Ours (``load_hold_applies_floors``): a role with no replicas ready or starting has
         no forward passes to show, and that is no reason to leave it there: its load tick holds
         it at zero and the floors (min endpoints, throughput lower bound) lift it. The reference
-        makes no decision without forward passes, so a role scaled to zero never comes back."""
+        makes no decision without forward passes, so a role scaled to zero stays there — unless
+        it is a disagg role whose other role has forward passes (§4.7 keeps its count, then
+        the floors lift it, as here)."""
         return (
             self.fleet.config.load_hold_applies_floors
             and self.fleet.inventory.ready(role) == 0

@@ -715,9 +715,15 @@ def combine_agg(prefill: LoadProposal | None, decode: LoadProposal, n: int) -> L
     """One agg count from the TTFT and ITL sub-proposals (§4.7): up if EITHER wants more,
     down only if BOTH agree (or decode alone when the prefill signal is unavailable).
 
+    When both rules scale up, the larger step wins: with proportional steps
+    (``max_load_step`` > 1, ours) the rule that is further over its target sets it. §4.7 reads
+    "p if p > N, elif d": with the reference's +1 steps both are ``N + 1``, the same count.
+
     >>> up, down = LoadProposal(3, "scale_up"), LoadProposal(1, "scale_down")
     >>> combine_agg(down, up, 2).desired, combine_agg(down, down, 2).desired
     (3, 1)
+    >>> combine_agg(up, LoadProposal(5, "scale_up"), 2).desired  # TTFT +1, ITL +3
+    5
     >>> combine_agg(None, down, 2).desired
     1
     >>> hold = LoadProposal(2, "scale_down_refused_consolidation")
@@ -726,10 +732,9 @@ def combine_agg(prefill: LoadProposal | None, decode: LoadProposal, n: int) -> L
     """
     p = prefill.desired if prefill is not None else None
     d = decode.desired
-    if p is not None and p > n:
-        return LoadProposal(p, "scale_up")
-    if d is not None and d > n:
-        return LoadProposal(d, "scale_up")
+    ups = [x for x in (p, d) if x is not None and x > n]
+    if ups:
+        return LoadProposal(max(ups), "scale_up")
     if p is None and d is not None and d < n:
         return LoadProposal(d, "scale_down")
     if p is not None and d is not None and p < n and d < n:

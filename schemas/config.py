@@ -361,7 +361,8 @@ class PlannerConfig(BaseModel):
     max_load_step: Annotated[int, Field(ge=1)] = 3
     """*ours*: most replicas one SLA load tick may add to a role; above 1 the step is
     proportional to how far the least loaded engine is above the SLA (and to the recent
-    request rate, see ``load_rate_window_seconds``). Reference: 1."""
+    request rate, see ``load_rate_window_seconds``); in agg mode, when both the TTFT and the
+    ITL rule scale up, the larger step is taken. Reference: 1."""
     scale_down_stabilization_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0
     """*ours*: an SLA load scale-down of a role needs this long in which every load tick wanted
     it and nothing changed the role (the window starts at the run's first load tick); the
@@ -392,9 +393,13 @@ class PlannerConfig(BaseModel):
     (no change, insufficient data, a refused scale-down) still lifts the role to its
     throughput lower bound and minimum endpoint, as the reference does in disagg and agg mode.
     In every mode, a role with no replicas ready or starting (so no forward passes) is held
-    at zero and lifted to its floors too. Reference: ``False`` (spec §4.7: there such a tick
-    makes no decision, so the throughput floor acts only on ticks where the load rule proposes
-    a count, and a role at zero replicas — no forward passes — stays there)."""
+    at zero and lifted to its floors too, even when no role has forward passes. Reference:
+    ``False`` (spec §4.7: in prefill-only and decode-only modes such a tick makes no decision,
+    so the throughput floor acts only on ticks where the load rule proposes a count. Without
+    forward passes the reference decides nothing, so a prefill-only, decode-only or agg role
+    at zero replicas stays there, as do both roles of a disagg pair when neither has any; a
+    disagg role at zero whose other role has forward passes keeps its count and is lifted to
+    its floors, as here)."""
 
     # --- budget / endpoints (§9.5) ---
     max_gpu_budget: int = 8
@@ -411,11 +416,14 @@ class PlannerConfig(BaseModel):
     current reference tree's budget band (spec §8.2, ``operators.budget_band``): a budget may
     shrink a scaling move but never reverse it — a scale-up at a full budget is held
     (``gpu_budget_guard_hold``) unless it is an opposing rebalance whose both legs fit, the
-    clamp never grows a role nobody asked to grow, and a fleet already out of band (or below a
-    minimum endpoint) is reconciled (``gpu_budget_reconcile``, may pick a donor). Throughput
-    targets keep only the funded part of a move. ``pair_clamp`` is spec §8.1 (G2): scale the
-    pair proportionally under ``max_gpu_budget`` (decode may grow into what prefill leaves),
-    no floor. Reference: ``pair_clamp`` — the reference algorithm this project is measured
+    clamp never grows a role nobody asked to grow, and a fleet already out of band is
+    reconciled (``gpu_budget_reconcile``, may pick a donor). A role below its minimum endpoint
+    is lifted to it with the rest of the proposed move, so a budget that does not bind changes
+    nothing; such a move the band cannot fund is clamped into it (``gpu_budget_reconcile``),
+    never below what reconciling the fleet gives. Throughput targets keep only the funded part
+    of a move. ``pair_clamp`` is spec §8.1 (G2): scale the pair proportionally under
+    ``max_gpu_budget`` (decode may grow into what prefill leaves), no floor.
+    Reference: ``pair_clamp`` — the reference algorithm this project is measured
     against is the older generation (flat scale-down §4.5, §8.1 budget). The band is our
     default because with ``min_gpu_budget`` off it differs only when the ceiling binds, where it
     refuses the reversals and invented donors the pair clamp makes. In the test suite the one

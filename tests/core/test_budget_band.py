@@ -167,6 +167,14 @@ def test_proportional_clamp_single(args: tuple, expected: int) -> None:
         ((60, 70, 1, -1, 64, 1), (64, None)),  # clamped, direction kept
         ((10, 18, 1, -1, 100, 1), (18, None)),
         ((2, 1, 1, 64, 64, 3), (64, RECONCILE)),  # below the floor and the minimum endpoint
+        # in band below the minimum endpoint: a proposal the budget funds stands ...
+        ((2, 5, 1, -1, 16, 3), (5, None)),
+        ((0, 3, 1, -1, 8, 3), (3, None)),  # lifted from zero by a floor
+        ((2, 1, 1, -1, 16, 3), (3, None)),  # a scale-down is raised to the minimum
+        # ... one it cannot fund keeps the funded part (reported as the budget's)
+        ((2, 20, 1, -1, 16, 3), (16, RECONCILE)),
+        ((2, 5, 2, -1, 8, 3), (4, RECONCILE)),  # 10 GPUs > 8: 4 replicas fit
+        ((2, 5, 2, -1, 5, 3), (0, RECONCILE)),  # not even the minimum fits
         ((5, 9, None, 4, 8, 1), (9, None)),  # unknown GPUs: no budget
     ],
 )
@@ -212,6 +220,22 @@ def test_guard_disagg_reconciles_an_out_of_band_fleet_from_itself() -> None:
     assert guard((24, 40), (23, 39), p_min=30, d_min=8) == (30, 34, RECONCILE)
     # below the floor: grown toward it
     assert guard((10, 10), (10, 10)) == (32, 32, RECONCILE)
+
+
+def test_guard_disagg_takes_a_funded_proposal_while_recovering_an_endpoint() -> None:
+    # prefill at 0 (min 1), decode asks 2 -> 3: 4 GPUs fit a 16-GPU ceiling, nothing binds
+    assert guard((0, 2), (0, 3), lo=-1, hi=16) == (1, 3, None)
+    assert guard((24, 30), (24, 33), lo=-1, p_min=30) == (30, 33, None)  # 63 <= 64
+    assert guard((0, 4), (0, 5), lo=4, hi=8) == (1, 5, None)  # a floor in band too
+    # over the ceiling once raised: the funded part, never below reconciling the fleet
+    assert guard((24, 40), (23, 39), p_min=30, d_min=8) == (30, 34, RECONCILE)  # §16.5 donor
+    assert guard((24, 30), (24, 35), lo=-1, p_min=30) == (30, 34, RECONCILE)
+    assert guard((0, 2), (0, 3), lo=-1, hi=3) == (1, 2, RECONCILE)
+    # a proposal lowering a role below what reconciling keeps: reconciled
+    assert guard((0, 5), (0, 4), lo=-1, hi=16) == (1, 5, RECONCILE)
+    # weighted: 1 prefill (2 GPUs) + 3 decodes (2 GPUs) fit 8, a 4th decode does not
+    assert guard((0, 2), (0, 3), pg=2, dg=2, lo=-1, hi=8) == (1, 3, None)
+    assert guard((0, 2), (0, 4), pg=2, dg=2, lo=-1, hi=8) == (1, 3, RECONCILE)
 
 
 def test_guards_never_reverse_a_direction_on_a_grid() -> None:

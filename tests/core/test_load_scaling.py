@@ -170,6 +170,7 @@ class TestAggCombine:
         LoadProposal(None, "no_change"),
     )
     veto = LoadProposal(2, "scale_down_refused_consolidation")
+    big_up = LoadProposal(5, "scale_up")
 
     @pytest.mark.parametrize(
         ("prefill", "decode", "expected"),
@@ -177,6 +178,9 @@ class TestAggCombine:
             (up, hold, 3),
             (hold, up, 3),
             (down, up, 3),
+            (up, big_up, 5),  # both scale up (proportional steps): the larger step wins
+            (big_up, up, 5),
+            (big_up, down, 5),
             (down, down, 1),
             (down, hold, None),  # scale down only when BOTH agree
             (None, down, 1),  # no prefill signal: decode alone may scale down
