@@ -184,7 +184,8 @@ def _is_keyed_event(kv: tuple[str, Event | DeadLetter]) -> TypeGuard[tuple[str, 
     return not isinstance(kv[1], DeadLetter)
 
 
-def _count_dead_letter(letter: DeadLetter) -> DeadLetter:
+def count_dead_letter(letter: DeadLetter) -> DeadLetter:
+    """Count ``letter`` in ``flowplanner_dead_letters_total`` by kind; returns it."""
     DEAD_LETTERS.labels(kind=dead_letter_kind(letter.reason)).inc()
     return letter
 
@@ -289,7 +290,7 @@ def build_flow(
     horizon_refused = cast(op.Stream[tuple[str, DeadLetter]], on_time.falses)
     refused = op.map("refused_letters", horizon_refused, lambda kv: kv[1])
     dead = op.merge("dead_letters", invalid, refused, late, beyond_limits)
-    dead = op.map("count_dead_letters", dead, _count_dead_letter)
+    dead = op.map("count_dead_letters", dead, count_dead_letter)
 
     for kind, stream, kind_sinks in (
         ("decisions", decisions, sinks.decisions),

@@ -37,7 +37,7 @@ from connectors.metrics import MetricsServer
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.cli import port_number
 from flows.commands.run import LOG_FORMAT, run_until_stopped
-from flows.planner import is_event
+from flows.planner import count_dead_letter, is_event
 from schemas import Role
 
 
@@ -71,7 +71,8 @@ def build_relay(publishers: list[EndpointSpec], to: KafkaUrl) -> Dataflow:
     split = op.branch("events", items, is_event)
     op.output("to_kafka", split.trues, KafkaEventSink(to.bootstrap, to.topic))
     render = LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
-    op.output("dead_letters", split.falses, render)
+    dead = op.map("count_dead_letters", split.falses, count_dead_letter)  # on --metrics-port
+    op.output("dead_letters", dead, render)
     return flow
 
 

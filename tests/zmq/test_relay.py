@@ -76,9 +76,12 @@ def test_the_relay_forwards_every_pass_and_only_passes(
 ) -> None:
     ensure_topic(kafka_bootstrap, kafka_topic)
     with FpmPublisher("tcp://127.0.0.1:0") as publisher:
-        relay = start_relay(publisher, f"{kafka_bootstrap}/{kafka_topic}", tmp_path / "relay.err")
+        err_path = tmp_path / "relay.err"
+        relay = start_relay(
+            publisher, f"{kafka_bootstrap}/{kafka_topic}", err_path, "--metrics-port", "0"
+        )
         try:
-            assert publisher.wait_for_subscribers(1, 120), (tmp_path / "relay.err").read_text()
+            assert publisher.wait_for_subscribers(1, 120), err_path.read_text()
             expected = []  # the publisher numbers the passes (counter_id = its sequence)
             for step in range(1, PASSES + 1):
                 for engine in ("w0", "w1"):
@@ -89,6 +92,10 @@ def test_the_relay_forwards_every_pass_and_only_passes(
                 lambda: len(passes(topic_events(kafka_bootstrap, kafka_topic))) >= 2 * PASSES,
                 "every pass on the topic",
                 timeout_s=60,
+            )
+            undecodable = 'flowplanner_dead_letters_total{kind="undecodable"}'
+            wait_until(  # counted on the relay's own port, as the README says
+                lambda: relay_metric(err_path, undecodable) == 1.0, "the dead letter counted"
             )
         finally:
             relay.send_signal(signal.SIGTERM)
@@ -138,6 +145,11 @@ METRICS = re.compile(r"flowplanner relay: metrics on http://[^:]+:(\d+)/metrics"
 
 def relayed_in(err: Path) -> float:
     """The relay's count of messages read from ZMQ, from its own /metrics (0 before it serves)."""
+    return relay_metric(err, 'flowplanner_events_in_total{source="zmq"}')
+
+
+def relay_metric(err: Path, sample: str) -> float:
+    """One sample of the relay's own /metrics (0 before it serves or while it has none)."""
     port = METRICS.search(err.read_text())
     if port is None:
         return 0.0
@@ -145,7 +157,7 @@ def relayed_in(err: Path) -> float:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10).read()
     except OSError as error:  # the relay is gone: say why
         raise AssertionError(err.read_text()) from error
-    found = re.search(rb'flowplanner_events_in_total\{source="zmq"\} (\S+)', text)
+    found = re.search(re.escape(sample.encode()) + rb" (\S+)", text)
     return float(found[1]) if found else 0.0
 
 
