@@ -38,7 +38,7 @@ from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.cli import port_number
 from flows.commands.run import LOG_FORMAT, run_until_stopped
 from flows.planner import count_dead_letter, is_event
-from schemas import Role
+from schemas import DeadLetter, Role
 
 
 def publisher(address: str) -> EndpointSpec:
@@ -71,7 +71,9 @@ def build_relay(publishers: list[EndpointSpec], to: KafkaUrl) -> Dataflow:
     split = op.branch("events", items, is_event)
     op.output("to_kafka", split.trues, KafkaEventSink(to.bootstrap, to.topic))
     render = LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
-    dead = op.map("count_dead_letters", split.falses, count_dead_letter)  # on --metrics-port
+    # bytewax's branch narrows only its trues: its falses are the dead letters
+    letters = cast(op.Stream[DeadLetter], split.falses)
+    dead = op.map("count_dead_letters", letters, count_dead_letter)  # on --metrics-port
     op.output("dead_letters", dead, render)
     return flow
 
