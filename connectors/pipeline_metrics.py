@@ -51,7 +51,9 @@ FPM_GAPS = Counter(
 FPM_SEQUENCE_RESETS = Counter(
     "flowplanner_fpm_sequence_resets",
     "Jumps of an FPM publisher's sequence that are not lost messages, by reason: restart "
-    "(backwards) or implausible_jump (forward by more than a publisher could have sent)",
+    "(backwards, and the next message goes on from there), backward_stray (one frame behind, "
+    "the next goes on from before it) or implausible_jump (forward by more than a publisher "
+    "could have sent)",
     ["endpoint", "reason"],
 )
 DECISIONS_OUT = Counter("flowplanner_decisions_out", "Scaling decisions emitted", ["deployment"])

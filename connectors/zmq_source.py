@@ -14,15 +14,25 @@ each configured with the deployment and role of the engines behind it, and yield
   flow counts dead letters). Nothing valid is dropped.
 
 Sequence numbers are tracked per endpoint (one PUB socket, one counter, as engines do): a jump
-forward counts the missing messages in ``flowplanner_fpm_sequence_gaps_total{endpoint}``; a jump
-backwards means the publisher restarted, which is not a gap. A jump forward by more than
-:data:`MAX_SEQUENCE_JUMP` (2**32) is not a gap either: no publisher sends that many messages
-between two a subscriber receives (2**32 forward passes at 10 000 a second are five days), so it
-is a corrupt sequence frame or a broken publisher. It is logged, counted in
-``flowplanner_fpm_sequence_resets_total{endpoint,reason="implausible_jump"}`` (restarts under
-``reason="restart"``), and the sequence carries on from the last plausible number — unless the
-next message continues from the implausible one, which then is the publisher's new sequence.
-The message's payload is decoded and judged on its own, as any other.
+forward counts the missing messages in ``flowplanner_fpm_sequence_gaps_total{endpoint}``. A jump
+forward by more than :data:`MAX_SEQUENCE_JUMP` (2**32) is not a gap: no publisher sends that many
+messages between two a subscriber receives (2**32 forward passes at 10 000 a second are five
+days), so it is a corrupt sequence frame or a broken publisher. It is logged, counted in
+``flowplanner_fpm_sequence_resets_total{endpoint,reason="implausible_jump"}``, and the sequence
+carries on from the last plausible number — unless the next message continues from the
+implausible one, which then is the publisher's new sequence (its gap from there is counted).
+A jump backwards is a publisher restart (not a gap) or, the mirror image of an implausible jump,
+one corrupt frame; the next message decides, and until then the sequence carries on from the
+number before the jump. If the next message continues from the lower number, the publisher
+restarted: counted then, under ``reason="restart"``, with the gap from the lower number if any.
+Otherwise the backward frame was a stray: logged, counted under ``reason="backward_stray"``, and
+the next message is judged against the sequence before it (one stray ``0`` in a sequence at
+10 000 000 used to count as a restart and 10 000 000 lost messages). A next message above the
+number before the jump continues both: the old sequence wins, as a stray needs no lost messages.
+A backward jump no message has followed yet is not counted (engines send a heartbeat a second,
+so a restart is counted within about a second). The message whose sequence number
+jumped (either way) is decoded and judged on its own, as any other: a broken sequence frame says
+nothing about its payload.
 
 Engines are discovered from the FPMs themselves; one not heard from for
 ``engine_silence_seconds`` is logged as gone and leaves the
@@ -39,7 +49,13 @@ Decoding is strict — exactly :class:`schemas.ForwardPassMetrics` (non-negative
 finite non-negative floats, no bools for ints, string worker ids) — and fast: a ``msgspec``
 mirror of the schema decodes and validates straight from msgpack; only when it rejects a payload
 does the pydantic model give the verdict (and the error message). A conformance test checks that
-both accept exactly the same payloads with the same values.
+both accept exactly the same payloads with the same values. The mirror knows only the schema's
+fields and refuses any other (``forbid_unknown_fields``), so a payload with an unknown field
+always gets the schema's verdict: msgspec would skip an unknown field unchecked, while the schema
+path reads the whole payload (every text UTF-8, every map key a string) and dead-letters junk
+anywhere in it. Unknown fields that are well-formed msgpack are still ignored (see
+:mod:`schemas.fpm`), at the slow path's cost (~6 µs instead of ~0.5 µs a payload); an engine's
+payload, which has only the schema's fields, costs what it did.
 """
 
 from __future__ import annotations
@@ -142,6 +158,8 @@ def endpoint_specs(
 
 
 # --- the wire decoder ---------------------------------------------------------------------------
+# The mirror structs forbid unknown fields: a payload carrying one is decided by the schema path
+# (FpmWireDecoder.verdict), the only one that checks what an unknown field holds (module docstring).
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]  # msgpack itself stops at MAX_COUNT (u64)
 # The plausibility ceilings of schemas.fpm.FPM_CEILINGS (a bounded float also rejects NaN, inf)
@@ -151,7 +169,7 @@ _Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_FPM_TOKENS)]
 _Variance = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FPM_TOKEN_VARIANCE)]
 
 
-class _WireScheduled(msgspec.Struct, frozen=True, gc=False):
+class _WireScheduled(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     num_prefill_requests: _Requests = 0
     sum_prefill_tokens: _Tokens = 0
     var_prefill_length: _Variance = 0.0
@@ -161,7 +179,7 @@ class _WireScheduled(msgspec.Struct, frozen=True, gc=False):
     var_decode_kv_tokens: _Variance = 0.0
 
 
-class _WireQueued(msgspec.Struct, frozen=True, gc=False):
+class _WireQueued(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     num_prefill_requests: _Requests = 0
     sum_prefill_tokens: _Tokens = 0
     var_prefill_length: _Variance = 0.0
@@ -170,7 +188,7 @@ class _WireQueued(msgspec.Struct, frozen=True, gc=False):
     var_decode_kv_tokens: _Variance = 0.0
 
 
-class _WireFpm(msgspec.Struct, frozen=True, gc=False):
+class _WireFpm(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     version: _Count = 0
     worker_id: Annotated[str, msgspec.Meta(max_length=MAX_WORKER_ID)] = ""
     dp_rank: _Count = 0
@@ -196,7 +214,9 @@ class FpmWireDecoder:
 
     :meth:`decode` returns ``(worker_id, dp_rank, row)`` with the row laid out as
     ``schemas.FPM_BATCH_COLUMNS`` (event time first), or raises :class:`FpmDecodeError` whose
-    message is the pydantic model's own (field path and reason).
+    message is the pydantic model's own (field path and reason). A payload with a field the
+    schema does not know takes the slow path, which accepts it only when the whole payload is
+    well-formed (text UTF-8, map keys strings).
 
     >>> from connectors.zmq_publisher import encode_fpm
     >>> decoder = FpmWireDecoder()
@@ -210,6 +230,13 @@ class FpmWireDecoder:
     ... except FpmDecodeError as exc:
     ...     print(exc)
     invalid FPM: wall_time: Input should be greater than or equal to 0
+    >>> decoder.decode(msgpack.packb({"worker_id": "w1", "new_field": [1]}), 5.0)[:2]
+    ('w1', 0)
+    >>> try:
+    ...     decoder.decode(msgpack.packb({"worker_id": "w1", "new_field": {1: 2}}), 5.0)
+    ... except FpmDecodeError as exc:
+    ...     print(exc)
+    undecodable FPM payload (not msgpack): int is not allowed for map key when strict_map_key=True
     >>> try:
     ...     decoder.decode(msgpack.packb({"wall_time": 1e300}), 5.0)
     ... except FpmDecodeError as exc:
@@ -303,6 +330,10 @@ class _Subscription:
     implausible_seq: int | None = None
     """The last sequence number that jumped implausibly far ahead (not taken as last_seq)."""
     implausible_jumps: int = 0
+    backward_seq: int | None = None
+    """A sequence number behind ``last_seq`` (not taken as last_seq) that the next message tells
+    to be a restart or a stray (module docstring); None when there is none to tell."""
+    backward_strays: int = 0
 
 
 @dataclass(frozen=True)
@@ -314,6 +345,11 @@ class _Options:
     receive_buffer: int
     stop_after: int | None
     clock: Callable[[], float]
+
+
+def _rarely(count: int) -> bool:
+    """Whether the ``count``-th occurrence of an anomaly is logged: the 1st, 10th, 100th, ..."""
+    return math.log10(count).is_integer()
 
 
 def _preview(frames: Sequence[bytes]) -> str:
@@ -378,6 +414,7 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         decode = self._decoder.decode
         groups: dict[tuple[str, int], list[FpmRow]] = {}
         last_seq = sub.last_seq
+        backward = sub.backward_seq is not None  # the next message decides: not in order
         gaps = 0
         count = 0
         while count < limit:
@@ -392,10 +429,11 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                     payload = recv()
                     if not more(RCVMORE) and len(seq_frame) == 8:
                         seq = int.from_bytes(seq_frame, "big")
-                        if last_seq is None or seq == last_seq + 1:
+                        if last_seq is None or (seq == last_seq + 1 and not backward):
                             last_seq = seq
                         else:
                             lost, last_seq = self._sequence_jump(sub, last_seq, seq)
+                            backward = sub.backward_seq is not None
                             gaps += lost
                         try:
                             worker_id, dp_rank, row = decode(payload, now)
@@ -430,9 +468,31 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
     @staticmethod
     def _sequence_jump(sub: _Subscription, last_seq: int, seq: int) -> tuple[int, int]:
         """Messages lost between two sequence numbers (0 when the publisher restarted or the
-        jump is implausible), and the sequence number to carry on from."""
+        jump is implausible), and the sequence number to carry on from (module docstring)."""
         url = sub.spec.url
         jump = seq - last_seq
+        held = sub.backward_seq
+        if held is not None:  # the message after a backward jump: a restart, or was it a stray?
+            sub.backward_seq = None
+            if not 0 < jump <= MAX_SEQUENCE_JUMP and 0 < seq - held <= MAX_SEQUENCE_JUMP:
+                sub.implausible_seq = None
+                FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="restart").inc()
+                log.info("FPM publisher %s restarted (seq %d after %d)", url, held, last_seq)
+                return seq - held - 1, seq
+            sub.backward_strays += 1
+            FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="backward_stray").inc()
+            if _rarely(sub.backward_strays):
+                log.warning(
+                    "FPM publisher %s: a message's sequence read %d after %d, the next one %d: "
+                    "a corrupt sequence frame or a broken publisher, not a restart "
+                    "(%d such backward jumps so far)",
+                    url,
+                    held,
+                    last_seq,
+                    seq,
+                    sub.backward_strays,
+                )
+            # ... and this message is judged against the sequence before the stray
         suspect = sub.implausible_seq
         if 0 < jump <= MAX_SEQUENCE_JUMP:
             return jump - 1, seq
@@ -446,7 +506,7 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
             sub.implausible_seq = seq
             sub.implausible_jumps += 1
             FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="implausible_jump").inc()
-            if math.log10(sub.implausible_jumps).is_integer():  # the 1st, 10th, 100th, ...
+            if _rarely(sub.implausible_jumps):
                 log.warning(
                     "FPM publisher %s: sequence jumped from %d to %d, more than %d ahead: a "
                     "corrupt sequence frame or a broken publisher, not lost messages "
@@ -458,10 +518,8 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                     sub.implausible_jumps,
                 )
             return 0, last_seq
-        sub.implausible_seq = None
-        FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="restart").inc()
-        log.info("FPM publisher %s restarted (seq %d after %d)", url, seq, last_seq)
-        return 0, seq
+        sub.backward_seq = seq  # a restart or a stray: the next message tells
+        return 0, last_seq
 
     def _malformed(self, sub: _Subscription, frames: list[bytes]) -> DeadLetter:
         """Dead letter for a message with the wrong framing (reads its remaining frames)."""

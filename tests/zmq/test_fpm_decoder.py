@@ -2,7 +2,7 @@
 
 Payloads are generated from valid FPMs by seeded random mutations (wrong types, bools for ints,
 NaN/inf, negatives, huge integers, missing and extra keys, non-map payloads, duplicate keys,
-truncated and trailing bytes); each one is judged by both paths.
+truncated and trailing bytes, unknown fields holding junk); each one is judged by both paths.
 """
 
 from __future__ import annotations
@@ -47,6 +47,48 @@ ODD_VALUES = [
     {"num_prefill_requests": 1},
 ]
 
+EXTRA = msgpack.packb("extra")
+UNKNOWN_JUNK = {  # (key, value) of a field the schema does not know, as raw msgpack: refused
+    "key not UTF-8": (b"\xa3x\xff\xfe", msgpack.packb(1)),
+    "text not UTF-8": (EXTRA, b"\xa2\xff\xfe"),
+    "text not UTF-8 in a list": (EXTRA, b"\x92\xa1a\xa1\xff"),
+    "integer map key": (EXTRA, msgpack.packb({1: 2})),
+    "float map key deeper": (EXTRA, msgpack.packb([{2.5: None}])),
+    "timestamp of the wrong size": (EXTRA, b"\xd4\xff\x00"),
+    "byte msgpack never uses": (EXTRA, b"\xc1"),
+}
+UNKNOWN_WELL_FORMED = {  # ... and well-formed ones: ignored
+    "nested map and list": (EXTRA, msgpack.packb({"a": ["b", 1.5, None, True]})),
+    "bytes map key": (EXTRA, msgpack.packb({b"k": 1}, use_bin_type=True)),
+    "bytes, not text": (EXTRA, msgpack.packb(b"\xff", use_bin_type=True)),
+    "extension type": (EXTRA, msgpack.packb(msgpack.ExtType(5, b"xy"))),
+    "timestamp": (EXTRA, msgpack.packb(msgpack.Timestamp(1, 5))),
+}
+UNKNOWN_FIELDS = [*UNKNOWN_JUNK.values(), *UNKNOWN_WELL_FORMED.values()]
+
+
+def pack_map(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """A msgpack map of already packed keys and values (which need not be valid msgpack)."""
+    return bytes([0xDE]) + struct.pack(">H", len(entries)) + b"".join(k + v for k, v in entries)
+
+
+def packed_entries(fields: dict) -> list[tuple[bytes, bytes]]:
+    return [(msgpack.packb(k), msgpack.packb(v)) for k, v in fields.items()]
+
+
+def with_unknown_field(rng: random.Random, fields: dict) -> bytes:
+    """The FPM with one unknown field (of :data:`UNKNOWN_FIELDS`) at the top or in a nested map."""
+    entries = packed_entries(fields)
+    junk = rng.choice(UNKNOWN_FIELDS)
+    if rng.random() < 0.5:
+        entries.insert(rng.randrange(len(entries) + 1), junk)
+    else:
+        nested = packed_entries(fields[NESTED[0]])
+        nested.insert(rng.randrange(len(nested) + 1), junk)
+        position = list(fields).index(NESTED[0])
+        entries[position] = (msgpack.packb(NESTED[0]), pack_map(nested))
+    return pack_map(entries)
+
 
 def valid_fields(rng: random.Random) -> dict:
     fpm = ForwardPassMetrics.model_validate(
@@ -68,7 +110,7 @@ def valid_fields(rng: random.Random) -> dict:
 
 
 def mutate(rng: random.Random, fields: dict) -> bytes:
-    choice = rng.randrange(10)
+    choice = rng.randrange(11)
     if choice == 0:
         return msgpack.packb(rng.choice(ODD_VALUES))
     if choice == 1:  # drop keys
@@ -93,6 +135,8 @@ def mutate(rng: random.Random, fields: dict) -> bytes:
         body = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in fields.items())
         body += msgpack.packb(key) + msgpack.packb(value)
         return bytes([0xDE]) + struct.pack(">H", len(fields) + 1) + body
+    elif choice == 9:  # an unknown field holding junk (or not): the schema path reads it too
+        return with_unknown_field(rng, fields)
     return msgpack.packb(fields, use_bin_type=True)
 
 
@@ -145,6 +189,25 @@ def test_valid_payloads_round_trip_exactly_on_the_fast_path(
         assert (worker, rank, row) == (fpm.worker_id, fpm.dp_rank, fpm_to_row(3.5, fpm))
         from_row = encode_row(fpm.worker_id, fpm.dp_rank, fpm_to_row(0.0, fpm))
         assert FpmWireDecoder().decode(from_row, 3.5) == (worker, rank, row)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "verdict"),
+    [pytest.param(*field, "error", id=name) for name, field in UNKNOWN_JUNK.items()]
+    + [pytest.param(*field, "ok", id=name) for name, field in UNKNOWN_WELL_FORMED.items()],
+)
+def test_an_unknown_field_is_judged_alike_by_both_paths(
+    key: bytes, value: bytes, verdict: str
+) -> None:
+    # the live decoder skipped unknown fields unchecked: text that is not UTF-8 or an integer
+    # map key in one was admitted, while the schema path dead-letters it
+    for payload in (
+        pack_map([(msgpack.packb("worker_id"), msgpack.packb("w1")), (key, value)]),
+        pack_map([(msgpack.packb("queued_requests"), pack_map([(key, value)]))]),
+    ):
+        fast, schema = judge_fast(payload), judge_schema(payload)
+        assert same(fast, schema), (payload, fast, schema)
+        assert fast[0] == verdict, fast
 
 
 @pytest.mark.parametrize("depth", [5000, 50000])

@@ -43,6 +43,13 @@ def fpm_fields(worker_id: str, dp_rank: int = 0, step: int = 0) -> dict:
     }
 
 
+def frames_with_seq(seq: int, step: int) -> tuple:
+    """A publisher step sending an FPM (counter_id ``seq``) under sequence frame ``seq``, which
+    leaves the publisher's own sequence where it was."""
+    fpm = ForwardPassMetrics.model_validate({**fpm_fields("w1", step=step), "counter_id": seq})
+    return ("frames", 0, [b"", seq.to_bytes(8, "big"), encode_fpm(fpm)])
+
+
 def expected_fpm(fields: dict, seq: int) -> ForwardPassMetrics:
     """What a subscriber must reconstruct: the publisher stamps counter_id with the sequence."""
     return ForwardPassMetrics.model_validate({**fields, "counter_id": seq})
@@ -127,6 +134,8 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
 ) -> None:
     good = encode_fpm(ForwardPassMetrics(worker_id="w1", wall_time=0.02))
     seq = (5).to_bytes(8, "big")
+    # the live decoder used to skip an unknown field unchecked and admit this
+    unknown_field_not_utf8 = b"\x82\xa9worker_id\xa2w1\xa5extra\xa2\xff\xfe"
     steps = [
         ("clock", 99.0),
         ("fpm", 0, fpm_fields("w1")),  # seq 0
@@ -139,7 +148,8 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
         ("payload", 0, msgpack.packb({"worker_id": "w1", "dp_rank": True})),  # seq 3
         ("payload", 0, msgpack.packb([1, 2, 3])),  # seq 4
         ("payload", 0, good + b"\x00"),  # seq 5: trailing bytes
-        ("fpm", 0, fpm_fields("w1", step=1)),  # seq 6
+        ("payload", 0, unknown_field_not_utf8),  # seq 6
+        ("fpm", 0, fpm_fields("w1", step=1)),  # seq 7
     ]
     publisher = PublisherProcess([new_url()], steps).start()
     (url,) = publisher.urls  # bound by the publisher process
@@ -165,11 +175,12 @@ def test_malformed_messages_are_dead_lettered_and_the_rest_flows(
     assert reasons[6] == "invalid FPM: dp_rank: Input should be a valid integer"
     assert reasons[7].startswith("invalid FPM: Input should be a valid dictionary")
     assert reasons[8].startswith("undecodable FPM payload (not msgpack):")
-    assert [letter.position for letter in letters] == [None, None, None, None, 1, 2, 3, 4, 5]
+    assert reasons[9].startswith("undecodable FPM payload (not msgpack): 'utf-8' codec can't")
+    assert [letter.position for letter in letters] == [None, None, None, None, 1, 2, 3, 4, 5, 6]
     assert {(letter.source, letter.deployment) for letter in letters} == {(url, "llama")}
     assert "lonely" in letters[0].raw
     assert fpms_by_engine(items) == {
-        ("w1", 0): [expected_fpm(fpm_fields("w1"), 0), expected_fpm(fpm_fields("w1", step=1), 6)]
+        ("w1", 0): [expected_fpm(fpm_fields("w1"), 0), expected_fpm(fpm_fields("w1", step=1), 7)]
     }
     assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 0
 
@@ -207,34 +218,30 @@ def test_an_implausible_sequence_jump_is_not_counted_as_lost_messages(
     messages lost, then a false restart at the next message. Now: one warning, one
     ``implausible_jump``, and the sequence carries on from the last plausible number; a
     publisher whose sequence really moved far ahead is followed from the next message on."""
-
-    def frames(seq: int, step: int) -> tuple:
-        fpm = ForwardPassMetrics.model_validate({**fpm_fields("w1", step=step), "counter_id": seq})
-        return ("frames", 0, [b"", seq.to_bytes(8, "big"), encode_fpm(fpm)])
-
     corrupt, moved = 2**64 - 1, 2**40
     steps = [
         ("clock", 7.0),
         ("fpm", 0, fpm_fields("w1", step=0)),  # seq 0
         ("fpm", 0, fpm_fields("w1", step=1)),  # seq 1
-        frames(corrupt, step=2),  # a corrupt sequence frame
+        frames_with_seq(corrupt, step=2),  # a corrupt sequence frame
         ("fpm", 0, fpm_fields("w1", step=3)),  # seq 2: in order, no restart
         ("skip", 0, 2),
         ("fpm", 0, fpm_fields("w1", step=4)),  # seq 5: 2 lost, still counted
-        frames(moved, step=5),  # far ahead ...
-        frames(moved + 2, step=6),  # ... and carried on from there: 1 lost
+        frames_with_seq(moved, step=5),  # far ahead ...
+        frames_with_seq(moved + 2, step=6),  # ... and carried on from there: 1 lost
         ("reset_seq", 0),
-        ("fpm", 0, fpm_fields("w1", step=7)),  # seq 0: a real restart
+        ("fpm", 0, fpm_fields("w1", step=7)),  # seq 0: a real restart ...
+        ("fpm", 0, fpm_fields("w1", step=8)),  # seq 1: ... which this one confirms
     ]
     publisher = PublisherProcess([new_url()], steps).start()
     (url,) = publisher.urls
-    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=8, clock=publisher.now)
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=9, clock=publisher.now)
 
     with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
         items = run_source(source, publisher, workers=workers)
 
     counters = [fpm.counter_id for fpm in fpms_by_engine(items)[("w1", 0)]]
-    assert counters == [0, 1, corrupt, 2, 5, moved, moved + 2, 0]  # every payload admitted
+    assert counters == [0, 1, corrupt, 2, 5, moved, moved + 2, 0, 1]  # every payload admitted
     assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 3
     resets = "flowplanner_fpm_sequence_resets_total"
     assert metric(resets, endpoint=url, reason="implausible_jump") == 2
@@ -248,6 +255,58 @@ def test_an_implausible_sequence_jump_is_not_counted_as_lost_messages(
     ]
     lost = [m for m in messages if "messages lost" in m]
     assert all(str(corrupt - 2) not in m for m in lost)
+
+
+def test_a_stray_backward_sequence_frame_is_neither_a_restart_nor_lost_messages(
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture, workers: int
+) -> None:
+    """One message whose sequence frame read 0 in a sequence at 10 000 000 counted as a publisher
+    restart, and the publisher's next message, 10 000 001, as 10 000 000 lost. Now the message
+    after a backward jump decides: continuing the old sequence, the jump was a stray
+    (``backward_stray``, no gap); continuing the new one, the publisher restarted (one
+    ``restart``, no gap)."""
+    start = 10_000_000
+    steps = [
+        ("clock", 7.0),
+        ("skip", 0, start),  # a publisher that has been up for a while
+        ("fpm", 0, fpm_fields("w1", step=0)),  # seq start
+        frames_with_seq(0, step=1),  # a stray sequence frame reading 0 ...
+        ("await_seen", 2),  # (received in one poll, the next message in another)
+        ("fpm", 0, fpm_fields("w1", step=2)),  # seq start + 1: ... the publisher never restarted
+        frames_with_seq(5, step=3),  # another stray ...
+        ("skip", 0, 2),
+        ("fpm", 0, fpm_fields("w1", step=4)),  # seq start + 4: ... then 2 lost
+        ("reset_seq", 0),
+        ("fpm", 0, fpm_fields("w1", step=5)),  # seq 0: a real restart ...
+        ("fpm", 0, fpm_fields("w1", step=6)),  # seq 1: ... which this one confirms
+    ]
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=7, clock=publisher.now)
+
+    with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
+        items = run_source(source, publisher, workers=workers)
+
+    counters = [fpm.counter_id for fpm in fpms_by_engine(items)[("w1", 0)]]
+    assert counters == [start, 0, start + 1, 5, start + 4, 0, 1]  # every payload admitted
+    assert metric("flowplanner_fpm_sequence_gaps_total", endpoint=url) == 2
+    resets = "flowplanner_fpm_sequence_resets_total"
+    assert metric(resets, endpoint=url, reason="backward_stray") == 2
+    assert metric(resets, endpoint=url, reason="restart") == 1
+    assert metric(resets, endpoint=url, reason="implausible_jump") == 0
+    messages = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    strays = [m for m in messages if "not a restart" in m]
+    assert strays == [  # logged at the 1st, 10th, 100th ... such jump
+        f"FPM publisher {url}: a message's sequence read 0 after {start}, the next one "
+        f"{start + 1}: a corrupt sequence frame or a broken publisher, not a restart "
+        "(1 such backward jumps so far)"
+    ]
+    assert [m for m in messages if "restarted" in m] == [
+        f"FPM publisher {url} restarted (seq 0 after {start + 4})"
+    ]
+    assert [m for m in messages if "messages lost" in m] == [
+        f"FPM publisher {url}: 2 messages lost"
+    ]
 
 
 def test_engines_are_discovered_and_expire_after_silence(
