@@ -386,11 +386,12 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         if not self._subscriptions or inputs_ended():
             raise StopIteration
         options = self.options
-        now = options.clock()
+        ready = self._poller.poll(0)
+        now = options.clock()  # after the poll: what it found had arrived by now
         if not (now >= 0 and math.isfinite(now)):
             raise ValueError(f"clock gave {now!r}; event time must be finite and >= 0")
         items: list[ZmqItem] = []
-        for socket, _event in self._poller.poll(0):
+        for socket, _event in ready:
             self._drain(self._subscriptions[socket], now, items)
         if now >= self._next_expiry_check:
             self._expire(now)
