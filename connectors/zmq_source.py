@@ -34,7 +34,7 @@ so a restart is counted within about a second). The message whose sequence numbe
 jumped (either way) is decoded and judged on its own, as any other: a broken sequence frame says
 nothing about its payload.
 
-Engines are discovered from the FPMs themselves; one not heard from for
+Engines are discovered from the FPMs themselves; one not heard from for its deployment's
 ``engine_silence_seconds`` is logged as gone and leaves the
 ``flowplanner_fpm_engines{deployment,role}`` gauge. The planner applies the same rule in event
 time (``PlannerConfig.engine_silence_seconds``): an engine whose latest FPM is older than that no
@@ -283,7 +283,9 @@ EngineKey = tuple[str, Role, str, int]
 
 
 class EngineRegistry:
-    """Engines heard from recently: discovery on first FPM, expiry after a silence.
+    """Engines heard from recently: discovery on first FPM, expiry after a silence — one for
+    every engine, or each deployment's (an engine of a deployment the mapping lacks gets the
+    shortest of them).
 
     Times are whatever clock the caller uses (seconds); nothing here reads a clock.
 
@@ -294,13 +296,29 @@ class EngineRegistry:
     False
     >>> engines.expire(13.5), engines.expire(14.5)
     ([], [('llama', 'decode', 'w1', 0)])
+    >>> engines = EngineRegistry({"a": 3.0, "b": 30.0})
+    >>> engines.seen(("a", "decode", "w1", 0), 0.0), engines.seen(("b", "decode", "w1", 0), 0.0)
+    (True, True)
+    >>> engines.expire(4.0), engines.silence_for("b"), engines.shortest
+    ([('a', 'decode', 'w1', 0)], 30.0, 3.0)
     """
 
-    def __init__(self, silence_seconds: float) -> None:
-        if not (silence_seconds > 0 and math.isfinite(silence_seconds)):
-            raise ValueError(f"engine silence must be a positive number, got {silence_seconds}")
+    def __init__(self, silence_seconds: float | Mapping[str, float]) -> None:
+        given = silence_seconds if isinstance(silence_seconds, Mapping) else {"": silence_seconds}
+        if not given:
+            raise ValueError("engine silence: no deployment's silence given")
+        for silence in given.values():
+            if not (silence > 0 and math.isfinite(silence)):
+                raise ValueError(f"engine silence must be a positive number, got {silence}")
         self.silence_seconds = silence_seconds
+        self.shortest = min(given.values())
         self.last_seen: dict[EngineKey, float] = {}
+
+    def silence_for(self, deployment: str) -> float:
+        """Seconds after which an engine of ``deployment`` is gone."""
+        if isinstance(self.silence_seconds, Mapping):
+            return self.silence_seconds.get(deployment, self.shortest)
+        return self.silence_seconds
 
     def seen(self, key: EngineKey, now: float) -> bool:
         """Record an FPM of ``key`` at ``now``; True when the engine is new (discovered)."""
@@ -309,9 +327,11 @@ class EngineRegistry:
         return new
 
     def expire(self, now: float) -> list[EngineKey]:
-        """Forget and return the engines silent for more than ``silence_seconds`` at ``now``."""
-        limit = now - self.silence_seconds
-        gone = [key for key, last in self.last_seen.items() if last < limit]
+        """Forget and return the engines silent at ``now`` for more than their deployment's
+        silence."""
+        gone = [
+            key for key, last in self.last_seen.items() if last < now - self.silence_for(key[0])
+        ]
         for key in gone:
             del self.last_seen[key]
         return gone
@@ -339,7 +359,7 @@ class _Subscription:
 @dataclass(frozen=True)
 class _Options:
     batch_size: int
-    engine_silence_seconds: float
+    engine_silence_seconds: float | Mapping[str, float]
     group: bool
     idle_poll_seconds: float
     receive_buffer: int
@@ -597,9 +617,9 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                 role,
                 worker_id,
                 dp_rank,
-                engines.silence_seconds,
+                engines.silence_for(deployment),
             )
-        self._next_expiry_check = now + min(engines.silence_seconds / 4, 1.0)
+        self._next_expiry_check = now + min(engines.shortest / 4, 1.0)
 
     def _unsubscribe(self, sub: _Subscription) -> None:
         self._poller.unregister(sub.socket)
@@ -625,7 +645,8 @@ class ZmqFpmSource(DynamicSource[ZmqItem]):
     * ``batch_size`` — at most this many messages per endpoint per poll (bytewax throughput
       collapses with tiny batches; all FPMs of one engine in a poll become one FpmBatchEvent).
     * ``engine_silence_seconds`` — an engine not heard from this long is gone (heartbeats come
-      once a second).
+      once a second); a mapping gives each deployment's (``PlannerConfig``'s), and must name
+      every endpoint's deployment.
     * ``group`` — False yields one FpmEvent per FPM instead of FpmBatchEvents.
     * ``idle_poll_seconds`` — how long to sleep after a poll that found nothing.
     * ``receive_buffer`` — SUB socket RCVHWM in messages (0 = unlimited); past it ZMQ drops,
@@ -644,7 +665,7 @@ class ZmqFpmSource(DynamicSource[ZmqItem]):
         endpoints: Mapping[str, tuple[str, Role]] | Iterable[EndpointSpec],
         *,
         batch_size: int = 1000,
-        engine_silence_seconds: float = 3.0,
+        engine_silence_seconds: float | Mapping[str, float] = 3.0,
         group: bool = True,
         idle_poll_seconds: float = 0.01,
         receive_buffer: int = 10_000,
@@ -661,6 +682,11 @@ class ZmqFpmSource(DynamicSource[ZmqItem]):
         if stop_after is not None and stop_after < 1:
             raise ValueError(f"stop_after must be >= 1 or None, got {stop_after}")
         EngineRegistry(engine_silence_seconds)  # validates
+        if isinstance(engine_silence_seconds, Mapping):
+            engine_silence_seconds = dict(engine_silence_seconds)
+            missing = sorted({s.deployment for s in self.endpoints} - set(engine_silence_seconds))
+            if missing:
+                raise ValueError(f"engine silence: none given for deployment {missing[0]!r}")
         self.options = _Options(
             batch_size=batch_size,
             engine_silence_seconds=engine_silence_seconds,

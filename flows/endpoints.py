@@ -203,7 +203,9 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             raise EndpointError(str(exc)) from exc
     if zmq_endpoints:
         try:
-            silence = min(c.engine_silence_seconds for c in configs.values())
+            silence = {
+                s.deployment: configs[s.deployment].engine_silence_seconds for s in zmq_endpoints
+            }
             wiring.inputs.append(ZmqFpmSource(zmq_endpoints, engine_silence_seconds=silence))
         except ValueError as exc:
             raise EndpointError(str(exc)) from exc

@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import math
 from collections import deque
 from collections.abc import Callable
@@ -163,6 +164,8 @@ NO_GATE = (
 
 _PROMPT_TOKENS = FPM_COLUMN["scheduled.sum_prefill_tokens"]
 
+log = logging.getLogger(__name__)
+
 GRID_SLACK_S = 1e-6
 """Float error allowed between a tick's time and the window end on which it falls (windows
 are the gcd of the intervals on a 10 ms grid, so a tick time is always some window's end)."""
@@ -191,6 +194,10 @@ class DeploymentPlanner:
     >>> [letter.reason.split(" is ")[1] for letter in planner.take_dead_letters()]
     ["above the engine's max_num_seqs = 8"]
     """
+
+    unfunded: tuple[int, int] | None = None
+    """The budget and the GPUs its minimum endpoints need, while it cannot fund them (warned
+    once per pair)."""
 
     def __init__(
         self,
@@ -270,6 +277,8 @@ class DeploymentPlanner:
             self.machine.set_capabilities(merged)
         for limits in window.limits:
             self._set_limits(limits)
+        if window.capabilities is not None or window.limits:
+            self._warn_unfunded_minimum()
         per_engine = self.config.fpm_samples_per_engine_per_tick
         # Engine order, not arrival order: the training samples' order decides which the perf
         # models drop first when full, and engines reporting at the same event time through
@@ -330,6 +339,27 @@ class DeploymentPlanner:
             return
         self.config = config
         self.machine.set_config(config)
+
+    def _warn_unfunded_minimum(self) -> None:
+        """Say once when the engines' reported GPUs per replica leave the budget unable to fund
+        the minimum endpoints (the config, refused at start for it, could not know them)."""
+        budget = self.machine.fleet.budget()
+        need = budget.unfunded_minimum()
+        unfunded = None if need is None else (self.config.max_gpu_budget, need)
+        if unfunded is not None and unfunded != self.unfunded:
+            outcome = (
+                "keeps the minimum endpoints and no more"
+                if self.config.gpu_budget_rule == "band"
+                else "scales the deployment to 0 (gpu_budget_rule pair_clamp, spec §8.1)"
+            )
+            log.warning(
+                "%s: max_gpu_budget %d cannot fund the minimum endpoints, which need %d GPUs at "
+                "the GPUs per replica the engines report; the planner %s",
+                self.deployment,
+                *unfunded,
+                outcome,
+            )
+        self.unfunded = unfunded
 
     def _refuse_limits(self, limits: Limits, why: str) -> None:
         self.dead_letters.append(

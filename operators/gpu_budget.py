@@ -3,7 +3,11 @@
 ``gpu_budget_rule`` picks the rule: ``band`` (spec §8.2, ours by default) guards load actions
 so that a budget may shrink a move but never reverse it, and fits throughput targets to the
 funded part of their move from the ready counts; ``pair_clamp`` (§8.1, the reference variant)
-clamps every count proportionally. Minimum endpoints come first in both (§4.7). With
+clamps every count proportionally. Minimum endpoints come first in both (§4.7). When the
+engines report more GPUs per replica than the config assumed, the budget may no longer fund the
+minimum endpoints: §8.1/§8.2 then scale the deployment to 0, which ``pair_clamp`` keeps; *ours*,
+``band`` raises its ceiling to what the minimum endpoints need (:attr:`GpuBudget.max_gpus`), so
+no role is scaled below its minimum endpoint for it and the fleet stays at those. With
 ``enable_power_awareness`` the power budget (:mod:`operators.power_budget`) then cuts what is
 left of a scale-up (reason ``power_budget_clamp``); it never touches throughput lower bounds
 (the load action a bound lifts is cut instead).
@@ -45,6 +49,15 @@ class GpuBudget:
     >>> GpuBudget(config.model_copy(update={"gpu_budget_rule": "pair_clamp"}), budget.gpus,
     ...           budget.ready).guard_single("decode", 4, 5)  # §8.1: clamped to the ceiling
     (4, None)
+
+    Engines that report 8 GPUs each: 4 GPUs cannot fund the one minimum replica.
+
+    >>> big = GpuBudget(config, {"prefill": None, "decode": 8}, {"prefill": None, "decode": 2})
+    >>> big.unfunded_minimum(), big.max_gpus, big.guard_single("decode", 2, 2)
+    (8, 8, (1, 'gpu_budget_reconcile'))
+    >>> GpuBudget(config.model_copy(update={"gpu_budget_rule": "pair_clamp"}), big.gpus,
+    ...           big.ready).guard_single("decode", 2, 2)  # §8.1: infeasible, scaled to 0
+    (0, None)
     """
 
     config: PlannerConfig
@@ -55,6 +68,28 @@ class GpuBudget:
 
     def min_endpoint(self, role: Role) -> int:
         return self.config.min_endpoint_for(role)
+
+    def unfunded_minimum(self) -> int | None:
+        """The GPUs the minimum endpoints of the deployment's roles need when
+        ``max_gpu_budget`` cannot fund them, else ``None`` (funded, no budget, or a role's
+        GPUs per replica unknown)."""
+        need = 0
+        for role in self.config.roles:
+            gpus = self.gpus[role]
+            if gpus is None:
+                return None
+            need += self.min_endpoint(role) * gpus
+        return need if 0 <= self.config.max_gpu_budget < need else None
+
+    @property
+    def max_gpus(self) -> int:
+        """The ceiling the rule applies: ``max_gpu_budget``, except that ``band`` (ours) raises
+        one that cannot fund the minimum endpoints to what they need, where §8.1/§8.2 (and
+        ``pair_clamp``) scale the deployment to 0."""
+        need = self.unfunded_minimum()
+        if need is None or self.config.gpu_budget_rule != "band":
+            return self.config.max_gpu_budget
+        return need
 
     def clamp_single(self, role: Role, desired: int) -> int:
         """``max(desired, min_endpoint)`` then the §8.1 clamp (none when the budget is off or
@@ -88,7 +123,7 @@ class GpuBudget:
                 max(desired, min_ep),
                 self.gpus[role],
                 self.config.min_gpu_budget,
-                self.config.max_gpu_budget,
+                self.max_gpus,
                 min_ep,
             )
         fitted, reason = self._within_power({role: current}, {role: n}, reason)
@@ -111,7 +146,7 @@ class GpuBudget:
                 self.gpus["prefill"],
                 self.gpus["decode"],
                 self.config.min_gpu_budget,
-                self.config.max_gpu_budget,
+                self.max_gpus,
                 p_min,
                 d_min,
             )
@@ -154,7 +189,7 @@ class GpuBudget:
                 self.gpus["prefill"],
                 self.gpus["decode"],
                 min_gpus,
-                cfg.max_gpu_budget,
+                self.max_gpus,
                 self.min_endpoint("prefill"),
                 self.min_endpoint("decode"),
             )
@@ -167,7 +202,7 @@ class GpuBudget:
                 n,
                 self.gpus[role],
                 min_gpus,
-                cfg.max_gpu_budget,
+                self.max_gpus,
                 self.min_endpoint(role),
             )
         return fitted, reason

@@ -304,7 +304,7 @@ class PlannerConfig(BaseModel):
     """Forward passes each perf model keeps (spec §3.1), spread over its buckets."""
     fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
     """Buckets the perf model spreads its samples over; a perfect square (spec §3.1)."""
-    load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100)] = 80
+    load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 80
     """A scale-down needs the latency estimates under this percent of the SLA (spec §4.5,
     §4.6); 0 never scales down."""
     load_min_observations: Annotated[int, Field(ge=1)] = 5
@@ -385,7 +385,7 @@ class PlannerConfig(BaseModel):
     ``load_rate_utilization`` of its capacity. Reference: 0 (off; load ticks see only the
     engines' forward passes). At most one day: the planner keeps this much request history
     per tick window (a longer window crashed the run allocating it)."""
-    load_rate_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    load_rate_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     """*ours*: the highest share of its capacity a load scale-down may leave each surviving
     engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""
     load_hold_applies_floors: bool = True
@@ -421,8 +421,13 @@ class PlannerConfig(BaseModel):
     is lifted to it with the rest of the proposed move, so a budget that does not bind changes
     nothing; such a move the band cannot fund is clamped into it (``gpu_budget_reconcile``),
     never below what reconciling the fleet gives. Throughput targets keep only the funded part
-    of a move. ``pair_clamp`` is spec §8.1 (G2): scale the pair proportionally under
-    ``max_gpu_budget`` (decode may grow into what prefill leaves), no floor.
+    of a move. A budget the engines' reported GPUs per replica make unable to fund the minimum
+    endpoints (the config is refused at start only for the GPUs it names) scales the deployment
+    to 0 in the spec (§8.1, §8.2); the band instead takes what the minimum endpoints need as
+    its ceiling, so the fleet keeps its minimum endpoints and no more, and a warning names the
+    deployment, the budget and that need. ``pair_clamp`` is spec §8.1 (G2): scale
+    the pair proportionally under ``max_gpu_budget`` (decode may grow into what prefill
+    leaves), no floor, and 0 replicas when the budget cannot fund the minimum endpoints.
     Reference: ``pair_clamp`` — the reference algorithm this project is measured
     against is the older generation (flat scale-down §4.5, §8.1 budget). The band is our
     default because with ``min_gpu_budget`` off it differs only when the ceiling binds, where it
@@ -447,7 +452,9 @@ class PlannerConfig(BaseModel):
     prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
     """Fewest prefill replicas, in place of ``min_endpoint``."""
     decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
-    """Fewest decode (or agg) replicas, in place of ``min_endpoint``."""
+    """Fewest decode replicas, in place of ``min_endpoint`` (disagg and decode modes; agg
+    engines take ``min_endpoint`` only, and a config that sets this in agg mode is refused,
+    spec §8.3)."""
 
     # --- event time (ours) ---
     allowed_lateness_seconds: Annotated[float, Field(ge=0, le=DAY_SECONDS, allow_inf_nan=False)] = (
@@ -539,9 +546,12 @@ class PlannerConfig(BaseModel):
                 raise ValueError(f"{field} is set but mode {self.mode!r} has no {role} role")
         self._check_load_thresholds()
         # Below the minimum endpoints' GPUs the budget clamp scales the deployment to zero
-        # (spec §8.1/§8.2); a replica has at least one GPU, so such a budget is never feasible.
-        gpus = {"prefill": self.prefill_engine_num_gpu, "decode": self.decode_engine_num_gpu}
-        floor = sum(self.min_endpoint_for(role) * (gpus[role] or 1) for role in roles)
+        # (spec §8.1/§8.2); a replica has at least one GPU (or the capabilities' or
+        # *_engine_num_gpu's count), so such a budget is never feasible.
+        floor = sum(
+            self.min_endpoint_for(role) * (self.configured_gpus_per_replica(role) or 1)
+            for role in roles
+        )
         if 0 <= self.max_gpu_budget < floor:
             raise ValueError(
                 f"max_gpu_budget {self.max_gpu_budget} is below the {floor} GPUs the minimum "
@@ -577,7 +587,7 @@ class PlannerConfig(BaseModel):
         endpoints_w, caps_w, gpus_per_replica = 0, [], []
         for role in self.roles:
             caps = getattr(self.capabilities, role, None) or EngineCapabilities()
-            gpus = caps.num_gpu or getattr(self, f"{role}_engine_num_gpu")
+            gpus = self.configured_gpus_per_replica(role)
             if gpus is None or caps.gpu_power_limit_w is None:
                 return
             endpoints_w += self.min_endpoint_for(role) * gpus * caps.gpu_power_limit_w
@@ -661,6 +671,21 @@ class PlannerConfig(BaseModel):
     def sla_mode(self) -> bool:
         """True for the regression-based SLA target; False for the threshold (easy) targets."""
         return self.optimization_target == "sla"
+
+    def configured_gpus_per_replica(self, role: Role) -> int | None:
+        """GPUs of one ``role`` replica as this config gives them: ``capabilities.<role>.num_gpu``,
+        else ``<role>_engine_num_gpu``, else ``None`` (unknown until the engines report it).
+
+        >>> caps = WorkerCapabilities(decode=EngineCapabilities(num_gpu=4))
+        >>> PlannerConfig(decode_engine_num_gpu=2, capabilities=caps,
+        ...               max_gpu_budget=-1).configured_gpus_per_replica("decode")
+        4
+        """
+        caps = getattr(self.capabilities, role, None) or EngineCapabilities()
+        configured = (
+            self.prefill_engine_num_gpu if role == "prefill" else self.decode_engine_num_gpu
+        )
+        return caps.num_gpu or configured
 
     def min_endpoint_for(self, role: Role) -> int:
         """Effective minimum replicas of a role (role-specific override, else ``min_endpoint``)."""

@@ -350,3 +350,55 @@ def test_engines_are_discovered_and_expire_after_silence(
     )
     # the run ended: its engines no longer count as live
     assert metric("flowplanner_fpm_engines", deployment=deployment, role="decode") == 0
+
+
+def test_each_deployment_expires_its_engines_after_its_own_silence(
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture, workers: int
+) -> None:
+    # protects: the source used the shortest engine_silence_seconds of all deployments for
+    # every engine, so b's engine (30 s) was "gone" after 4.5 s because a's silence is 3 s
+    from flows.endpoints import wire
+    from schemas import load_config
+
+    a, b = (f"dep-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    steps = [
+        ("clock", 1000.0),
+        ("fpm", 0, fpm_fields("w1")),
+        ("fpm", 1, fpm_fields("w1")),
+        ("await_seen", 2),
+        ("clock", 1004.5),  # both w1 silent for 4.5 s: over a's 3 s, under b's 30 s
+        ("fpm", 0, fpm_fields("w2")),
+        ("fpm", 1, fpm_fields("w2")),
+    ]
+    publisher = PublisherProcess([new_url(), new_url()], steps).start()
+    configs = load_config(
+        f'{{"deployments": {{"{a}": {{"mode": "decode", "engine_silence_seconds": 3}},'
+        f' "{b}": {{"mode": "decode", "engine_silence_seconds": 30}}}}}}'
+    )
+    addresses = [
+        f"zmq+{url}?deployment={name}&role=decode"
+        for url, name in zip(publisher.urls, (a, b), strict=True)
+    ]
+    (wired,) = [s for s in wire(addresses, ["-"], configs).inputs if isinstance(s, ZmqFpmSource)]
+    source = ZmqFpmSource(
+        wired.endpoints,
+        engine_silence_seconds=wired.options.engine_silence_seconds,
+        stop_after=2,
+        clock=publisher.now,
+    )
+
+    with caplog.at_level(logging.INFO, logger="connectors.zmq_source"):
+        run_source(source, publisher, workers=workers)
+
+    gone = [(r.args[0], r.args[2]) for r in caplog.records if r.msg.endswith(": gone")]
+    assert sorted(d for d, _ in gone if d in (a, b)) == [a]
+    assert metric("flowplanner_fpm_engines_expired_total", deployment=a, role="decode") == 1
+    assert metric("flowplanner_fpm_engines_expired_total", deployment=b, role="decode") == 0
+
+
+def test_a_silence_mapping_must_name_every_endpoints_deployment() -> None:
+    with pytest.raises(ValueError, match="none given for deployment 'b'"):
+        ZmqFpmSource(
+            {"tcp://127.0.0.1:20380": ("a", "decode"), "tcp://127.0.0.1:20381": ("b", "decode")},
+            engine_silence_seconds={"a": 3.0},
+        )
