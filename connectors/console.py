@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from bytewax.connectors.files import FileSink
 from bytewax.outputs import (
@@ -33,10 +34,62 @@ class _JsonlPartition(StatefulSinkPartition[BaseModel, int]):
         self._inner.close()
 
 
+class _StreamPartition(StatefulSinkPartition[str, int]):
+    """Lines appended to a stream that cannot seek (a character device, a FIFO, a pipe):
+    flushed every batch, never truncated nor fsynced; nothing to resume (snapshot 0)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write_batch(self, values: list[str]) -> None:
+        for value in values:
+            self._stream.write(value)
+            self._stream.write("\n")
+        self._stream.flush()
+
+    def snapshot(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory: a character
+    device (``/dev/null``, a terminal), a FIFO, a pipe (``/dev/stdout | cat``) or a socket.
+
+    >>> is_stream(Path("/dev/null")), is_stream(Path(__file__)), is_stream(Path("/nonexistent"))
+    (True, False, False)
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def open_stream(path: Path) -> TextIO:
+    """``path`` (see :func:`is_stream`) opened to append lines, without waiting for a reader:
+    a FIFO that no process reads is refused (``ENXIO``, one line before the run starts: start
+    its reader first) instead of hanging the run; once open, writes block as any pipe's do."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ENXIO and stat.S_ISFIFO(path.stat().st_mode):
+            raise OSError(errno.ENXIO, "no process reads this FIFO", str(path)) from None
+        raise
+    os.set_blocking(fd, True)
+    return open(fd, "w", encoding="utf-8")
+
+
 class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
     """Write pydantic records to one file as JSON lines (emptied when the sink is made).
 
     Like every fixed-partitioned sink it takes ``(key, record)`` pairs; one worker writes.
+    A regular file (or a new one) is written by bytewax's ``FileSink``: every batch fsynced,
+    and a run resumed from a recovery snapshot truncates what came after it. A path that is not
+    a regular file — ``/dev/null``, ``/dev/stdout`` piped, a FIFO — cannot seek, truncate or
+    fsync, so it is opened now (:func:`open_stream`) and each batch is appended and flushed.
 
     >>> import tempfile, os
     >>> from bytewax.dataflow import Dataflow
@@ -58,8 +111,10 @@ class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+        self._stream = open_stream(path) if is_stream(path) else None
+        if self._stream is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
         self._lines = FileSink(path)
 
     def list_parts(self) -> list[str]:
@@ -69,6 +124,8 @@ class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
         return self._lines.part_fn(item_key)
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _JsonlPartition:
+        if self._stream is not None:
+            return _JsonlPartition(_StreamPartition(self._stream))
         return _JsonlPartition(self._lines.build_part(step_id, for_part, resume_state))
 
 

@@ -2,7 +2,8 @@
 
 Per deployment, tick records accumulate (at most 50 000, the oldest dropped; their engines
 summed per role, all a page shows of them) and, once ``report_interval_hours`` of TICK time has
-passed since the first record of the page (event time, so it works on replays), a
+passed since the last tick of the previous page (spec §12: ``last_report`` is the last tick;
+the first page counts from the first tick) — event time, so it works on replays — a
 self-contained HTML page is written to ``report_output_dir`` as
 ``planner_report_<deployment>_<YYYYmmdd_HHMMSS of the last tick, UTC>_<NNN>.html`` (the
 deployment's name made safe for a file name: :func:`file_safe`) and the records are cleared.
@@ -166,7 +167,9 @@ class DiagnosticsRecorder:
         stamp = f"{last:%Y%m%d_%H%M%S}_{self.pages:03d}"
         name = f"planner_report_{file_safe(self.deployment)}_{stamp}.html"
         cfg = self.config
-        panels = panels_from_ticks(list(self.ticks), ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms)
+        panels = panels_from_ticks(
+            list(self.ticks), ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, mode=cfg.mode
+        )
         decisions = sum(tick.decision is not None for tick in self.ticks)
         first = datetime.fromtimestamp(self.ticks[0].time, tz=UTC)
         summary = {
@@ -179,8 +182,8 @@ class DiagnosticsRecorder:
         page = render_report(
             list(panels.values()), title="Planner Diagnostics Report", summary=summary
         )
+        self._since = self.ticks[-1].time  # spec §12: the next page counts from this tick
         self.ticks.clear()
-        self._since = None
         path = Path(cfg.report_output_dir) / name
         try:
             write_report(path, page)

@@ -29,6 +29,7 @@ from connectors.report_svg import (
     render_report,
 )
 from schemas import LOAD_REASONS, THROUGHPUT_REASONS, TickRecord
+from schemas.config import Mode
 
 __all__ = [
     "Panel",
@@ -190,12 +191,15 @@ def panels_from_ticks(
     ttft_ms: float | None = None,
     itl_ms: float | None = None,
     max_kv_tokens: int | None = None,
+    mode: Mode = "disagg",
 ) -> dict[str, Panel]:
     """Panels from planner tick records, keyed by topic.
 
     Topics: ``replicas`` (ready counts and decided targets), ``rate`` (observed vs predicted),
     ``ttft``/``itl`` (estimated, against the SLA), ``prefill_load``/``decode_load`` (sums over
-    engines), ``lengths`` (ISL/OSL observed vs predicted), ``capacity`` (requests per second
+    engines; in ``agg`` ``mode`` the prefill queue is that of the agg engines, which report as
+    ``decode`` and whose queued prompt tokens drive the agg TTFT rule, spec §4.4), ``lengths``
+    (ISL/OSL observed vs predicted), ``capacity`` (requests per second
     one engine sustains within the SLA, spec §12 row 5), ``load_reasons`` and
     ``throughput_reasons`` (decision reason per tick). Records that are not ticks
     (:func:`is_tick`) are left out: they would cut every line into one-point pieces.
@@ -263,7 +267,8 @@ def panels_from_ticks(
                 y_label="ms",
                 hlines=[("SLA", sla)] if sla is not None else [],
             )
-    pf = col(_engine_sum("prefill", "queued_prefill_tokens"))
+    prefilling = "decode" if mode == "agg" else "prefill"
+    pf = col(_engine_sum(prefilling, "queued_prefill_tokens"))
     if some(pf):
         out["prefill_load"] = Panel(
             "Prefill engine load", [Series("queued prefill tokens", t, pf)], y_label="tokens"

@@ -363,7 +363,11 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         help="- (readable lines on stdout, default) | PATH (JSON lines) | kafka://H:P/TOPIC | "
         "virtual+kafka://H:P/TOPIC?acks=ACKS | dgd://NS/NAME?deployment=D (repeatable)",
     )
-    parser.add_argument("--ticks", help="also write one JSON tick record per tick to PATH")
+    parser.add_argument(
+        "--ticks",
+        help="also write one JSON tick record per deployment and closed tick window to PATH "
+        "(ran_load / ran_throughput say whether a loop ran)",
+    )
     parser.add_argument("--dead-letters", help="write dead letters to PATH (default: stderr)")
     parser.add_argument(
         "--reports",

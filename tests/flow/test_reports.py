@@ -32,11 +32,12 @@ def test_reports_are_written_every_interval_of_tick_time(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     pages = sorted((tmp_path / "reports").glob("planner_report_llama_*.html"))
-    # 25 ticks (5 s .. 125 s): a page once 36 s have passed since its first tick (5 → 45,
-    # 50 → 90), the rest (95 .. 125) when the run ends
+    # 25 ticks (5 s .. 125 s): a page once 36 s have passed since the previous page's last
+    # tick (spec §12: last_report = the last tick; the first page counts from the first tick):
+    # 5 → 45 → 85 → 125, and nothing is left when the run ends
     assert [p.name.removeprefix("planner_report_llama_19700101_") for p in pages] == [
         "000045_001.html",  # HHMMSS of the page's last tick, UTC
-        "000130_002.html",
+        "000125_002.html",
         "000205_003.html",
     ]
     for page in pages:

@@ -145,3 +145,41 @@ def test_a_large_fleets_page_is_drawn_from_per_role_sums_held_in_memory(tmp_path
     held = panels_from_ticks(list(recorder.ticks))
     assert render_report(list(held.values())) == render_report(list(full.values()))
     assert full["decode_load"].series  # the panels compared do draw engine load
+
+
+def page_times(pages: list[Path]) -> list[int]:
+    """Each page's last tick in seconds (the ``HHMMSS`` of its name), in the order written."""
+    stamps = [page.stem.split("_")[-2] for page in sorted(pages, key=lambda p: p.stem[-3:])]
+    return [int(s[:2]) * 3600 + int(s[2:4]) * 60 + int(s[4:]) for s in stamps]
+
+
+def test_pages_come_every_report_interval_of_event_time(tmp_path):
+    # spec §12: last_report = the last tick; a page is due once report_interval_hours (36 s
+    # here) has passed since it. The next page counted from the tick after the last one, so
+    # with 5 s ticks pages came every 45 s instead of 40 s (with 1 h and 180 s ticks: 3780 s).
+    config = {**DECODE_CONFIG, "report_interval_hours": 0.01}
+    events = decode_ramp("llama", engines=2, seconds=130)
+    pages, records = run_with_reports(tmp_path, {"llama": config}, events)
+    ticks = [r["time"] for r in records if r["ran_load"]]
+    assert ticks[0] == 5.0 and ticks[-1] > 125.0
+    times = page_times(pages)
+    assert times[:3] == [45, 85, 125]
+    assert len(times) == 4  # and the rest, at the end
+
+
+def test_an_agg_deployments_page_draws_its_engines_prefill_queue(tmp_path):
+    # agg engines report as role decode; their queued prompt tokens drive the agg TTFT rule
+    # (spec §4.4), so the page draws them as the prefill engine load (it summed role prefill
+    # only, and an agg page never showed its prefill queue)
+    events = decode_ramp("agg", engines=2, seconds=30)
+    for event in events:
+        if event["type"] == "fpm":
+            event["payload"]["fpm"]["queued_requests"]["sum_prefill_tokens"] = 1000
+    config = {**DECODE_CONFIG, "mode": "agg", "report_interval_hours": None}
+    (page,), records = run_with_reports(tmp_path, {"agg": config}, events)
+    queued = [
+        sum(e["queued_prefill_tokens"] for e in r["engines"]) for r in records if r["ran_load"]
+    ]
+    assert queued and set(queued) == {2000}
+    (line,) = panels(page.read_text())["Prefill engine load"].findall(f"{SVG}polyline")
+    assert len(line.get("points", "").split()) == len(queued)
