@@ -37,16 +37,26 @@ from schemas import PlannerConfig
 from sim.fleet import FleetSpec
 from sim.scoring import RunResult
 from sim.timing import EngineTiming
+from sim.workload import trace_span
 
 MINUTE = 60.0
 
 
 def minute_loads(scenario: Scenario) -> list[tuple[float, float, float]]:
     """Per minute of the replay (whole minutes from 0 up to ``end_s``): (requests per second,
-    mean ISL, mean OSL), bucketed as the predictors' warm start buckets a trace."""
+    mean ISL, mean OSL), bucketed as the predictors' warm start buckets a trace.
+
+    The trace's last minute is usually cut short by its span (:func:`sim.workload.trace_span`):
+    its rate is its requests over the part of the minute the trace covers, not over 60 s.
+    """
     minutes = math.ceil(scenario.end_s / MINUTE)
     observed = trace_observations(scenario.requests, MINUTE, origin_s=0.0)
-    loads = [(o.num_req / MINUTE, o.isl, o.osl) for o in observed[:minutes]]
+    seconds = [MINUTE] * len(observed)
+    if observed:
+        covered = trace_span(scenario.requests) - (len(observed) - 1) * MINUTE
+        seconds[-1] = min(MINUTE, covered) if covered > 0 else MINUTE
+    loads = [(o.num_req / s, o.isl, o.osl) for o, s in zip(observed, seconds, strict=True)]
+    loads = loads[:minutes]
     return loads + [(0.0, 0.0, 0.0)] * (minutes - len(loads))
 
 
@@ -102,23 +112,29 @@ def hindsight_schedule(
 ) -> list[tuple[float, int, int]]:
     """Replica changes that make each minute's plan ready when that minute starts.
 
-    At time ``t`` each role runs what the current minute needs and what the minute one
-    start-up ahead needs, whichever is more: replicas are added one start-up early and removed
-    only when the busier minute is over.
+    At time ``t`` each role runs the most that any minute from the current one to the one a
+    start-up ahead needs: replicas are added one start-up early and removed only when the
+    busier minute is over (with a start-up longer than a minute, every minute in between
+    counts too).
 
     >>> hindsight_schedule([(1, 1), (3, 1), (1, 2), (1, 2)], startup_delay_s=60)
     [(0.0, 3, 1), (60.0, 3, 2), (120.0, 1, 2)]
     >>> hindsight_schedule([(1, 1), (1, 1), (2, 1)], startup_delay_s=30)
     [(0.0, 1, 1), (90.0, 2, 1)]
+    >>> hindsight_schedule([(1, 1), (1, 1), (1, 1), (1, 5), (1, 1)], startup_delay_s=150)
+    [(0.0, 1, 1), (30.0, 1, 5), (240.0, 1, 1)]
     """
+    last = len(plan) - 1
+
+    def minute(t: float) -> int:
+        return min(int(t // MINUTE), last)
 
     def need(t: float) -> tuple[int, int]:
-        now = plan[min(int(t // MINUTE), len(plan) - 1)]
-        ahead = plan[min(int((t + startup_delay_s) // MINUTE), len(plan) - 1)]
-        return (max(now[0], ahead[0]), max(now[1], ahead[1]))
+        window = plan[minute(t) : minute(t + startup_delay_s) + 1]
+        return (max(p for p, _ in window), max(d for _, d in window))
 
-    changes = {minute * MINUTE for minute in range(len(plan))}
-    changes |= {max(0.0, minute * MINUTE - startup_delay_s) for minute in range(len(plan))}
+    changes = {m * MINUTE for m in range(len(plan))}
+    changes |= {max(0.0, m * MINUTE - startup_delay_s) for m in range(len(plan))}
     schedule: list[tuple[float, int, int]] = []
     for t in sorted(changes):
         if not schedule or schedule[-1][1:] != need(t):

@@ -202,7 +202,8 @@ def run_schedule(
 ) -> Outcome:
     """The scenario under a fixed replica schedule ``[(time, prefill, decode), ...]``.
 
-    A one-entry schedule at time 0 is a static fleet (it starts at that size, ready).
+    A one-entry schedule at time 0 is a static fleet (it starts at that size, ready); later
+    entries apply at their own time, not at the next ``step_s`` boundary.
     """
     first = schedule[0]
     fleet = scenario.fleet(prefill_replicas=first[1], decode_replicas=first[2])
@@ -212,9 +213,10 @@ def run_schedule(
     t = 0.0
     while t < scenario.end_s:
         t = min(t + step_s, scenario.end_s)
-        fleet.advance(t)
         while pending and pending[0][0] <= t:
             at, prefill, decode = pending.pop(0)
+            if at > fleet.now_s:
+                fleet.advance(at)
             decision_id += 1
             fleet.apply(
                 ScalingDecision(
@@ -227,5 +229,7 @@ def run_schedule(
                     reason="scale",
                 )
             )
+        if t > fleet.now_s:
+            fleet.advance(t)
     wall = time.perf_counter() - started
     return Outcome(name, fleet.result(), fleet, [], wall)
