@@ -4,7 +4,8 @@ The reference planner serves a localhost-only endpoint/GPU-budget API on ``contr
 flowplanner's is the same idea on the dataflow's terms: ``flowplanner run --control-port PORT``
 (or ``control_api_port`` in a config) serves, on 127.0.0.1 only,
 
-* ``PUT /deployments/NAME/limits`` with a :class:`schemas.Limits` JSON object (say,
+* ``PUT /deployments/NAME/limits`` (NAME percent-encoded as in any URL path: ``caf%C3%A9``,
+  ``team%2Fllama``) with a :class:`schemas.Limits` JSON object (say,
   ``{"decode_min_endpoint": 4, "max_gpu_budget": 32}``) → ``202`` and every limit the API has
   accepted for NAME so far; ``400`` for a body that is not JSON, ``422`` for limits that are
   not :class:`schemas.Limits`, ``404`` for a deployment the config does not have, ``411``
@@ -41,6 +42,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from pydantic import ValidationError
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 PATH = re.compile(r"^/deployments/([^/]+)/limits/?$")
 MAX_BODY = 4096
 """The largest request body read: a :class:`schemas.Limits` object is a few dozen bytes."""
+CLIENT_TIMEOUT_S = 10.0
+"""A request not received whole within this long is dropped (its thread freed)."""
 IDLE_POLL = timedelta(milliseconds=50)
 """How long the source waits after finding no change (a change waits at most this long)."""
 
@@ -120,6 +124,8 @@ class ControlApi:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = CLIENT_TIMEOUT_S  # a client stalled mid-request must not hold a thread
+
             def do_GET(self) -> None:
                 self._answer(api.get)
 
@@ -143,11 +149,15 @@ class ControlApi:
             do_DELETE = do_PATCH = do_POST
 
             def _answer(self, handle: Callable[[str], tuple[int, dict[str, Any]]]) -> None:
-                match = PATH.match(self.path)
-                if match is None:
+                match = PATH.match(urlsplit(self.path).path)  # a query string is ignored
+                try:  # matched before decoding, so %2F reaches a name that holds a '/'
+                    name = unquote(match.group(1), errors="strict") if match else None
+                except UnicodeDecodeError:
+                    name = None
+                if name is None:
                     self._reply(404, {"error": "the API is /deployments/NAME/limits"})
                     return
-                self._reply(*handle(match.group(1)))
+                self._reply(*handle(name))
 
             def _reply(self, status: int, reply: dict[str, Any]) -> None:
                 data = json.dumps(reply).encode()

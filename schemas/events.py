@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
@@ -537,6 +537,21 @@ GpuBudget = Annotated[int, Field(ge=-1, le=MAX_REPLICAS * MAX_ENGINE_GPUS)]
 """A GPU budget: -1 is off, as in the config."""
 
 
+_NOT_NULL_LIMITS = ("min_endpoint", "max_gpu_budget", "min_gpu_budget")
+"""Limits that take no ``null`` (a role's floor does: it falls back to ``min_endpoint``)."""
+
+
+def _limits_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema says what the validator checks: at least one limit, and no ``null``
+    where none is taken (the annotations alone allowed both: a producer validating against
+    the schema sent limits the planner refused)."""
+    schema["minProperties"] = 1
+    for name in _NOT_NULL_LIMITS:
+        field = schema["properties"][name]
+        field.update(next(s for s in field.pop("anyOf") if s.get("type") != "null"))
+        field.pop("default", None)
+
+
 class Limits(BaseModel):
     """Replica floors and GPU budgets changed while the planner runs (the control API's, or
     any input's ``limits`` event): each field given replaces the config's from the next tick,
@@ -550,7 +565,7 @@ class Limits(BaseModel):
     {'decode_min_endpoint': None}
     """
 
-    model_config = _PAYLOAD_CONFIG
+    model_config = _PAYLOAD_CONFIG | ConfigDict(json_schema_extra=_limits_schema)
 
     min_endpoint: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] | None = None
     prefill_min_endpoint: Replicas | None = None
@@ -562,7 +577,7 @@ class Limits(BaseModel):
     def _changes_something(self) -> Limits:
         if not self.model_fields_set:
             raise ValueError(f"give at least one of {', '.join(Limits.model_fields)}")
-        for name in ("min_endpoint", "max_gpu_budget", "min_gpu_budget"):
+        for name in _NOT_NULL_LIMITS:
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null (-1 turns a budget off)")
         return self

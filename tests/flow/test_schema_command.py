@@ -94,3 +94,16 @@ def test_a_reader_that_stops_early_is_no_error_of_ours():
     )
     assert piped.stdout.strip()
     assert piped.stderr == ""  # no BrokenPipeError traceback
+
+
+def test_the_limits_schema_refuses_what_the_planner_refuses():
+    """An empty change and a null budget or min_endpoint are refused by the planner; the
+    schema (a producer's validator) allowed both."""
+    done = flowplanner("schema")
+    limits = json.loads(done.stdout)["Event"]["$defs"]["Limits"]
+    assert limits["minProperties"] == 1
+    for name in ("min_endpoint", "max_gpu_budget", "min_gpu_budget"):
+        assert limits["properties"][name]["type"] == "integer", name
+    # a role's floor may be null: it falls back to min_endpoint
+    floor = limits["properties"]["decode_min_endpoint"]["anyOf"]
+    assert {"type": "null"} in floor
