@@ -20,9 +20,15 @@ import threading
 import time
 from collections.abc import Iterable
 
+import zmq
 from confluent_kafka import Producer
 
-from connectors.kafka import DecisionMessage, ensure_topic, read_decision_messages
+from connectors.kafka import (
+    DecisionMessage,
+    KafkaConnectorError,
+    ensure_topic,
+    read_decision_messages,
+)
 from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.zmq_publisher import FpmPublisher
 from flows.cli import positive_float
@@ -74,13 +80,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"flowplanner fleet: {exc}", file=sys.stderr)
         return 2
     fleet = scenario.fleet()
-    publishers = {
-        "prefill": FpmPublisher(args.prefill_publish),
-        "decode": FpmPublisher(args.decode_publish),
-    }
     bootstrap, events_topic = args.kafka, args.events_topic
-    ensure_topic(bootstrap, events_topic)
-    ensure_topic(bootstrap, args.decisions_topic, topic_config=DECISIONS_TOPIC_CONFIG)
+    try:  # a bad address, a port in use, no broker: one line, before anything starts
+        publishers = {
+            "prefill": FpmPublisher(args.prefill_publish),
+            "decode": FpmPublisher(args.decode_publish),
+        }
+    except (ValueError, zmq.ZMQError) as exc:
+        print(f"flowplanner fleet: cannot publish FPMs: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
+    try:
+        ensure_topic(bootstrap, events_topic)
+        ensure_topic(bootstrap, args.decisions_topic, topic_config=DECISIONS_TOPIC_CONFIG)
+    except KafkaConnectorError as exc:
+        for publisher in publishers.values():
+            publisher.close()
+        print(f"flowplanner fleet: {exc}", file=sys.stderr)
+        return 1
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     inbox: queue.Queue[ScalingDecision] = queue.Queue()
     # The reading position is fixed here, before the start line a planner may be waiting for:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.flow.runner import flowplanner
+from tests.services.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "examples/decode.yaml")
@@ -280,3 +281,25 @@ def test_relay_refuses_options_it_would_ignore(source, to, needle):
     done = flowplanner("relay", "--from", source, "--to", to)
     assert_clean_error(done, needle)
     assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "needle", "status"),
+    [
+        (("--prefill-publish", "fleet:20380"), "FPM publisher URL must be tcp:// or ipc://", 2),
+        (("--prefill-publish", "SAME", "--decode-publish", "SAME"), "cannot publish FPMs", 1),
+        (
+            ("--prefill-publish", "tcp://127.0.0.1:0", "--decode-publish", "tcp://127.0.0.1:0"),
+            "cannot reach Kafka at 127.0.0.1:1",
+            1,
+        ),
+    ],
+)
+def test_fleet_bad_addresses_and_no_broker_are_one_line(options, needle, status):
+    """They were tracebacks (only the config and scenario were checked)."""
+    config = str(REPO / "examples/planner.yaml")
+    same = f"tcp://127.0.0.1:{free_port()}"  # both roles on one port: the second is in use
+    options = tuple(same if option == "SAME" else option for option in options)
+    done = flowplanner("fleet", "--kafka", "127.0.0.1:1", "--config", config, *options)
+    assert_clean_error(done, needle)
+    assert done.returncode == status
