@@ -232,7 +232,9 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "--step",
         type=positive_float,
         default=0.5,
-        help="seconds between sim steps (default: %(default)s)",
+        help="seconds between sim steps (default: %(default)s); a step's Kafka events carry "
+        "their simulated times, up to a step old, while its FPMs are timed on receipt: keep it "
+        "below the planner's allowed_lateness_seconds, or its requests are late",
     )
     parser.add_argument(
         "--status-interval",
