@@ -310,15 +310,13 @@ class EngineRegistry:
         for silence in given.values():
             if not (silence > 0 and math.isfinite(silence)):
                 raise ValueError(f"engine silence must be a positive number, got {silence}")
-        self.silence_seconds = silence_seconds
         self.shortest = min(given.values())
+        self._by_deployment = dict(given)
         self.last_seen: dict[EngineKey, float] = {}
 
     def silence_for(self, deployment: str) -> float:
         """Seconds after which an engine of ``deployment`` is gone."""
-        if isinstance(self.silence_seconds, Mapping):
-            return self.silence_seconds.get(deployment, self.shortest)
-        return self.silence_seconds
+        return self._by_deployment.get(deployment, self.shortest)
 
     def seen(self, key: EngineKey, now: float) -> bool:
         """Record an FPM of ``key`` at ``now``; True when the engine is new (discovered)."""

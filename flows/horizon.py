@@ -13,8 +13,10 @@ deployment for as long as the run lasts, and in front of the windows:
   (:class:`connectors.prometheus.PrometheusReading`, :func:`is_host_reading`): it is taken on
   the host clock, like an inventory poll, and forward passes stamped on receipt move event time
   on while its queries run and while it crosses to its deployment's worker, so one behind the
-  watermark is placed at the watermark; one ahead of it moves event time like any measurement
-  (a throughput-only deployment may have no other clock). A traffic event read from Kafka or a
+  watermark is placed at the watermark (the clock's rule, ``PlannerClock.is_host_reading``,
+  which the planner flow sets: the horizon and the windows place it alike); one ahead of it
+  moves event time like any measurement (a throughput-only deployment may have no other
+  clock). A traffic event read from Kafka or a
   recording is data: it stays late (a followed topic decides as its replay);
 * one stray timestamp must not move event time: live, a measurement more than
   :data:`MAX_JUMP_S` past the deployment's newest is held until the next measurement confirms
@@ -364,9 +366,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         self.clock.before_batch()
         timestamp, watermark = self.clock.on_item(event)
         if timestamp < watermark:
-            if not is_host_reading(event):
-                return [late_letter(event)]
-            event = _at(event, _seconds(watermark))  # overtaken while read: it is the present
+            return [late_letter(event)]
+        if timestamp > event_time(event):  # the clock placed it (a host reading overtaken)
+            event = _at(event, _seconds(timestamp))
         state.newest = event.time if state.newest is None else max(state.newest, event.time)
         waiting = [e.model_copy(update={"time": event.time}) for e in state.waiting]
         state.waiting = []

@@ -15,7 +15,7 @@ from bytewax.testing import TestingSink, TestingSource
 
 from connectors.prometheus import PrometheusReading
 from flows.clock import PlannerClock
-from flows.horizon import EventHorizon, event_time
+from flows.horizon import EventHorizon, event_time, is_host_reading
 from schemas import ClockEvent, DeadLetter, Event, TrafficEvent, TrafficObservation
 from tests.flow.cluster import run_flow
 
@@ -36,7 +36,9 @@ def test_live_a_reading_behind_the_watermark_is_placed_at_it(workers):
     ]
     flow = Dataflow("live_readings")
     keyed = op.key_on("key", op.input("in", flow, TestingSource(events)), lambda e: e.deployment)
-    clock = PlannerClock(event_time, timedelta(0), timedelta(seconds=5))  # no allowed lateness
+    clock = PlannerClock(  # no allowed lateness; the planner's rule for host readings
+        event_time, timedelta(0), timedelta(seconds=5), is_host_reading=is_host_reading
+    )
     out: list = []
     op.output("out", EventHorizon(clock, live=True).apply("horizon", keyed), TestingSink(out))
 
@@ -60,7 +62,6 @@ def test_the_window_clock_places_a_late_reading_at_its_watermark():
     """The tick windows' clock runs on the host clock while the inputs are quiet: a reading
     stamped a moment before the watermark it moved is placed at it, a pass stays late."""
     from flows.clock import EPOCH
-    from flows.horizon import is_host_reading
 
     def at(seconds: float):
         return EPOCH + timedelta(seconds=seconds)
