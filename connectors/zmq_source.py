@@ -365,9 +365,12 @@ class _Options:
     clock: Callable[[], float]
 
 
-def _rarely(count: int) -> bool:
-    """Whether the ``count``-th occurrence of an anomaly is logged: the 1st, 10th, 100th, ..."""
-    return math.log10(count).is_integer()
+def _sequence_anomaly(url: str, reason: str, count: int, message: str, *args: object) -> None:
+    """Count the ``count``-th sequence anomaly of ``url`` under ``reason``; log the 1st, 10th,
+    100th, ... of them (a broken publisher must not flood the log)."""
+    FPM_SEQUENCE_RESETS.labels(endpoint=url, reason=reason).inc()
+    if math.log10(count).is_integer():
+        log.warning(message, url, *args, count)
 
 
 def _preview(frames: Sequence[bytes]) -> str:
@@ -499,18 +502,17 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                 log.info("FPM publisher %s restarted (seq %d after %d)", url, held, last_seq)
                 return seq - held - 1, seq
             sub.backward_strays += 1
-            FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="backward_stray").inc()
-            if _rarely(sub.backward_strays):
-                log.warning(
-                    "FPM publisher %s: a message's sequence read %d after %d, the next one %d: "
-                    "a corrupt sequence frame or a broken publisher, not a restart "
-                    "(%d such backward jumps so far)",
-                    url,
-                    held,
-                    last_seq,
-                    seq,
-                    sub.backward_strays,
-                )
+            _sequence_anomaly(
+                url,
+                "backward_stray",
+                sub.backward_strays,
+                "FPM publisher %s: a message's sequence read %d after %d, the next one %d: "
+                "a corrupt sequence frame or a broken publisher, not a restart "
+                "(%d such backward jumps so far)",
+                held,
+                last_seq,
+                seq,
+            )
             # ... and this message is judged against the sequence before the stray
         suspect = sub.implausible_seq
         if 0 < jump <= MAX_SEQUENCE_JUMP:
@@ -524,18 +526,17 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         if jump > MAX_SEQUENCE_JUMP:
             sub.implausible_seq = seq
             sub.implausible_jumps += 1
-            FPM_SEQUENCE_RESETS.labels(endpoint=url, reason="implausible_jump").inc()
-            if _rarely(sub.implausible_jumps):
-                log.warning(
-                    "FPM publisher %s: sequence jumped from %d to %d, more than %d ahead: a "
-                    "corrupt sequence frame or a broken publisher, not lost messages "
-                    "(%d such jumps so far)",
-                    url,
-                    last_seq,
-                    seq,
-                    MAX_SEQUENCE_JUMP,
-                    sub.implausible_jumps,
-                )
+            _sequence_anomaly(
+                url,
+                "implausible_jump",
+                sub.implausible_jumps,
+                "FPM publisher %s: sequence jumped from %d to %d, more than %d ahead: a "
+                "corrupt sequence frame or a broken publisher, not lost messages "
+                "(%d such jumps so far)",
+                last_seq,
+                seq,
+                MAX_SEQUENCE_JUMP,
+            )
             return 0, last_seq
         sub.backward_seq = seq  # a restart or a stray: the next message tells
         return 0, last_seq
