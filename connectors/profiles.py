@@ -61,7 +61,11 @@ def _within(low: str, limit: float, name: str) -> _Check:
 
 
 _LENGTH = _within("> 0", MAX_REQUEST_TOKENS, "MAX_REQUEST_TOKENS")
-_CONTEXT = _within(">= 0", MAX_REQUEST_TOKENS, "MAX_REQUEST_TOKENS")
+_CONTEXT: _Check = (
+    f"0 or in [1, MAX_REQUEST_TOKENS = {MAX_REQUEST_TOKENS:g}] (a context of under one token "
+    "would count each point as millions of decode requests)",
+    lambda v: v == 0 or 1 <= v <= MAX_REQUEST_TOKENS,
+)
 _LATENCY = _within("> 0", MAX_PROFILE_LATENCY_MS, "MAX_PROFILE_LATENCY_MS")
 _THROUGHPUT = _within(">= 0", MAX_PROFILE_THROUGHPUT, "MAX_PROFILE_THROUGHPUT")
 PREFILL_ARRAYS: dict[str, _Check] = {

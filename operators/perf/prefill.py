@@ -103,7 +103,11 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
         intercept once, so it sustains ``B / time(B · isl)`` requests/s; ``B`` is the largest
         batch that fits ``max_num_batched_tokens`` and ``max_batch_requests`` and still meets
         ``ttft_sla_ms`` (1 when none does), as in the reference's newer capacity search (spec
-        §3.6). Without it (the G2 reference), the rate is ``1 / time(isl)``.
+        §3.6). Without it (the G2 reference), the rate is ``1 / time(isl)`` — and so it is while
+        every sample the model holds has the same token count: its fit is then flat (nothing
+        tells the per-token cost), and a pass of eight such prompts would be priced as one,
+        putting the engine's rate at 5× the truth (light traffic of one prompt length, learned
+        live).
 
         >>> from schemas import ForwardPassMetrics, ScheduledRequestMetrics
         >>> model = PrefillPerfModel(min_observations=2)
@@ -130,7 +134,7 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
             wall = (chunks - 1) * fit.predict((mbt,)) + fit.predict((tail,))
             return 1.0 / wall, 1000.0 * wall
         batch = 1
-        if max_batch_requests is not None and mbt is not None and mbt > 0:
+        if max_batch_requests is not None and mbt is not None and mbt > 0 and self._has_slope():
             # a prompt of under one token (a degenerate mean) still takes a slot of its own
             limit = max(1, min(int(max_batch_requests), int(mbt // max(tokens, 1.0))))
             low, high = 1, limit  # largest batch meeting the SLA; 1 when none does
@@ -143,3 +147,7 @@ class PrefillPerfModel(PrefillShape, FpmRegressor):
             batch = low
         wall = fit.predict((batch * tokens,))
         return batch / wall, 1000.0 * wall
+
+    def _has_slope(self) -> bool:
+        """The samples held span two token counts at least: the fit has a per-token cost."""
+        return len({x for x, _ in self.samples.samples()}) > 1

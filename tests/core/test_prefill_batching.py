@@ -115,3 +115,19 @@ def test_throughput_floor_batches_at_most_max_num_seqs_prompts() -> None:
     # machine's capacity (not only the token budget, which would fit 8 prompts of 1 000)
     # two prompts per 20 + 20·2 = 60 ms pass: 2 / 0.06 = 33.3 rps/engine; 190 / 33.3 = 5.7 -> 6
     assert prefill_floor(190, max_num_seqs=2, batching=True) == pytest.approx((6, 2 / 0.06))
+
+
+def test_a_fit_without_a_slope_prices_one_prompt_per_pass() -> None:
+    # light traffic of one prompt length, learned live: every pass is one 1 000-token prompt
+    # (18 ms + 20 us a token), so the fit is flat at 38 ms and cannot tell what a pass of
+    # eight would cost (178 ms); pricing it at 38 ms put the engine at 210 rps, 5x the truth
+    model = PrefillPerfModel(min_observations=2)
+    for wobble in (-0.01, 0.0, 0.01):
+        model.learn_one({"sum_prefill_tokens": 1000}, 0.038 * (1 + wobble))
+    assert model.find_best_engine_prefill_rps(500, 1000, 8192, 256) == pytest.approx(
+        model.find_best_engine_prefill_rps(500, 1000, 8192)
+    )
+    assert model.find_best_engine_prefill_rps(500, 1000, 8192, 256)[0] == pytest.approx(1 / 0.038)
+    # one pass of another length gives the fit its slope, and batching counts again
+    model.learn_one({"sum_prefill_tokens": 4000}, 0.098)
+    assert model.find_best_engine_prefill_rps(500, 1000, 8192, 256)[0] > 1.5 / 0.038
