@@ -184,6 +184,9 @@ class _Row:
 
     arrival: float
     request: TraceRequest
+    base: int = 0
+    """The whole seconds ``arrival`` counts from: an Azure file's first second (its arrivals
+    are kept small to keep their fractions exact); 0 where arrivals are absolute."""
 
 
 _PER_SECOND: dict[str, float] = {"azure": 1.0, "mooncake": 1000.0, "dynamo": 1000.0}
@@ -196,9 +199,14 @@ a hair before it); Azure's are already exact seconds from the first whole second
 def _relative_sorted(rows: list[_Row], per_second: float = 1.0) -> list[TraceRequest]:
     if not rows:
         return []
-    origin = min(r.arrival for r in rows)
-    rows.sort(key=lambda r: r.arrival)  # stable
-    return [replace(r.request, arrival_s=float(r.arrival - origin) / per_second) for r in rows]
+    base = min(r.base for r in rows)  # files of several bases (an Azure glob): on one axis
+    origin = min(rows, key=lambda r: (r.base - base) + r.arrival)
+
+    def since_origin(row: _Row) -> float:
+        return (row.base - origin.base) + (row.arrival - origin.arrival)
+
+    rows.sort(key=since_origin)  # stable
+    return [replace(r.request, arrival_s=float(since_origin(r)) / per_second) for r in rows]
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -510,6 +518,7 @@ def _read_azure(path: Path) -> Iterator[_Row]:
         base = min(s[0] for s in stamps)
         for row, (whole, num, digits) in zip(rows, stamps, strict=True):
             row.arrival = (whole - base) + (num / 10**digits if digits else 0.0)
+            row.base = base
     yield from rows
 
 

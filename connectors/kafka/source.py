@@ -210,14 +210,14 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         self._lanes: dict[int, _Lane] = {}
         self._awake: datetime | None = None
         self._waiting_since: float | None = None
+        self._waiting_then = ""
         self._consumer: Consumer | None = None
         self._watch: PartitionWatch | None = None
         if partitions is not None:
-            self._start(partitions)
+            self._start(self._bounds(partitions))
 
-    def _start(self, partitions: list[int]) -> None:
+    def _start(self, bounds: dict[int, Bounds]) -> None:
         source = self._source
-        bounds = partition_bounds(source.bootstrap, source.topic, partitions, **source.requests())
         # following, a snapshot holds every partition its reader knew: one it lacks was added
         # after it (a bounded replay keeps ``start`` for it, as it always did)
         self._open_lanes(
@@ -242,7 +242,7 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             self._watch = PartitionWatch(
                 source.bootstrap,
                 source.topic,
-                known=partitions,
+                known=sorted(bounds),
                 interval_s=PARTITION_REFRESH_S,
                 config=source.config,
                 timeout_s=source.timeout_s,
@@ -292,18 +292,36 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
             BACKLOG.behind(self, mid_run=added)
 
     def _find_topic(self) -> bool:
+        """Following a topic that did not exist when the run started: start reading it once it
+        does. The broker answered then, so a request that fails now (a broker restarting, a
+        network blip) is asked again at the next poll, as a consumer retries, with a warning —
+        not the end of the run and of its other inputs."""
         source = self._source
         try:
-            partitions = list_partitions(source.bootstrap, source.topic, **source.requests())
+            bounds = self._bounds(
+                list_partitions(source.bootstrap, source.topic, **source.requests())
+            )
         except TopicNotFoundError as error:
-            now = time.monotonic()
-            if self._waiting_since is None or now - self._waiting_since >= TOPIC_WAIT_WARNING_S:
-                log.warning("%s; waiting for it to be created", error)
-                self._waiting_since = now
-            self._awake = datetime.now(UTC) + timedelta(seconds=TOPIC_POLL_S)
-            return False
-        self._start(partitions)
+            return self._wait_for_topic(error, "waiting for it to be created")
+        except KafkaConnectorError as error:
+            return self._wait_for_topic(error, "asking again")
+        self._start(bounds)
         return True
+
+    def _bounds(self, partitions: list[int]) -> dict[int, Bounds]:
+        source = self._source
+        return partition_bounds(source.bootstrap, source.topic, partitions, **source.requests())
+
+    def _wait_for_topic(self, error: KafkaConnectorError, then: str) -> bool:
+        """Ask again at the next poll; warn now if the reason changed, else every
+        :data:`TOPIC_WAIT_WARNING_S`."""
+        now = time.monotonic()
+        since = self._waiting_since
+        if since is None or then != self._waiting_then or now - since >= TOPIC_WAIT_WARNING_S:
+            log.warning("%s; %s", error, then)
+            self._waiting_since, self._waiting_then = now, then
+        self._awake = datetime.now(UTC) + timedelta(seconds=TOPIC_POLL_S)
+        return False
 
     def _check_errors(self) -> None:
         errors = list(self._errors)

@@ -17,6 +17,9 @@ from connectors.address import address_options, has_host_port
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
 
+MAX_PARTITIONS = 2**31 - 1
+"""Kafka counts a topic's partitions in a signed 32-bit integer: a larger count crashed inside
+the client's topic creation with a traceback."""
 _OPTIONS = {"until": ("end",), "start": ("beginning", "end"), "format": ("events", "dynamo-trace")}
 
 
@@ -63,8 +66,10 @@ partitions=1, format='dynamo-trace', deployment='qwen')
         options = {}
         for name, value in address_options(url, parts.query).items():
             if name == "partitions":
-                if not value.isdigit() or int(value) < 1:
-                    raise ValueError(f"{url}: partitions must be a positive integer")
+                if not value.isdigit() or not 1 <= int(value) <= MAX_PARTITIONS:
+                    raise ValueError(
+                        f"{url}: partitions must be an integer from 1 to {MAX_PARTITIONS}"
+                    )
             elif name == "deployment":
                 if not value:
                     raise ValueError(f"{url}: deployment must not be empty")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from connectors.kafka import source as source_module
 from schemas import RawEvent
 from tests.flow.cluster import run_flow
 from tests.kafka.samples import event_line, write_raw
+from tests.services.kafka import tansu_process
 from tests.services.process import free_port
 
 
@@ -202,6 +204,34 @@ def test_following_source_waits_for_a_topic_that_does_not_exist_yet(
         assert [(e.source[-1], e.position) for e in poll_until(part, 1)] == [("1", 0)]
     finally:
         part.close()
+
+
+def test_a_broker_away_while_the_topic_is_awaited_is_asked_again(
+    kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a broker restarting or a network blip while a following source waits for its topic was
+    # a KafkaConnectorError out of next_batch: the whole live worker stopped, its other inputs
+    # (ZMQ, DGD) and their decisions with it; the topic, once it exists, rides outages out
+    caplog.set_level(logging.WARNING, logger="connectors.kafka.source")
+    with tansu_process() as (bootstrap, broker):
+        part = KafkaEventSource(bootstrap, kafka_topic, timeout_s=1.0).build_part(
+            "kafka", kafka_topic, None
+        )
+        try:
+            assert part.next_batch() == []  # the broker says: no such topic yet
+            broker.send_signal(signal.SIGSTOP)
+            try:
+                caplog.clear()
+                assert part.next_batch() == []  # no answer within 1 s: asked again later
+                assert "cannot reach Kafka" in caplog.text and "asking again" in caplog.text
+                assert part.next_awake() is not None
+            finally:
+                broker.send_signal(signal.SIGCONT)
+            ensure_topic(bootstrap, kafka_topic)
+            write_raw(bootstrap, kafka_topic, [event_line("llama", 1.0)])
+            assert [e.position for e in poll_until(part, 1)] == [0]
+        finally:
+            part.close()
 
 
 def test_missing_topic_stops_the_run_with_a_clear_error(

@@ -218,6 +218,22 @@ def test_warmup_trace_from_a_directory_or_a_glob_is_one_trace(tmp_path: Path) ->
     assert [r.isl for r in read_warmup_trace(f"{tmp_path}/*.jsonl")] == [15, 19]
 
 
+def test_a_glob_of_azure_files_keeps_each_file_at_its_own_time(tmp_path: Path) -> None:
+    # each Azure file counted from its own first second and the files were laid one over the
+    # other: two hours of day-split files read as one hour of twice the traffic
+    header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    _write(tmp_path, "a.csv", header + "2023-11-16 18:00:00.25,10,1\n2023-11-16 18:00:06,11,1\n")
+    _write(tmp_path, "b.csv", header + "2023-11-16 19:00:03.5,20,1\n2023-11-16 17:59:59,9,1\n")
+    whole = read_warmup_trace(f"{tmp_path}/*.csv")
+    assert [(r.arrival_s, r.isl) for r in whole] == [
+        (0.0, 9),
+        (1.25, 10),
+        (7.0, 11),
+        (3604.5, 20),
+    ]
+    assert read_warmup_trace(tmp_path / "a.csv") == read_trace(tmp_path / "a.csv")
+
+
 def test_warmup_trace_rejects_a_file_twice_mixed_formats_and_empty_matches(
     tmp_path: Path,
 ) -> None:
