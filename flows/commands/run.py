@@ -378,7 +378,7 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
         "--metrics-port",
         type=port_number,
         help="serve Prometheus metrics on this port (0 = any free port; default: the config's "
-        "metric_reporting_prometheus_port, where 0 means off)",
+        "metric_reporting_prometheus_port, else $PLANNER_PROMETHEUS_PORT; 0 there means off)",
     )
     parser.add_argument(
         "--control-port",
