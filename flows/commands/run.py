@@ -229,6 +229,18 @@ def control_api_port(flag: int | None, configs: Mapping[str, PlannerConfig]) -> 
     return max((c.control_api_port for c in configs.values()), default=0) or None
 
 
+def jsonl_sink(path: str) -> JsonlFileSink | LineSink:
+    """One JSON line per record to ``path``, or to stdout for ``-`` (as ``--output -``; it
+    made a file named ``-``).
+
+    >>> type(jsonl_sink("-")).__name__, type(jsonl_sink("ticks.jsonl")).__name__
+    ('LineSink', 'JsonlFileSink')
+    """
+    if path == "-":
+        return LineSink(lambda record: record.model_dump_json())
+    return JsonlFileSink(path)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
@@ -270,9 +282,9 @@ def run(args: argparse.Namespace) -> int:
     sinks = PlannerSinks(  # a file that cannot be written: an OSError, one line (flows.cli)
         actuators=wiring.actuators,
         decisions=wiring.decision_sinks,
-        ticks=[JsonlFileSink(args.ticks)] if args.ticks else [],
+        ticks=[jsonl_sink(args.ticks)] if args.ticks else [],
         dead_letters=[
-            JsonlFileSink(args.dead_letters)
+            jsonl_sink(args.dead_letters)
             if args.dead_letters
             else LineSink(lambda d: f"dead-letter: {d.model_dump_json()}", "stderr")
         ],
@@ -366,9 +378,11 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ticks",
         help="also write one JSON tick record per deployment and closed tick window to PATH "
-        "(ran_load / ran_throughput say whether a loop ran)",
+        "(- for stdout; ran_load / ran_throughput say whether a loop ran)",
     )
-    parser.add_argument("--dead-letters", help="write dead letters to PATH (default: stderr)")
+    parser.add_argument(
+        "--dead-letters", help="write dead letters to PATH (- for stdout; default: stderr)"
+    )
     parser.add_argument(
         "--reports",
         action="store_true",

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,6 +145,29 @@ def test_file_outputs_hold_one_run_even_one_that_writes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "0 decisions" in done.stderr
     assert all(path.read_text() == "" for path in outputs.values())
+
+
+def test_a_dash_writes_ticks_and_dead_letters_to_stdout(tmp_path):
+    # as --output -: the two made a file named "-" in the working directory
+    recording = tmp_path / "s.jsonl"
+    burst = (EXAMPLES / "decode_burst.jsonl").read_text()
+    recording.write_text(burst + "not json\n")
+    command = ["run", "--config", str(EXAMPLES / "decode.yaml"), "--input", str(recording)]
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *command, "--ticks", "-", "--dead-letters", "-"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLES.parent)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "-").exists()
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert any("ran_load" in r for r in records)  # tick records
+    dead = len(burst.splitlines()) + 1
+    assert [r["position"] for r in records if "reason" in r] == [dead]  # the dead letter
 
 
 def test_the_test_deployments_cross_workers() -> None:
