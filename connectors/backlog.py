@@ -12,6 +12,10 @@ a while (:mod:`flows.clock`). Quiet is only known of inputs that are being read:
   :attr:`Backlog.caught_up_at` at the earliest. A backlog that comes mid-run — a partition
   added to a followed topic (``behind(reader, mid_run=True)``) — is not a restart: quiet time
   leaves out the spell it took to read, like a stall (below), and keeps what it had before it.
+  What an input handed on is still on its way downstream (parsed, routed to its deployment's
+  worker) for a moment after it caught up: :meth:`Backlog.settling_until` tells until when, so
+  the live event horizon (:mod:`flows.horizon`) holds measurements stamped on receipt until
+  the history is through.
 * A live input is read every few milliseconds while the worker runs (:meth:`Backlog.polled`).
   When one was not read for :data:`STALL_GAP` (the process was stopped, its host paused, the
   worker busy), nothing is known of what queued meanwhile: until it is read again the inputs
@@ -87,6 +91,8 @@ class Backlog:
         self._stalls: deque[tuple[datetime, datetime]] = deque(maxlen=STALLS_KEPT)
         self._behind_since: datetime | None = None
         """When the inputs went from none behind to a backlog found mid-run."""
+        self._last_caught_up_at: datetime | None = None
+        """When the last input behind last caught up, with any backlog (mid-run included)."""
 
     def behind(self, reader: object, mid_run: bool = False) -> None:
         """``reader`` has a backlog to read: the one it started with, or (``mid_run``) one it
@@ -128,6 +134,7 @@ class Backlog:
         if reader in self._behind:
             self._behind.discard(reader)
             if not self._behind:
+                self._last_caught_up_at = self._now()
                 if self._behind_since is None:  # the backlog the inputs started with
                     self._caught_up_at = self._now()
                 else:  # mid-run: the spell counts as a stall
@@ -146,6 +153,32 @@ class Backlog:
         (``None``: none was behind at the start)."""
         with self._lock:
             return self._caught_up_at
+
+    def settling_until(self, settle: timedelta) -> datetime | None:
+        """Until when what the inputs read back may still be on its way downstream: ``settle``
+        after the last input behind caught up (a backlog found mid-run too); while one is
+        behind, ``settle`` from now at the earliest (ask again then). ``None`` once that has
+        passed, or when no input was ever behind.
+
+        >>> now = [datetime(2025, 1, 1, tzinfo=UTC)]
+        >>> class Reader: ...
+        >>> backlog, topic, settle = Backlog(now=lambda: now[0]), Reader(), timedelta(seconds=2)
+        >>> backlog.settling_until(settle) is None  # nothing read back
+        True
+        >>> backlog.behind(topic); backlog.settling_until(settle).second  # behind: look at 2 s
+        2
+        >>> now[0] += timedelta(seconds=5); backlog.caught_up(topic)
+        >>> backlog.settling_until(settle).second  # caught up at 5 s: settled at 7 s
+        7
+        >>> now[0] += settle; backlog.settling_until(settle) is None
+        True
+        """
+        with self._lock:
+            now = self._now()
+            if self._behind:
+                return now + settle
+            last = self._last_caught_up_at
+            return None if last is None or now >= last + settle else last + settle
 
     def quiet_since(self, start: datetime) -> datetime | None:
         """Since when the inputs count as quiet, for a clock whose newest event came at host

@@ -7,7 +7,9 @@ each configured with the deployment and role of the engines behind it, and yield
 
 * :class:`schemas.FpmBatchEvent` — every FPM of one engine drained in one poll, as compact rows
   (or one :class:`schemas.FpmEvent` per FPM with ``group=False``). Event time is the system time
-  of the poll that received them (this source is live).
+  of the poll that received them (this source is live): each is a :class:`ReceivedFpmBatch` (or
+  :class:`ReceivedFpm`), the subclass that tells the live event horizon so
+  (:func:`flows.horizon.is_stamped_on_receipt`); everywhere else it is the event it subclasses.
 * :class:`schemas.DeadLetter` — a message that is not exactly three frames, whose sequence frame
   is not 8 bytes, or whose payload is not a valid FPM (schema-valid but implausible included:
   a field above ``schemas.fpm.FPM_CEILINGS``); the reason names the problem and the field (the
@@ -108,6 +110,35 @@ log = logging.getLogger(__name__)
 
 ZmqItem = FpmBatchEvent | FpmEvent | DeadLetter
 """What :class:`ZmqFpmSource` yields."""
+
+
+class ReceivedFpmBatch(FpmBatchEvent):
+    """Forward passes of one engine drained in one poll, stamped with the poll's host time.
+
+    Their time is this host's clock when they were received, not the data's, so the live event
+    horizon holds them while the inputs read back a history (:mod:`flows.horizon`): stamped at
+    the present, they would make that history late. Only this source makes them — parsing never
+    does (the wire type is still ``fpm_batch``) — and everywhere else one is the
+    :class:`schemas.FpmBatchEvent` it subclasses (same JSON, same window). Defined at module
+    level, so bytewax can pickle it (snapshots, and the exchange to the deployment's worker).
+
+    >>> import pickle
+    >>> from schemas import FpmBatch
+    >>> row = (5.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> batch = ReceivedFpmBatch(deployment="d", time=5.0, payload=FpmBatch(role="decode",
+    ...                                                                       rows=[row]))
+    >>> copy = pickle.loads(pickle.dumps(batch))
+    >>> type(copy).__name__, isinstance(copy, FpmBatchEvent), copy.type
+    ('ReceivedFpmBatch', True, 'fpm_batch')
+    >>> batch.model_dump_json() == FpmBatchEvent(**dict(batch)).model_dump_json()
+    True
+    """
+
+
+class ReceivedFpm(FpmEvent):
+    """One forward pass stamped with the host time of the poll that received it (``group=False``):
+    the single-pass twin of :class:`ReceivedFpmBatch`; the wire type is still ``fpm``."""
+
 
 MAX_SEQUENCE_JUMP = 2**32
 """Largest forward jump of a publisher's sequence read as lost messages; a larger one is a
@@ -581,11 +612,11 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
                 # Rows come from the strict decoder and ``now`` was checked: no re-validation
                 # (FpmBatch's row check would cost more than receiving and decoding them).
                 items.append(
-                    FpmBatchEvent.model_construct(deployment=deployment, time=now, payload=batch)
+                    ReceivedFpmBatch.model_construct(deployment=deployment, time=now, payload=batch)
                 )
             else:
                 items.extend(
-                    FpmEvent(
+                    ReceivedFpm(
                         deployment=deployment,
                         time=now,
                         payload=EngineFpm(role=role, fpm=fpm_from_row(worker_id, dp_rank, row)),

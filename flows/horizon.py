@@ -18,6 +18,22 @@ deployment for as long as the run lasts, and in front of the windows:
   moves event time like any measurement (a throughput-only deployment may have no other
   clock). A traffic event read from Kafka or a
   recording is data: it stays late (a followed topic decides as its replay);
+* live, a measurement this run's own input stamped on receipt (:func:`is_stamped_on_receipt`:
+  a forward pass over ZMQ, :class:`connectors.zmq_source.ReceivedFpmBatch`, or a Prometheus
+  reading) waits while an input reads back its history (:mod:`connectors.backlog`: a followed
+  topic read from its beginning after a restart, a recording joined with the engines) and for
+  :data:`SETTLE_S` after the last one caught up — what an input handed on is still being
+  parsed and routed to its deployment's worker then, so holding in the source is not enough.
+  Stamped at the present, it would move event time past the history still to come and make
+  it late. The held ones go on in arrival order before the next measurement once the history
+  has settled, or on a timer (``notify_at``) if none comes; while the history is read, those
+  at or before a measurement of it go on before it (a history that reaches the present
+  interleaves with them), unless that one waits for confirmation or decides a held one. One
+  the history moved event time past while it waited is placed at the watermark, not late (the
+  wait made it late, not its time). At most :data:`MAX_HELD_RECEIPTS` forward passes wait per
+  deployment; the oldest past them are dead letters (``ignored``). They are part of the state
+  snapshot (:class:`HorizonState`). The backlog is the process's: every deployment's wait,
+  whether it has a history or not;
 * one stray timestamp must not move event time: live, a measurement more than
   :data:`MAX_JUMP_S` past the deployment's newest is held until the next measurement confirms
   it — lies within :data:`MAX_JUMP_S` of it — and is then used (a real gap in the data); if
@@ -54,7 +70,7 @@ deployment for as long as the run lasts, and in front of the windows:
   its rows are folded into their own window — not into the window of the batch's time.
 
 At the end of a bounded input a held measurement is used (nothing follows to contradict it),
-and so are the snapshots waiting behind it.
+and so are the snapshots waiting behind it and, live, the measurements stamped on receipt.
 
 >>> from bytewax.testing import TestingSink, TestingSource, run_main
 >>> import bytewax.operators as op
@@ -79,15 +95,18 @@ stray: event time 90000000000.0 is more than 60 s ahead of the events before and
 
 from __future__ import annotations
 
+import math
 import time as host
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import bytewax.operators as op
 from bytewax.operators import StatefulLogic
 
 from connectors.prometheus import PrometheusReading
+from connectors.zmq_source import ReceivedFpm, ReceivedFpmBatch
 from flows.clock import EPOCH, ClockState, PlannerClock
 from operators.window import merge_capabilities
 from schemas import (
@@ -118,6 +137,21 @@ going back behind it by more than that: one mistyped timestamp an hour ahead wou
 make the rest of the recording late. A recording that really jumps ahead goes on from there,
 so holding costs nothing but one event's wait."""
 
+SETTLE_S = 2.0
+"""*ours*: live, measurements stamped on receipt (:func:`is_stamped_on_receipt`) are held while
+an input reads back its history and this long after the last one caught up: what it handed on
+is still being parsed and routed to its deployment's worker then (a source batch of a thousand
+lines takes tens of milliseconds on a busy host). Shorter than the live idle period (5 s,
+``flows.planner.LIVE_IDLE_SECONDS``), so the held ones are used before the host clock could
+move event time past them."""
+
+MAX_HELD_RECEIPTS = 50_000
+"""*ours*: the forward passes (a batch's rows each count; a Prometheus reading counts one) one
+deployment holds while the inputs read back their history — at 500 passes a second, the
+first 100 s of it, some 20 MB. Past it the oldest held are dead letters (``ignored``, counted
+like any): the newest describe the present, and a history read for minutes must not hold
+every pass of those minutes in memory."""
+
 
 def untimed() -> float:
     """The time of a snapshot taken on the host clock, not the data's: 0, so the horizon places
@@ -139,6 +173,16 @@ def is_state_snapshot(event: Event) -> bool:
     return isinstance(event, _SNAPSHOTS)  # asked ~4 times an event: the tuple is built once
 
 
+_RECEIPTS = (ReceivedFpmBatch, ReceivedFpm, PrometheusReading)
+
+
+def is_stamped_on_receipt(event: Event) -> bool:
+    """A measurement a live input of this run stamped with the host time it received it at (a
+    forward pass over ZMQ, a Prometheus reading): live, held while the inputs read back their
+    history. Nothing parsed from an input is one."""
+    return isinstance(event, _RECEIPTS)
+
+
 def is_host_reading(event: Event) -> bool:
     """A measurement the run's own input took on its host's clock (a Prometheus reading): live,
     placed at the watermark when behind it, never late. Nothing parsed from an input is one."""
@@ -150,6 +194,19 @@ def late_letter(event: Event) -> DeadLetter:
     return DeadLetter(
         source="window",
         reason=f"late: event time {event.time} is behind the planner's watermark",
+        raw=event.model_dump_json(),
+        deployment=event.deployment,
+    )
+
+
+def _not_held(event: Event) -> DeadLetter:
+    """The dead letter of a measurement stamped on receipt that did not fit the held ones."""
+    return DeadLetter(
+        source="window",
+        reason=(
+            f"ignored: received at {event.time} while the inputs read back their history, past "
+            f"the {MAX_HELD_RECEIPTS} forward passes held meanwhile"
+        ),
         raw=event.model_dump_json(),
         deployment=event.deployment,
     )
@@ -168,7 +225,8 @@ def _refused(event: Event, kind: str, how_far: str) -> DeadLetter:
 class HorizonState:
     """One deployment's clock state, its newest used measurement, the event held for
     confirmation, and the snapshots waiting: live, for the first measurement; in a replay,
-    behind the held event (the first ``ahead_of_held`` of them came before it).
+    behind the held event (the first ``ahead_of_held`` of them came before it). Live, also the
+    measurements stamped on receipt held while the inputs read back their history.
 
     A new deployment's state is empty; the step fills it as events come:
 
@@ -189,6 +247,11 @@ class HorizonState:
     """A replay's first measurement, when the second (held) lies more than :data:`MAX_JUMP_S`
     past it: the third says which of the two is the stray."""
     ahead_of_rival: int = 0
+    receipts: deque[Event] = field(default_factory=deque)
+    """Live: measurements stamped on receipt, held in arrival order while the inputs read back
+    their history (:func:`is_stamped_on_receipt`, :data:`SETTLE_S`)."""
+    receipt_rows: int = 0
+    """The forward passes in ``receipts`` (bounded by :data:`MAX_HELD_RECEIPTS`)."""
 
 
 @dataclass(frozen=True)
@@ -250,25 +313,104 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             return self._use(event) if self.ordered else self._replayed(event)
         if is_state_snapshot(event):
             return self._snapshot(event)
+        if not is_stamped_on_receipt(event):
+            return self._receipts_up_to(event) + self._live(event)
+        if self._settling():
+            return self._hold_receipt(event)
+        return self._release_receipts() + self._live(event)
+
+    def _live(self, event: Event, held_back: bool = False) -> list[Event | DeadLetter]:
+        """Live: a measurement, used or held for confirmation (``held_back``: see :meth:`_use`)."""
         out: list[Event | DeadLetter] = []
         state = self.state
-        # reading back its history, a live run judges it as its replay would
-        rebuilding = self.backlog is not None and self.backlog.is_behind
+        rebuilding = self._rebuilding()
         if state.held is not None:
             held, state.held = state.held, None
             out += self._decide(held, event, first=False, short=state.held_short)
-        jump = self._jump(event) if rebuilding else MAX_JUMP_S
+        jump = self._live_jump(event, rebuilding)
         if state.newest is not None and event.time > state.newest + jump:
             state.held, state.held_short = event, rebuilding  # (far behind is merely late)
             return out
-        return out + self._use(event)  # live, the host clock bounds the first one
+        return out + self._use(event, held_back)  # live, the host clock bounds the first one
+
+    def _rebuilding(self) -> bool:
+        """Live: the inputs read back their history (a live run judges it as its replay would)."""
+        return self.backlog is not None and self.backlog.is_behind
+
+    def _live_jump(self, event: Event, rebuilding: bool) -> float:
+        """Live: how far past the newest measurement ``event`` may lie without confirmation."""
+        return self._jump(event) if rebuilding else MAX_JUMP_S
+
+    def _settling(self) -> bool:
+        """Live: an input reads back its history, or did less than :data:`SETTLE_S` ago."""
+        return self._settles_at() is not None
+
+    def _settles_at(self) -> datetime | None:
+        backlog = self.backlog
+        return None if backlog is None else backlog.settling_until(timedelta(seconds=SETTLE_S))
+
+    def _hold_receipt(self, event: Event) -> list[Event | DeadLetter]:
+        """Live, while the inputs read back their history: ``event`` (stamped on receipt) waits
+        behind it; past :data:`MAX_HELD_RECEIPTS` the oldest held are dead letters."""
+        state = self.state
+        state.receipts.append(event)
+        state.receipt_rows += _passes(event)
+        dropped: list[Event | DeadLetter] = []
+        while state.receipt_rows > MAX_HELD_RECEIPTS and len(state.receipts) > 1:
+            oldest = state.receipts.popleft()
+            state.receipt_rows -= _passes(oldest)
+            dropped.append(_not_held(oldest))
+        return dropped
+
+    def _receipts_up_to(self, event: Event) -> list[Event | DeadLetter]:
+        """The held measurements stamped on receipt that go before ``event``, a measurement of
+        the history (or of any input not stamped on receipt): all of them once the history is
+        through; while it is read, those at or before ``event``'s time (a history that reaches
+        the present interleaves with them in event-time order) — none if ``event`` waits for
+        confirmation, or decides a held one: the next measurement will say."""
+        state = self.state
+        if not state.receipts:
+            return []
+        if not self._settling():
+            return self._release_receipts()
+        if state.held is not None:
+            return []
+        jump = self._live_jump(event, self._rebuilding())
+        if state.newest is not None and event.time > state.newest + jump:
+            return []
+        return self._release_receipts(until=event.time)
+
+    def _release_receipts(self, until: float = math.inf) -> list[Event | DeadLetter]:
+        """The held measurements stamped on receipt, in arrival order, up to the first one
+        stamped after ``until``: used, each placed at the watermark if the history moved event
+        time past it while it was held."""
+        state, out = self.state, list[Event | DeadLetter]()
+        while state.receipts and state.receipts[0].time <= until:
+            receipt = state.receipts.popleft()
+            state.receipt_rows -= _passes(receipt)
+            out += self._live(receipt, held_back=True)
+        return out
+
+    def on_notify(self) -> tuple[Iterable[Event | DeadLetter], bool]:
+        if self.state.receipts and not self._settling():
+            return self._release_receipts(), StatefulLogic.RETAIN
+        return [], StatefulLogic.RETAIN
+
+    def notify_at(self) -> datetime | None:
+        """Live, while measurements stamped on receipt are held: when the history will have
+        settled (system time; asked again after every item)."""
+        if not self.state.receipts:
+            return None
+        return self._settles_at() or datetime.now(UTC)
 
     def on_eof(self) -> tuple[Iterable[Event | DeadLetter], bool]:
         state = self.state
+        if self.live:  # the held receipts may decide the held event: they go first
+            released = self._release_receipts()
+            held, state.held = state.held, None
+            return released + (self._use(held) if held is not None else []), StatefulLogic.RETAIN
         held, state.held = state.held, None
         waiting, state.waiting = state.waiting, []
-        if self.live:
-            return (self._use(held) if held is not None else []), StatefulLogic.RETAIN
         # nothing follows to contradict them: the held events and the snapshots waiting are used
         rival, state.rival = state.rival, None
         before = state.ahead_of_held if held is not None else len(waiting)
@@ -357,7 +499,10 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         ahead = f"{self._jump(event):g} s ahead of the events before and after it"
         return _refused(event, "stray", ahead)
 
-    def _use(self, event: Event) -> list[Event | DeadLetter]:
+    def _use(self, event: Event, held_back: bool = False) -> list[Event | DeadLetter]:
+        """``event`` is used: it moves event time, or is late. ``held_back`` (a measurement
+        stamped on receipt that waited behind the history): behind the watermark it is placed at
+        it — the wait made it late, not its time."""
         state = self.state
         if not self.live:  # replays never drop a key's windows: the window step's clock will do
             if not is_state_snapshot(event):
@@ -366,7 +511,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         self.clock.before_batch()
         timestamp, watermark = self.clock.on_item(event)
         if timestamp < watermark:
-            return [late_letter(event)]
+            if not held_back:
+                return [late_letter(event)]
+            timestamp = watermark
         if timestamp > event_time(event):  # the clock placed it (a host reading overtaken)
             event = _at(event, _seconds(timestamp))
         state.newest = event.time if state.newest is None else max(state.newest, event.time)
@@ -384,6 +531,11 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         ahead = 0.0 if self.window is None else self.window.total_seconds()
         at = event.time if event.time <= state.newest + ahead else state.newest
         return [_at(event, max(watermark, at))]
+
+
+def _passes(event: Event) -> int:
+    """The forward passes ``event`` holds (a batch's rows; any other measurement counts one)."""
+    return len(event.payload.rows) if isinstance(event, FpmBatchEvent) else 1
 
 
 def _stray(event: Event) -> DeadLetter:
