@@ -5,8 +5,21 @@ Finding the DGD
     Its name comes from the config (``dgd://<namespace>/<name>``) or the environment variable
     ``DYN_PARENT_DGD_K8S_NAME``; its namespace from the config, else the pod's service account
     (``/var/run/secrets/kubernetes.io/serviceaccount/namespace``), else ``default``. The API
-    endpoint is the in-cluster config, with the local kubeconfig as fallback, or an explicit
-    host URL (tests).
+    server, its CA and our credentials come from the in-cluster config (the pod's service
+    account), with the local kubeconfig as fallback (see :func:`kube_api_client`). An explicit
+    host URL (``dgd://NS/NAME?host=URL``) overrides only the server address: the credentials
+    and CA of that configuration are kept when there is one, and none are needed when there is
+    not (a local test server). ``?token_file=PATH`` (a bearer token, re-read on every request,
+    as rotated tokens need) and ``?ca=PATH`` (a private CA bundle) override those.
+
+Bounded requests
+    Every request (reads of the DGD and of scaling adapters, patches) is bounded *as a whole*
+    by ``request_timeout_s`` (connect, headers and body, :func:`connectors.http_deadline.bounded`):
+    urllib3's own timeout bounds each socket read, so an API server that trickles its answer a
+    byte at a time would hold a request for ever. A request cut off is logged as a warning
+    and fails like a timeout: a read error (``flowplanner_dgd_read_errors_total``) or a
+    ``failed`` apply attempt, retried by the rules below; an apply is so bounded by
+    ``max_attempts`` × (requests of an attempt × ``request_timeout_s`` + backoff).
 
 Start-up validation (:meth:`DgdActuator.validate`)
     The DGD must exist and be readable, and every role of the planner's mode must map to exactly
@@ -35,7 +48,7 @@ Inventory (:meth:`DgdActuator.read_inventory`)
     annotation, see :func:`connectors.dgd_graph.gpu_power_limits`) and why a cap is unknown.
 
 Applying a decision (:meth:`DgdActuator.apply`)
-    One JSON merge patch (``Content-Type: application/merge-patch+json``)::
+    One JSON merge patch of the DGD (``Content-Type: application/merge-patch+json``)::
 
         {"metadata": {"resourceVersion": "<as read>",
                       "annotations": {"flowplanner/last-decision": "<DeliveredDecision>"}},
@@ -77,11 +90,39 @@ Applying a decision (:meth:`DgdActuator.apply`)
       (spec §17 item 10).
 
     Anything else inside that range is gated like any change (not Ready, in flight), and the
-    skip reason says why it was not a retraction. 409 and 429/5xx,
+    skip reason says why it was not a retraction.
+
+    Services with a scaling adapter (reference spec §11.1, path 1). A service that declares
+    ``scalingAdapter: {enabled: true}`` has its replicas owned by its DGD Scaling Adapter
+    (``dynamographdeploymentscalingadapters/<dgd>-<service in lower case>``, see
+    :mod:`connectors.dgd_graph`), which the operator copies into the DGD. It is scaled strictly
+    through the adapter's Scale subresource: its ``replicas`` are left out of the DGD patch,
+    and once the DGD patch (the annotation, the precondition, the other services) is in, the
+    adapter gets the merge patch ``{"metadata": {"resourceVersion": "<as read>"}, "spec":
+    {"replicas": N}}`` on ``.../<adapter>/scale``. The adapter's Scale is read first (in the
+    same attempt, before anything is written): an adapter that is missing (404) fails the
+    apply with a message naming it, with no fallback to the DGD; one that asks for another
+    count than the DGD's spec has a change of its own not yet copied into the DGD, and the
+    decision is ``skipped_in_flight`` (a second change is never stacked on it). The DGD patch
+    goes first because its ``resourceVersion`` precondition is what makes the change apply to
+    the DGD state the gates were checked on (the Scale's own precondition only guards the
+    adapter); it carries the annotation even when every service it changes has an adapter.
+
+    Services without one are patched in the DGD directly (path 2), with no attempt at an
+    adapter first: the reference tries ``<dgd>-<service>`` for every service and falls back
+    on a 404, but the operator makes adapters only for services that declare one, so for the
+    others that request is a 404 every apply (a request, and an RBAC grant, for nothing), and
+    a stray adapter of a service that does not declare one is not what the operator copies
+    into the DGD. An operator whose adapters are on by default and not declared in the DGD
+    needs ``scalingAdapter: {enabled: true}`` written out for the planner to use them.
+
+    409 and 429/5xx,
     timeouts, connection errors and malformed answers are retried with bounded exponential
-    backoff (``Retry-After`` honoured, capped); other errors (403, 404, 422) are not. A PATCH
-    that got no answer (timeout, dropped connection, unreadable response) may have committed:
-    if the re-read then shows the targets in place, the outcome is ``applied``, with a note.
+    backoff (``Retry-After`` honoured, capped); other errors (401, 403, 404, 422) are not. A
+    409 or a retried error of any request of an attempt starts the next attempt from the read.
+    A PATCH that got no answer (timeout, dropped connection, unreadable response) may have
+    committed: if the re-read (of the DGD, and of the adapters) then shows the targets in
+    place, the outcome is ``applied``, with a note.
     ``apply`` never raises on API errors: it returns an :class:`ApplyResult` that the flow logs
     and counts (``flowplanner_dgd_actions_total{dgd, outcome}``).
 
@@ -91,11 +132,12 @@ RBAC the planner's service account needs (namespace-scoped Role)::
       resources: ["dynamographdeployments"]
       verbs: ["get", "patch"]
     - apiGroups: ["nvidia.com"]
-      resources: ["dynamographdeployments/status"]
-      verbs: ["get"]
+      resources: ["dynamographdeploymentscalingadapters/scale"]
+      verbs: ["get", "patch"]
 
-(``get`` on the main resource already returns the status; the ``/status`` rule is for
-read-only tooling that reads the subresource directly.)
+(``get`` on the DGD already returns its status. The adapter rule is used only for services
+that declare a scaling adapter; 401 and 403 are told apart in the errors: a 401 is a token
+missing, expired or wrong, a 403 a service account without these grants.)
 
 >>> result = ApplyResult("llama", 4, "skipped_in_flight", "VllmDecodeWorker: spec 3, ready 2")
 >>> result.ok, result.outcome
@@ -111,8 +153,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -126,6 +169,7 @@ from connectors.dgd_graph import (
     DGD_GROUP,
     DGD_PLURAL,
     DGD_VERSION,
+    DGDSA_PLURAL,
     DgdValidationError,
     ServiceState,
     default_service_name,
@@ -133,11 +177,14 @@ from connectors.dgd_graph import (
     ready_condition,
     resolve_services,
     roles_for_mode,
+    scaling_adapter_name,
     service_state,
     spec_problems,
     status_problems,
+    uses_scaling_adapter,
     worker_counts,
 )
+from connectors.http_deadline import bounded, watch_pools
 from schemas import (
     DeliveredDecision,
     Role,
@@ -155,6 +202,7 @@ __all__ = [
     "DgdUnavailableError",
     "DgdValidationError",
     "FleetReading",
+    "RequestDeadlineError",
     "kube_api_client",
     "pod_namespace",
 ]
@@ -167,6 +215,12 @@ MERGE_PATCH = "application/merge-patch+json"
 LAST_DECISION_ANNOTATION = "flowplanner/last-decision"
 """The DGD annotation naming the decision whose replicas our last patch set."""
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+UNAUTHORISED = "unauthorised: the token is missing, expired or wrong"
+FORBIDDEN = (
+    f"forbidden: the service account needs get/patch on {DGD_PLURAL}.{DGD_GROUP} (and on "
+    f"{DGDSA_PLURAL}/scale for services with a scaling adapter)"
+)
+T = TypeVar("T")
 
 DGD_ACTIONS = Counter(
     "flowplanner_dgd_actions", "Scaling decisions handled by the DGD actuator", ["dgd", "outcome"]
@@ -260,10 +314,20 @@ def kube_api_client(
     host: str | None = None,
     token: str | None = None,
     *,
-    verify_ssl: bool = True,
+    token_file: str | None = None,
     ca_cert: str | None = None,
+    verify_ssl: bool = True,
 ) -> k8s.ApiClient:
-    """An API client: explicit ``host`` (+ bearer token), else in-cluster, else kubeconfig.
+    """An API client configured in-cluster, else from the kubeconfig (``$KUBECONFIG``, else
+    ``~/.kube/config``, read now), with these overrides:
+
+    * ``host``: the server address only; the credentials and CA of the configuration found
+      are kept (a private address of the same cluster still needs them). With no
+      configuration, the client has none (a local test server); without ``host`` that is an
+      error (:class:`ConfigException` saying what to set).
+    * ``token`` / ``token_file``: the bearer token, as given or read from the file before
+      every request (rotated service-account tokens); an unreadable file fails here.
+    * ``ca_cert``: the CA bundle that signs the server's certificate.
 
     urllib3 retries only failed connection attempts (three times, immediately): a request
     that reached the server is never re-sent by urllib3, neither on a read timeout nor on a
@@ -277,30 +341,89 @@ def kube_api_client(
     cfg.retries = urllib3.util.Retry(
         total=3, connect=3, read=False, other=0, respect_retry_after_header=False
     )
-    if host:
-        cfg.host = host
-        if token:
-            cfg.api_key = {"authorization": token}
-            cfg.api_key_prefix = {"authorization": "Bearer"}
-        cfg.verify_ssl = verify_ssl
-        cfg.ssl_ca_cert = ca_cert
-        return k8s.ApiClient(cfg)
+    missing = _load_cluster_config(cfg)
+    if missing is not None and not host:
+        raise ConfigException(
+            f"no Kubernetes API server to talk to: {missing}; set KUBECONFIG or give the "
+            "address (dgd://NAMESPACE/NAME?host=URL)"
+        )
+    if missing is not None:
+        log.debug("talking to %s without in-cluster or kubeconfig credentials (%s)", host, missing)
+    override = _overrides(host, token, token_file, ca_cert, verify_ssl)
     try:
-        k8s_config.load_incluster_config(client_configuration=cfg)
-    except ConfigException:
-        try:
-            k8s_config.load_kube_config(client_configuration=cfg)
-        except ConfigException as exc:
-            raise ConfigException(
-                "no Kubernetes API server to talk to: not inside a pod (no service account) "
-                f"and no usable kubeconfig ({exc}); set KUBECONFIG or give the address "
-                "(dgd://NAMESPACE/NAME?host=URL)"
-            ) from exc
+        override(cfg)
+    except OSError as exc:
+        raise ConfigException(f"cannot read the token file {token_file}: {exc}") from exc
+    _after_refresh(cfg, override)
     return k8s.ApiClient(cfg)
 
 
+def _load_cluster_config(cfg: k8s.Configuration) -> str | None:
+    """Load the in-cluster configuration, else the kubeconfig, into ``cfg``; why neither
+    loaded when that is so."""
+    try:
+        k8s_config.load_incluster_config(client_configuration=cfg)
+        return None
+    except ConfigException:
+        pass
+    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    try:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    except ConfigException as exc:
+        return f"not inside a pod (no service account) and no usable kubeconfig ({exc})"
+    return None
+
+
+def _overrides(
+    host: str | None,
+    token: str | None,
+    token_file: str | None,
+    ca_cert: str | None,
+    verify_ssl: bool,
+) -> Callable[[k8s.Configuration], None]:
+    """What :func:`kube_api_client`'s arguments change in a loaded configuration (the token
+    file read anew at each call)."""
+
+    def override(cfg: k8s.Configuration) -> None:
+        if host:
+            cfg.host = host
+        bearer = Path(token_file).read_text().strip() if token_file else token
+        if bearer:
+            cfg.api_key = {"BearerToken": f"Bearer {bearer}"}
+            cfg.api_key_prefix = {}
+        if ca_cert:
+            cfg.ssl_ca_cert = ca_cert
+        if not verify_ssl:
+            cfg.verify_ssl = False
+
+    return override
+
+
+def _after_refresh(cfg: k8s.Configuration, override: Callable[[k8s.Configuration], None]) -> None:
+    """Apply ``override`` after the configuration's own refresh, which the client runs before
+    every request: the kubeconfig's writes its server address back, the in-cluster one
+    a re-read token."""
+    refresh: Callable[[k8s.Configuration], None] | None = cfg.refresh_api_key_hook
+
+    def refreshed(config: k8s.Configuration) -> None:
+        if refresh is not None:
+            refresh(config)
+        override(config)
+
+    cfg.refresh_api_key_hook = refreshed  # type: ignore[assignment]  # typed as its None default
+
+
+class RequestDeadlineError(TimeoutError):
+    """A request to the API server took longer, as a whole, than the request timeout (an
+    answer trickling in, or none at all); a ``TimeoutError``, so it is retried like one.
+
+    >>> isinstance(RequestDeadlineError("GET cut off after 2 s: no whole answer by then"), OSError)
+    True
+    """
+
+
 class _MalformedResponseError(ValueError):
-    """A request succeeded but its answer is not a DGD object."""
+    """A request succeeded but its answer is not the object asked for."""
 
 
 _REQUEST_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
@@ -319,10 +442,17 @@ def _check_dgd(obj: object) -> dict[str, Any]:
 
 
 def _error_text(err: Exception) -> str:
+    """One line on a failed request; a 401 and a 403 say what to check.
+
+    >>> _error_text(ApiException(status=401, reason="Unauthorized"))
+    'HTTP 401: Unauthorized (unauthorised: the token is missing, expired or wrong)'
+    """
     if isinstance(err, _MalformedResponseError):
         return f"malformed response: {err}"
     if isinstance(err, ValueError):
         return f"malformed response: {type(err).__name__}: {err}"
+    if isinstance(err, RequestDeadlineError):
+        return str(err)
     if isinstance(err, ApiException):
         message = err.reason or ""
         try:
@@ -330,7 +460,8 @@ def _error_text(err: Exception) -> str:
             message = body.get("message") or message
         except (ValueError, AttributeError):
             pass
-        return f"HTTP {err.status}: {message}"
+        hint = {401: UNAUTHORISED, 403: FORBIDDEN}.get(err.status)
+        return f"HTTP {err.status}: {message}" + (f" ({hint})" if hint else "")
     return f"{type(err).__name__}: {err}"
 
 
@@ -372,6 +503,133 @@ def _answer_lost(err: Exception) -> bool:
     """No HTTP status came back (timeout, dropped connection, unreadable answer): the request
     may have been carried out."""
     return not isinstance(err, ApiException) or not err.status
+
+
+@dataclass(frozen=True)
+class _AdapterScale:
+    """The Scale of a service's DGD Scaling Adapter: the replicas it asks for, as of
+    ``resource_version``."""
+
+    service: str
+    adapter: str
+    replicas: int
+    resource_version: str
+
+    @classmethod
+    def of(cls, service: str, adapter: str, scale: object) -> _AdapterScale:
+        """Read an ``autoscaling/v1`` Scale (``spec.replicas`` is left out when 0).
+
+        >>> _AdapterScale.of("dw", "d-dw", {"metadata": {"resourceVersion": "7"}, "spec": {}})
+        _AdapterScale(service='dw', adapter='d-dw', replicas=0, resource_version='7')
+        """
+        if not isinstance(scale, dict):
+            raise _MalformedResponseError(f"a {type(scale).__name__}, not a Scale")
+        spec, metadata = scale.get("spec"), scale.get("metadata")
+        replicas = spec.get("replicas", 0) if isinstance(spec, dict) else None
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise _MalformedResponseError(f"a Scale whose spec.replicas is {replicas!r}")
+        if not isinstance(version, str) or not version:
+            raise _MalformedResponseError("a Scale without metadata.resourceVersion")
+        return cls(service, adapter, replicas, version)
+
+
+class _RequestFailed(Exception):
+    """A request of an apply attempt failed: at which ``stage``, the ``error``, the ``patch``
+    planned, whether the request was a ``write`` (then ``steps`` describes it) and, for a
+    scaling adapter's request, the service it scales (``adapter_of``)."""
+
+    def __init__(
+        self,
+        stage: str,
+        error: Exception,
+        *,
+        patch: dict[str, int] | None = None,
+        write: bool = False,
+        steps: str = "",
+        adapter_of: str | None = None,
+    ) -> None:
+        super().__init__(f"{stage}: {_error_text(error)}")
+        self.error = error
+        self.patch = patch
+        self.write = write
+        self.steps = steps
+        self.adapter_of = adapter_of
+
+
+def _step(
+    stage: str,
+    request: Callable[[], T],
+    *,
+    patch: dict[str, int] | None = None,
+    write: bool = False,
+    steps: str = "",
+    adapter_of: str | None = None,
+) -> T:
+    """``request()``; a request error is raised as :class:`_RequestFailed` of ``stage``."""
+    try:
+        return request()
+    except _REQUEST_ERRORS as err:
+        raise _RequestFailed(
+            stage, err, patch=patch, write=write, steps=steps, adapter_of=adapter_of
+        ) from err
+
+
+@dataclass
+class _ApplyRun:
+    """What one :meth:`DgdActuator.apply` has done so far, over its attempts: PATCH requests
+    sent, the last error, and the write whose answer was lost (its patch, its steps, why)."""
+
+    decision: ScalingDecision
+    attempts: int = 0
+    last_error: str = ""
+    last_status: int | None = None
+    lost: tuple[dict[str, int], str, str] | None = None
+
+    def result(
+        self,
+        outcome: Outcome,
+        reason: str,
+        patch: dict[str, int] | None = None,
+        status: int | None = None,
+    ) -> ApplyResult:
+        decision = self.decision
+        return ApplyResult(
+            decision.deployment,
+            decision.decision_id,
+            outcome,
+            reason,
+            dict(patch or {}),
+            self.attempts,
+            status,
+        )
+
+    def committed(self, asked: dict[str, int | None]) -> ApplyResult | None:
+        """``applied`` if a write whose answer was lost shows in ``asked`` (what each service
+        asks for, as read now)."""
+        if self.lost is None or any(asked.get(s) != n for s, n in self.lost[0].items()):
+            return None
+        sent, steps, why = self.lost
+        note = f"the PATCH response was lost: {why}; the re-read shows it committed"
+        return self.result("applied", f"{steps} ({note})", sent)
+
+    def request_failed(self, failed: _RequestFailed) -> ApplyResult | None:
+        """Note a failed request; the ``failed`` result when it is not to be retried (a 409
+        is, for a write: re-read, re-check, re-write)."""
+        err = failed.error
+        self.last_error = str(failed)
+        self.last_status = err.status if isinstance(err, ApiException) else None
+        if failed.adapter_of is not None and self.last_status == 404:
+            self.last_error += (
+                f" ({failed.adapter_of} declares scalingAdapter.enabled, so it is scaled only "
+                "through this DynamoGraphDeploymentScalingAdapter, with no fallback to the DGD; "
+                "is the operator's adapter missing?)"
+            )
+        if not (_transient(err) or (failed.write and self.last_status == 409)):
+            return self.result("failed", self.last_error, failed.patch, self.last_status)
+        if failed.write and failed.patch is not None and _answer_lost(err):
+            self.lost = (failed.patch, failed.steps, _error_text(err))
+        return None
 
 
 class DgdActuator:
@@ -427,6 +685,7 @@ class DgdActuator:
         self.request_timeout_s = request_timeout_s
         self.resource_version_precondition = resource_version_precondition
         self.allow_retraction = allow_retraction
+        watch_pools(api_client.rest_client.pool_manager)  # requests bounded as a whole
         self._api = k8s.CustomObjectsApi(api_client)
         self._lock = threading.Lock()
         self._services: dict[Role, str] | None = None
@@ -442,14 +701,18 @@ class DgdActuator:
         namespace: str | None = None,
         host: str | None = None,
         token: str | None = None,
+        token_file: str | None = None,
+        ca_cert: str | None = None,
         **kwargs: Any,
     ) -> DgdActuator:
         """Name from ``name`` or ``$DYN_PARENT_DGD_K8S_NAME``; namespace from ``namespace`` or
-        the pod's service account; client from ``host``/``token`` or in-cluster/kubeconfig."""
+        the pod's service account; client from in-cluster/kubeconfig, with ``host``,
+        ``token``/``token_file`` and ``ca_cert`` overriding it (:func:`kube_api_client`)."""
         dgd_name = name or os.environ.get(DGD_NAME_ENV, "")
         if not dgd_name:
             raise DgdValidationError(f"no DGD name: pass one or set {DGD_NAME_ENV}")
-        return cls(kube_api_client(host, token), namespace or pod_namespace(), dgd_name, **kwargs)
+        client = kube_api_client(host, token, token_file=token_file, ca_cert=ca_cert)
+        return cls(client, namespace or pod_namespace(), dgd_name, **kwargs)
 
     @property
     def dgd(self) -> str:
@@ -465,16 +728,87 @@ class DgdActuator:
         return self._services
 
     # ------------------------------------------------------------------ reading
+    def _bounded(self, what: str, request: Callable[[], T]) -> T:
+        """``request()``, cut off after ``request_timeout_s`` as a whole (module docs): then
+        logged and raised as :class:`RequestDeadlineError`."""
+        with bounded(self.request_timeout_s) as deadline:
+            try:
+                return request()
+            except Exception as err:
+                if not deadline.expired:
+                    raise
+                cut = RequestDeadlineError(
+                    f"{what} cut off after {self.request_timeout_s:g} s: no whole answer by "
+                    "then (the API server answers too slowly, or not at all)"
+                )
+                log.warning("DGD %s: %s", self.dgd, cut)
+                raise cut from err
+
     def _get(self) -> dict[str, Any]:
         return _check_dgd(
-            self._api.get_namespaced_custom_object(
+            self._bounded(
+                "GET",
+                partial(
+                    self._api.get_namespaced_custom_object,
+                    DGD_GROUP,
+                    DGD_VERSION,
+                    self.namespace,
+                    DGD_PLURAL,
+                    self.name,
+                    _request_timeout=self.request_timeout_s,
+                ),
+            )
+        )
+
+    def _patch_dgd(self, body: dict[str, Any]) -> None:
+        self._bounded(
+            "PATCH",
+            partial(
+                self._api.patch_namespaced_custom_object,
                 DGD_GROUP,
                 DGD_VERSION,
                 self.namespace,
                 DGD_PLURAL,
                 self.name,
+                body,
+                _content_type=MERGE_PATCH,
                 _request_timeout=self.request_timeout_s,
-            )
+            ),
+        )
+
+    def _get_scale(self, service: str) -> _AdapterScale:
+        adapter = scaling_adapter_name(self.name, service)
+        scale = self._bounded(
+            f"GET of adapter {adapter}",
+            partial(
+                self._api.get_namespaced_custom_object_scale,
+                DGD_GROUP,
+                DGD_VERSION,
+                self.namespace,
+                DGDSA_PLURAL,
+                adapter,
+                _request_timeout=self.request_timeout_s,
+            ),
+        )
+        return _AdapterScale.of(service, adapter, scale)
+
+    def _patch_scale(self, scale: _AdapterScale, replicas: int) -> None:
+        body: dict[str, Any] = {"spec": {"replicas": replicas}}
+        if self.resource_version_precondition:
+            body["metadata"] = {"resourceVersion": scale.resource_version}
+        self._bounded(
+            f"PATCH of adapter {scale.adapter}",
+            partial(
+                self._api.patch_namespaced_custom_object_scale,
+                DGD_GROUP,
+                DGD_VERSION,
+                self.namespace,
+                DGDSA_PLURAL,
+                scale.adapter,
+                body,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self.request_timeout_s,
+            ),
         )
 
     def _backoff(self, attempt: int, err: Exception | None = None) -> float:
@@ -535,10 +869,13 @@ class DgdActuator:
                     f"the API server does not serve {where}: is the DynamoGraphDeployment CRD "
                     f"installed, at version {DGD_VERSION}? ({err})"
                 ) from err
-            if err.status_code in (401, 403):
+            if err.status_code == 401:
                 raise DgdValidationError(
-                    f"not allowed to read DynamoGraphDeployment {self.dgd}: {err}; the service "
-                    f"account needs get/patch on {DGD_PLURAL}.{DGD_GROUP}"
+                    f"not authenticated to read DynamoGraphDeployment {self.dgd}: {err}"
+                ) from err
+            if err.status_code == 403:
+                raise DgdValidationError(
+                    f"not allowed to read DynamoGraphDeployment {self.dgd}: {err}"
                 ) from err
             raise DgdValidationError(str(err)) from err
         try:
@@ -548,8 +885,19 @@ class DgdActuator:
         except DgdValidationError as err:
             raise DgdValidationError(f"DynamoGraphDeployment {self.dgd}: {err}") from None
         self._services = services
-        log.info("DGD %s: %s", self.dgd, ", ".join(f"{r} → {s}" for r, s in services.items()))
+        log.info(
+            "DGD %s: %s",
+            self.dgd,
+            ", ".join(self._describe(dgd, r, s) for r, s in services.items()),
+        )
         return services
+
+    def _describe(self, dgd: dict[str, Any], role: Role, service: str) -> str:
+        """``role → service``, and how the service is scaled when it has an adapter."""
+        if not uses_scaling_adapter(dgd, service):
+            return f"{role} → {service}"
+        adapter = scaling_adapter_name(self.name, service)
+        return f"{role} → {service} (scaled through adapter {DGDSA_PLURAL}/{adapter})"
 
     def read_inventory(self, *, retry: bool = True) -> WorkerCounts:
         """Ready/expected replicas and in-progress flags per role, from the DGD.
@@ -614,128 +962,161 @@ class DgdActuator:
         return {role: n for role, n in wanted.items() if n is not None and role in self.roles}
 
     def _apply(self, decision: ScalingDecision) -> ApplyResult:
-        def result(
-            outcome: Outcome,
-            reason: str,
-            patch: dict[str, int] | None = None,
-            status: int | None = None,
-        ) -> ApplyResult:
-            return ApplyResult(
-                decision.deployment,
-                decision.decision_id,
-                outcome,
-                reason,
-                dict(patch or {}),
-                attempts,
-                status,
-            )
-
-        attempts = 0
+        run = _ApplyRun(decision)
         newest = self._newest_decision.get(decision.deployment)
         if newest is not None and decision.decision_id <= newest:
-            return result("stale", f"decision {decision.decision_id} is not newer than {newest}")
+            return run.result(
+                "stale", f"decision {decision.decision_id} is not newer than {newest}"
+            )
         self._newest_decision[decision.deployment] = decision.decision_id
         targets = self._targets(decision)
         if not targets:
-            return result("no_change", f"no target for the roles of mode {self.mode}")
+            return run.result("no_change", f"no target for the roles of mode {self.mode}")
         try:
             services = self.services
         except DgdValidationError as err:
-            return result("failed", str(err))
-        last_error, last_status = "", None
-        lost: tuple[dict[str, int], str, str] | None = None  # patch, steps, why no answer
-
-        def committed(dgd: dict[str, Any]) -> ApplyResult | None:
-            """``applied`` if a PATCH whose answer was lost shows in the DGD as read now."""
-            if lost is None or any(self._spec_of(dgd, s) != n for s, n in lost[0].items()):
-                return None
-            sent, steps, why = lost
-            note = f"the PATCH response was lost: {why}; the re-read shows it committed"
-            return result("applied", f"{steps} ({note})", sent)
-
+            return run.result("failed", str(err))
         for attempt in range(1, self.max_attempts + 1):
             try:
-                dgd = self._get()
-            except _REQUEST_ERRORS as err:
-                last_error = f"read: {_error_text(err)}"
-                last_status = err.status if isinstance(err, ApiException) else None
-                if not _transient(err):
-                    return result("failed", last_error, status=last_status)
+                return self._attempt(run, services, targets)
+            except _RequestFailed as failed:
+                if (done := run.request_failed(failed)) is not None:
+                    return done
                 if attempt < self.max_attempts:
-                    self.sleep(self._backoff(attempt, err))
-                continue
-            if (done := committed(dgd)) is not None:
-                return done
+                    self.sleep(self._backoff(attempt, failed.error))
+        if run.lost is not None:  # the last PATCH got no answer: did it commit?
             try:
-                patch, skip = self._plan(dgd, services, targets, decision)
-            except Exception as err:  # a DGD body no check above foresaw: never crash the flow
-                log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
-                return result("failed", f"malformed DGD: {type(err).__name__}: {err}")
-            if not patch:
-                return result("no_change", "the DGD already asks for these replicas")
-            if skip is not None:
-                return result(skip[0], skip[1], patch)
-            # what each managed service is left asking for: the patch, else the spec as read
-            left = {r: patch.get(svc, self._spec_of(dgd, svc)) for r, svc in services.items()}
-            targets_left = {"num_prefill": left.get("prefill"), "num_decode": left.get("decode")}
-            try:
-                mark = DeliveredDecision.of(
-                    decision.model_copy(update=targets_left)
-                ).model_dump_json()
-            except ValidationError as err:  # e.g. an empty deployment name
-                return result("failed", f"decision: {describe_validation_error(err)}", patch)
-            metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
-            if self.resource_version_precondition:
-                metadata["resourceVersion"] = dgd["metadata"]["resourceVersion"]
-            body = {
-                "metadata": metadata,
-                "spec": {"services": {svc: {"replicas": n} for svc, n in patch.items()}},
-            }
-            steps = ", ".join(
-                f"{svc} {self._spec_of(dgd, svc)} → {n}" for svc, n in sorted(patch.items())
-            )
-            if any(patch.get(services[r], n) != n for r, n in targets.items()):
-                steps += (
-                    " (a retraction gives back only the replicas not ready; the rest waits for "
-                    "the DGD to be Ready)"
-                )
-            attempts += 1
-            try:
-                self._api.patch_namespaced_custom_object(
-                    DGD_GROUP,
-                    DGD_VERSION,
-                    self.namespace,
-                    DGD_PLURAL,
-                    self.name,
-                    body,
-                    _content_type=MERGE_PATCH,
-                    _request_timeout=self.request_timeout_s,
-                )
-            except _REQUEST_ERRORS as err:
-                last_error = f"patch: {_error_text(err)}"
-                last_status = err.status if isinstance(err, ApiException) else None
-                if not (_transient(err) or last_status == 409):
-                    return result("failed", last_error, patch, last_status)
-                if _answer_lost(err):
-                    lost = (patch, steps, _error_text(err))
-                if attempt < self.max_attempts:
-                    self.sleep(self._backoff(attempt, err))
-                continue
-            return result("applied", steps, patch)
-        if lost is not None:  # the last PATCH got no answer: did it commit?
-            try:
-                dgd = self._get()
-            except _REQUEST_ERRORS:
+                dgd = _step("read", self._get)
+                asked, _ = self._asked(dgd, run.lost[0])
+            except _RequestFailed:
                 pass
             else:
-                if (done := committed(dgd)) is not None:
+                if (done := run.committed(asked)) is not None:
                     return done
-            last_error += " (the last PATCH got no answer and may have committed)"
-        return result(
+            run.last_error += " (the last PATCH got no answer and may have committed)"
+        return run.result(
             "failed",
-            f"gave up after {self.max_attempts} attempts; last error: {last_error}",
-            status=last_status,
+            f"gave up after {self.max_attempts} attempts; last error: {run.last_error}",
+            status=run.last_status,
         )
+
+    def _attempt(
+        self, run: _ApplyRun, services: dict[Role, str], targets: dict[Role, int]
+    ) -> ApplyResult:
+        """One pass of :meth:`apply`: read, check, write (the DGD, then the adapters); raises
+        :class:`_RequestFailed` when a request fails."""
+        dgd = _step("read", self._get)
+        if run.lost is not None:
+            direct = {svc: self._spec_of(dgd, svc) for svc in run.lost[0]}
+            if (done := run.committed(direct)) is not None:
+                return done
+        try:
+            patch, skip = self._plan(dgd, services, targets, run.decision)
+        except Exception as err:  # a DGD body no check above foresaw: never crash the flow
+            log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
+            return run.result("failed", f"malformed DGD: {type(err).__name__}: {err}")
+        if not patch:
+            return run.result("no_change", "the DGD already asks for these replicas")
+        if skip is not None:
+            return run.result(skip[0], skip[1], patch)
+        asked, scales = self._asked(dgd, patch)
+        if (done := run.committed(asked)) is not None:
+            return done
+        if lagging := self._adapters_ahead(dgd, scales):
+            return run.result("skipped_in_flight", lagging, patch)
+        try:
+            body = self._dgd_patch(dgd, services, patch, scales, run.decision)
+        except ValidationError as err:  # e.g. an empty deployment name
+            return run.result("failed", f"decision: {describe_validation_error(err)}", patch)
+        steps = self._steps(dgd, services, targets, patch, scales)
+        run.attempts += 1
+        _step("patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=steps)
+        for service, scale in scales.items():
+            run.attempts += 1
+            _step(
+                f"patch of scaling adapter {self.namespace}/{scale.adapter}",
+                partial(self._patch_scale, scale, patch[service]),
+                patch=patch,
+                write=True,
+                steps=steps,
+                adapter_of=service,
+            )
+        return run.result("applied", steps, patch)
+
+    def _asked(
+        self, dgd: dict[str, Any], patch: dict[str, int]
+    ) -> tuple[dict[str, int | None], dict[str, _AdapterScale]]:
+        """What each service of ``patch`` asks for now (its adapter's Scale if it declares
+        one, else the DGD's spec) and the Scales read; raises :class:`_RequestFailed`."""
+        asked: dict[str, int | None] = {}
+        scales: dict[str, _AdapterScale] = {}
+        for service in patch:
+            asked[service] = self._spec_of(dgd, service)
+            if uses_scaling_adapter(dgd, service):
+                adapter = scaling_adapter_name(self.name, service)
+                scale = _step(
+                    f"read of scaling adapter {self.namespace}/{adapter}",
+                    partial(self._get_scale, service),
+                    patch=patch,
+                    adapter_of=service,
+                )
+                scales[service] = scale
+                asked[service] = scale.replicas
+        return asked, scales
+
+    def _adapters_ahead(self, dgd: dict[str, Any], scales: dict[str, _AdapterScale]) -> str:
+        """Why a change of an adapter is still on its way to the DGD (empty: none is)."""
+        ahead = [
+            f"{service}: its scaling adapter {scale.adapter} asks for {scale.replicas}, the DGD "
+            f"for {self._spec_of(dgd, service)}"
+            for service, scale in scales.items()
+            if scale.replicas != self._spec_of(dgd, service)
+        ]
+        return "adapter change not yet in the DGD: " + "; ".join(ahead) if ahead else ""
+
+    def _dgd_patch(
+        self,
+        dgd: dict[str, Any],
+        services: dict[Role, str],
+        patch: dict[str, int],
+        scales: dict[str, _AdapterScale],
+        decision: ScalingDecision,
+    ) -> dict[str, Any]:
+        """The DGD merge patch: the last-decision annotation, the ``resourceVersion``
+        precondition and the replicas of the services without an adapter (module docs)."""
+        # what each managed service is left asking for: the patch, else the spec as read
+        left = {r: patch.get(svc, self._spec_of(dgd, svc)) for r, svc in services.items()}
+        targets_left = {"num_prefill": left.get("prefill"), "num_decode": left.get("decode")}
+        mark = DeliveredDecision.of(decision.model_copy(update=targets_left)).model_dump_json()
+        metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
+        if self.resource_version_precondition:
+            metadata["resourceVersion"] = dgd["metadata"]["resourceVersion"]
+        body: dict[str, Any] = {"metadata": metadata}
+        direct = {svc: {"replicas": n} for svc, n in patch.items() if svc not in scales}
+        if direct:
+            body["spec"] = {"services": direct}
+        return body
+
+    def _steps(
+        self,
+        dgd: dict[str, Any],
+        services: dict[Role, str],
+        targets: dict[Role, int],
+        patch: dict[str, int],
+        scales: dict[str, _AdapterScale],
+    ) -> str:
+        """The changes, one per service, for the log and the result."""
+        steps = ", ".join(
+            f"{svc} {self._spec_of(dgd, svc)} → {n}"
+            + (f" (through scaling adapter {scales[svc].adapter})" if svc in scales else "")
+            for svc, n in sorted(patch.items())
+        )
+        if any(patch.get(services[r], n) != n for r, n in targets.items()):
+            steps += (
+                " (a retraction gives back only the replicas not ready; the rest waits for "
+                "the DGD to be Ready)"
+            )
+        return steps
 
     @staticmethod
     def _spec_of(dgd: dict[str, Any], service: str) -> int | None:

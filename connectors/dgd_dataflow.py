@@ -234,10 +234,12 @@ class DgdSink(DynamicSink[Any]):
     :class:`connectors.dgd.ApplyResult`.
 
     Decisions are applied on one background thread per worker, so a slow or hanging API server
-    (an apply retries for up to ``max_attempts`` × (request timeout + backoff)) never holds up
-    the dataflow. What waits is at most one decision per deployment, the newest: a newer one
-    arriving before the waiting one was applied takes its place (the older one is reported
-    ``superseded``), so decisions are applied in order and never stack up. ``on_result`` is
+    never holds up the dataflow (an apply makes at most ``max_attempts`` attempts with backoff
+    between them, each a read and a patch, and two more per service with a scaling adapter,
+    every request bounded as a whole by the request timeout: :mod:`connectors.dgd`). What
+    waits is at most one decision per deployment, the newest: a newer one arriving before the
+    waiting one was applied takes its place (the older one is reported ``superseded``), so
+    decisions are applied in order and never stack up. ``on_result`` is
     called on the applier thread for applied decisions, on the worker thread for superseded
     ones. When the sink's input ends (finite runs), bytewax calls the partition's ``close``,
     which applies what is queued first (that one waits on the API server, with all retries).
@@ -399,7 +401,7 @@ class _DgdInventoryPartition(StatefulSourcePartition[Event, None]):
 
     def close(self) -> None:
         if self._pending is not None:
-            self._pending.cancel()  # a read in flight ends by its timeout, on a daemon thread
+            self._pending.cancel()  # a read in flight ends by its deadline, on a daemon thread
         self._poller.shutdown(wait=False)
 
 

@@ -15,7 +15,11 @@ and whether a change is still rolling out (reference spec §11.1):
   (``None``) desired count, and :func:`spec_problems` says why;
 * a role's per-GPU power cap is its service's ``dynamo.nvidia.com/gpu-power-limit`` pod
   annotation (``spec.services[s].extraPodMetadata.annotations``, watts as a string), read by
-  :func:`gpu_power_limits`.
+  :func:`gpu_power_limits`;
+* a service that declares ``scalingAdapter: {enabled: true}`` has its replicas owned by its
+  DGD Scaling Adapter (DGDSA, ``dynamographdeploymentscalingadapters``), named
+  ``<dgd>-<service in lower case>`` (:func:`scaling_adapter_name`): it is scaled through the
+  adapter's Scale subresource, never by writing the DGD (:func:`uses_scaling_adapter`).
 
 >>> dgd = {"metadata": {"generation": 2}, "spec": {"services": {
 ...     "Frontend": {"componentType": "frontend", "replicas": 1},
@@ -45,6 +49,8 @@ from schemas.events import MAX_GPU_POWER_W
 DGD_GROUP = "nvidia.com"
 DGD_VERSION = "v1alpha1"
 DGD_PLURAL = "dynamographdeployments"
+DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
+"""The DGD Scaling Adapter resource (same group and version as the DGD)."""
 
 
 DEFAULT_SERVICE_NAMES: dict[str, dict[str, str]] = {
@@ -180,6 +186,28 @@ def resolve_services(
             "; ".join(problems) + f" (mode {mode}; services present: {_describe(dgd)})"
         )
     return resolved
+
+
+def uses_scaling_adapter(dgd: dict[str, Any], name: str) -> bool:
+    """Whether service ``name`` declares its DGD Scaling Adapter (``scalingAdapter.enabled``
+    true): its replicas are then the adapter's to set.
+
+    >>> dgd = {"spec": {"services": {"dw": {"scalingAdapter": {"enabled": True}},
+    ...                              "pw": {"scalingAdapter": {"enabled": False}}, "fe": {}}}}
+    >>> [uses_scaling_adapter(dgd, s) for s in ("dw", "pw", "fe", "absent")]
+    [True, False, False, False]
+    """
+    return _section(_services(dgd).get(name, {}), "scalingAdapter").get("enabled") is True
+
+
+def scaling_adapter_name(dgd_name: str, service: str) -> str:
+    """The name the operator gives the DGD Scaling Adapter of ``service`` (reference spec
+    §11.1).
+
+    >>> scaling_adapter_name("vllm-disagg", "VllmDecodeWorker")
+    'vllm-disagg-vllmdecodeworker'
+    """
+    return f"{dgd_name}-{service.lower()}"
 
 
 def _count(value: Any) -> int | None:

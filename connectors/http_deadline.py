@@ -5,6 +5,15 @@ a byte at a time holds a request for as long as it likes. :class:`Deadline` shut
 request's sockets down when its time is up (which ends a read in progress at once) and
 :func:`opener` builds a ``urllib`` opener whose connections it watches and which connect
 within the time left.
+
+urllib3 (the ``kubernetes`` client's transport) has the same per-read timeout: its
+``Timeout(total=...)`` is applied once, when the answer starts, to each read. :func:`watch_pools`
+makes a urllib3 pool manager's connections report their sockets to the deadline of the
+:func:`bounded` block the calling thread is in, which then bounds each request made inside it
+as a whole (connections are pooled and reused: each request registers its connection's socket
+anew). Outside such a block the connections behave as urllib3's own. As with :func:`opener`,
+the name lookup and the TLS handshake are bounded only by the connect timeout (the plain socket
+is handed to TLS before the handshake, and the wrapped one is watched from the request on).
 """
 
 from __future__ import annotations
@@ -17,7 +26,10 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
+
+import urllib3
 
 
 class Deadline:
@@ -137,3 +149,80 @@ def opener(deadline: Deadline, context: ssl.SSLContext) -> urllib.request.Opener
     return urllib.request.build_opener(
         _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline, context)
     )
+
+
+_current = threading.local()
+"""The :class:`Deadline` of the :func:`bounded` block the thread is in (``deadline``)."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: float) -> Iterator[Deadline]:
+    """Bound, as a whole, the requests this thread makes in the block through pool managers
+    prepared by :func:`watch_pools`: ``seconds`` after entering, their sockets are shut down.
+
+    After a request failed, the yielded deadline's ``expired`` says whether it was cut off.
+
+    >>> with bounded(5.0) as deadline:
+    ...     deadline.expired
+    False
+    """
+    deadline = Deadline(seconds)
+    outer = getattr(_current, "deadline", None)
+    _current.deadline = deadline
+    try:
+        yield deadline
+    finally:
+        _current.deadline = outer
+        deadline.cancel()
+
+
+def _watch_current(sock: socket.socket | None) -> None:
+    deadline: Deadline | None = getattr(_current, "deadline", None)
+    if deadline is not None and sock is not None:
+        deadline.watch(sock)
+
+
+class _WatchedUrllib3Connection:
+    """Mixed into a urllib3 connection class: its sockets are watched by the thread's
+    :func:`bounded` deadline, the new one at connect (the plain socket, before any TLS) and the
+    one in use at each request (a reused connection; over TLS, the wrapped socket)."""
+
+    sock: socket.socket | None
+
+    def _new_conn(self) -> socket.socket:
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+        _watch_current(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch_current(self.sock)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+@functools.cache
+def _watched_pool(pool: type[Any]) -> type[Any]:
+    connection = pool.ConnectionCls
+    if issubclass(connection, _WatchedUrllib3Connection):
+        return pool
+    # the names stay urllib3's: they appear in its error messages
+    watched = type(connection.__name__, (_WatchedUrllib3Connection, connection), {})
+    return type(pool.__name__, (pool,), {"ConnectionCls": watched})
+
+
+def watch_pools(manager: urllib3.PoolManager) -> None:
+    """Make the connection pools of ``manager`` watched by :func:`bounded` (whatever their
+    kind: plain, TLS, through a proxy); idempotent. Pools it made before are dropped (a request
+    in flight on one finishes undisturbed), so every later request goes through a watched one.
+
+    >>> manager = urllib3.PoolManager()
+    >>> watch_pools(manager); watch_pools(manager)
+    >>> connection = manager.pool_classes_by_scheme["https"].ConnectionCls
+    >>> issubclass(connection, _WatchedUrllib3Connection), connection.__name__
+    (True, 'HTTPSConnection')
+    """
+    watched = {
+        scheme: _watched_pool(pool) for scheme, pool in manager.pool_classes_by_scheme.items()
+    }
+    if watched != manager.pool_classes_by_scheme:
+        manager.pool_classes_by_scheme = watched
+        manager.clear()

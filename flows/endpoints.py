@@ -33,9 +33,13 @@ Decision outputs (``--output``, repeatable):
                                                 created if missing)
   ``dgd://NAMESPACE/NAME?deployment=D``         patch the DynamoGraphDeployment's replicas, and
                                                 read its worker inventory back as an input
-                                                (options: ``backend``, ``host``, ``interval``;
-                                                in a pod NAMESPACE may be left out, and NAME
-                                                too if ``DYN_PARENT_DGD_K8S_NAME`` is set)
+                                                (options: ``backend``, ``interval``; ``host``
+                                                overrides the API server address only, keeping
+                                                the in-cluster or kubeconfig credentials and
+                                                CA; ``token_file``, ``ca``: a bearer token file
+                                                and a CA bundle; in a pod NAMESPACE may be left
+                                                out, and NAME too if
+                                                ``DYN_PARENT_DGD_K8S_NAME`` is set)
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import cast, get_args
+from typing import Any, cast, get_args
 from urllib.parse import urlsplit
 
 from bytewax.inputs import Source
@@ -355,22 +359,24 @@ def _dgd(
     configs: dict[str, PlannerConfig],
     wiring: Wiring,
 ) -> None:
-    _only(query, {"deployment", "backend", "host", "interval"}, address)
+    _only(query, {"deployment", "backend", "host", "interval", "token_file", "ca"}, address)
     target = f"dgd://{netloc}{path}"
     _check_dgd_target(address, target)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
-    mode, backend, host = configs[deployment].mode, query.get("backend", "vllm"), query.get("host")
+    actuator: dict[str, Any] = {  # DgdActuator.from_environment's options
+        "mode": configs[deployment].mode,
+        "backend": query.get("backend", "vllm"),
+        "host": query.get("host"),
+        "token_file": query.get("token_file"),
+        "ca_cert": query.get("ca"),
+    }
     interval = _interval(address, query, default=10.0)
-    wiring.actuators.append(
-        DgdSink.from_target(target, deployment=deployment, mode=mode, backend=backend, host=host)
-    )
+    wiring.actuators.append(DgdSink.from_target(target, deployment=deployment, **actuator))
     # untimed: the horizon places each poll at the watermark (flows.horizon), so a poll on the
     # host clock never makes events behind it late (a restarted worker's replayed history)
     wiring.inputs.append(
-        DgdInventorySource.from_target(
-            target, deployment, interval, clock=untimed, mode=mode, backend=backend, host=host
-        )
+        DgdInventorySource.from_target(target, deployment, interval, clock=untimed, **actuator)
     )
     wiring.live = True

@@ -22,12 +22,24 @@ CRD_PLURAL = "customresourcedefinitions"
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
 
+@dataclass(frozen=True)
+class ScaleInfo:
+    """A version's scale subresource: where in the object the Scale's fields live (JSON paths
+    as key lists: ``.spec.replicas`` is ``("spec", "replicas")``)."""
+
+    spec_replicas: tuple[str, ...]
+    status_replicas: tuple[str, ...]
+    label_selector: tuple[str, ...] | None = None
+
+
 @dataclass
 class VersionInfo:
-    """One version of a resource type: its schema and whether it has a status subresource."""
+    """One version of a resource type: its schema, whether it has a status subresource, and
+    its scale subresource if any."""
 
     schema: dict[str, Any] | None
     status_subresource: bool
+    scale: ScaleInfo | None = None
 
 
 @dataclass
@@ -150,9 +162,11 @@ def resource_type_of_crd(crd: dict[str, Any]) -> ResourceType:
                 )
             )
             continue
+        subresources = v.get("subresources") or {}
+        scale = _scale_info(subresources.get("scale"), f"spec.versions[{i}]", causes)
         if v.get("served"):
-            status = "status" in (v.get("subresources") or {})
-            served[v["name"]] = VersionInfo(schema=schema, status_subresource=status)
+            status = "status" in subresources
+            served[v["name"]] = VersionInfo(schema=schema, status_subresource=status, scale=scale)
     if causes:
         raise invalid(rt, name, causes)
     return ResourceType(
@@ -166,6 +180,42 @@ def resource_type_of_crd(crd: dict[str, Any]) -> ResourceType:
         short_names=list(names.get("shortNames") or []),
         categories=list(names.get("categories") or []),
     )
+
+
+def _scale_path(
+    value: Any, field_path: str, under: tuple[str, ...], causes: list[Cause]
+) -> tuple[str, ...] | None:
+    """A scale JSON path (``.spec.replicas``) as keys, if it lies under one of ``under``."""
+    if not isinstance(value, str) or not value:
+        causes.append(Cause("FieldValueRequired", field_path, "Required value"))
+        return None
+    keys = tuple(value.split(".")[1:]) if value.startswith(".") else ()
+    if len(keys) < 2 or keys[0] not in under or not all(keys):
+        places = " or ".join(f".{u}" for u in under)
+        message = f'Invalid value: "{value}": should be a json path under {places}'
+        causes.append(Cause("FieldValueInvalid", field_path, message))
+        return None
+    return keys
+
+
+def _scale_info(scale: Any, where: str, causes: list[Cause]) -> ScaleInfo | None:
+    """The scale subresource of a CRD version (``None`` if it has none; problems → causes)."""
+    if scale is None:
+        return None
+    at = f"{where}.subresources.scale"
+    scale = scale if isinstance(scale, dict) else {}
+    spec = _scale_path(scale.get("specReplicasPath"), f"{at}.specReplicasPath", ("spec",), causes)
+    status = _scale_path(
+        scale.get("statusReplicasPath"), f"{at}.statusReplicasPath", ("status",), causes
+    )
+    selector = None
+    if scale.get("labelSelectorPath") is not None:
+        selector = _scale_path(
+            scale["labelSelectorPath"], f"{at}.labelSelectorPath", ("spec", "status"), causes
+        )
+    if spec is None or status is None:
+        return None
+    return ScaleInfo(spec, status, selector)
 
 
 def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
@@ -255,6 +305,18 @@ def discovery_document(types: Iterable[ResourceType], segments: list[str]) -> di
                     "singularName": "",
                     "namespaced": rt.namespaced,
                     "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        if rt.versions[version].scale is not None:
+            resources.append(
+                {
+                    "name": f"{rt.plural}/scale",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
                     "verbs": ["get", "patch", "update"],
                 }
             )

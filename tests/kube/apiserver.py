@@ -19,12 +19,20 @@ checks each behaviour and can be pointed at a real cluster to confirm them there
   only when the spec changes; a stale ``resourceVersion`` on PUT/patch → 409 ``Conflict``.
 * the ``/status`` subresource is separate from the main resource: writes to the object ignore
   ``status`` and writes to ``/status`` change nothing else.
+* the ``/scale`` subresource of a CRD that declares one (``subresources.scale``): GET gives an
+  ``autoscaling/v1`` ``Scale`` (``spec.replicas`` from ``specReplicasPath``, left out when 0;
+  ``status.replicas`` and ``status.selector`` from their paths), PATCH (merge or JSON patch of
+  the Scale) and PUT write ``spec.replicas`` back to the object as a write of its spec
+  (``resourceVersion`` and ``generation`` move, schema checked, write hooks run); a
+  ``metadata.resourceVersion`` in the Scale is a precondition (stale → 409 ``Conflict``), a
+  negative count is 422 ``Invalid``, a missing object 404 naming it.
 * ``openAPIV3Schema``: unknown fields are pruned (``Warning`` header; ``fieldValidation=Strict``
   → 400), violations → 422 ``Invalid`` with one cause per field (see ``openapi_schema.py``).
-* optional bearer-token authentication (401 ``Unauthorized``).
+* optional bearer-token authentication (401 ``Unauthorized``), and optional TLS (``tls``: a
+  certificate chain and its key, PEM files).
 
 Not implemented (a request for them gets a clear 4xx): watch, server-side apply, set-based
-label selectors, finalizers, CRD conversion webhooks, defaulting, the scale subresource.
+label selectors, finalizers, CRD conversion webhooks, defaulting.
 
 Test-only controls are plain Python methods (the server runs in the test process):
 :meth:`ApiServer.inject` (next N responses on a path are given error codes),
@@ -43,6 +51,7 @@ import copy
 import json
 import re
 import socket
+import ssl
 import threading
 import uuid
 from collections import deque
@@ -56,6 +65,7 @@ from .api_resources import (
     CRD_GROUP,
     CRD_PLURAL,
     ResourceType,
+    ScaleInfo,
     crd_resource_type,
     crd_status,
     discovery_document,
@@ -118,8 +128,16 @@ class ApiServer:
     401
     """
 
-    def __init__(self, *, token: str | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: tuple[str, str] | None = None,
+    ):
         self.token = token
+        self.tls = tls
         self._address = (host, port)
         self._lock = threading.RLock()
         self._types: dict[tuple[str, str], ResourceType] = {
@@ -141,6 +159,10 @@ class ApiServer:
         """Listen on the loopback port and serve in a daemon thread."""
         self._http = ThreadingHTTPServer(self._address, _Handler)
         self._http.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._http.socket = context.wrap_socket(self._http.socket, server_side=True)
         self._http.app = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
             target=self._http.serve_forever,
@@ -166,11 +188,11 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>`` of the running server."""
+        """``http://127.0.0.1:<port>`` (``https`` with TLS) of the running server."""
         if self._http is None:
             raise RuntimeError("the server is not running")
         host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     # ------------------------------------------------------------------ test controls
     def inject(self, path: str, *codes: int, method: str | None = None) -> None:
@@ -374,7 +396,11 @@ class ApiServer:
         sub = rest[2] if len(rest) > 2 else None
         if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name):
             raise not_found_page()
-        if sub is not None and (sub != "status" or not rt.versions[version].status_subresource):
+        info = rt.versions[version]
+        if sub is not None and not (
+            (sub == "status" and info.status_subresource)
+            or (sub == "scale" and info.scale is not None)
+        ):
             raise not_found_page()
         return rt, version, ns, name, sub
 
@@ -405,6 +431,8 @@ class ApiServer:
                 body = self._json_body(raw)
                 return self._create(rt, version, ns, body, dry_run, strict, events)
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
+        if sub == "scale":
+            return self._scale_request(method, rt, version, ns, name, headers, raw, dry_run, events)
         if method == "GET":
             return Response(200, self._present(rt, version, self._get(rt, ns, name)))
         if method == "PUT":
@@ -695,6 +723,37 @@ class ApiServer:
         )
         return Response(200, self._present(rt, version, new), self._warnings(dropped))
 
+    # ------------------------------------------------------------------ scale subresource
+    def _scale_request(
+        self,
+        method: str,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        name: str,
+        headers: dict[str, str],
+        raw: bytes,
+        dry_run: bool,
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> Response:
+        """GET, PATCH or PUT of ``<object>/scale`` (see the module docs)."""
+        scale = rt.versions[version].scale
+        assert scale is not None  # routed here only when the version has one
+        old = self._get(rt, ns, name)
+        if method == "GET":
+            return Response(200, _scale_of(old, scale))
+        if method == "PATCH":
+            candidate = self._apply_patch(_scale_of(old, scale), _content_type(headers), raw)
+        elif method == "PUT":
+            candidate = self._json_body(raw)
+        else:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a scale")
+        replicas = _scale_replicas(candidate, name, old["metadata"]["resourceVersion"], rt)
+        new = copy.deepcopy(old)
+        _set_path(new, scale.spec_replicas, replicas)
+        self._update(rt, version, ns, name, None, new, False, dry_run, False, events)
+        return Response(200, _scale_of(new if dry_run else self._get(rt, ns, name), scale))
+
     def _delete(
         self,
         rt: ResourceType,
@@ -734,6 +793,71 @@ class ApiServer:
             self._objects.pop(key, None)
         events.append((self._object_path(rt, version, ns, name), copy.deepcopy(old), None))
         return Response(200, self._present(rt, version, old))
+
+
+def _path_value(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _set_path(obj: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    node = obj
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value
+
+
+def _scale_of(obj: dict[str, Any], scale: ScaleInfo) -> dict[str, Any]:
+    """The ``autoscaling/v1`` Scale of an object (``spec.replicas`` omitted when 0, as the
+    real one's ``omitempty`` does)."""
+    meta = obj["metadata"]
+    replicas = _path_value(obj, scale.spec_replicas)
+    status: dict[str, Any] = {"replicas": _path_value(obj, scale.status_replicas) or 0}
+    if scale.label_selector is not None:
+        selector = _path_value(obj, scale.label_selector)
+        if isinstance(selector, str) and selector:
+            status["selector"] = selector
+    keep = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": {"replicas": replicas} if replicas else {},
+        "status": status,
+    }
+
+
+def _scale_replicas(candidate: Any, name: str, current: str, rt: ResourceType) -> int:
+    """The replicas a written Scale asks for, after the checks the real server makes."""
+    if not isinstance(candidate, dict):
+        raise ApiError(400, "BadRequest", "the Scale must be a JSON object")
+    meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), dict) else {}
+    if meta.get("name") not in (None, name):
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+            f"({name})",
+        )
+    spec = candidate.get("spec") if isinstance(candidate.get("spec"), dict) else {}
+    replicas = spec.get("replicas", 0)
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise ApiError(
+            400,
+            "BadRequest",
+            "json: cannot unmarshal into Go struct field ScaleSpec.spec.replicas of type int32",
+        )
+    if replicas < 0:
+        message = f"Invalid value: {replicas}: must be greater than or equal to 0"
+        scale_type = ResourceType("autoscaling", "scales", "scale", "Scale", "", True, {})
+        raise invalid(scale_type, name, [Cause("FieldValueInvalid", "spec.replicas", message)])
+    if meta.get("resourceVersion") not in (None, "", current):
+        raise conflict(rt, name, STALE)
+    return replicas
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -84,6 +84,14 @@ def api_client(
     return k8s.ApiClient(cfg)
 
 
+@pytest.fixture(autouse=True)
+def no_cluster_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Keep the machine's own Kubernetes configuration (a pod's service account, the user's
+    kubeconfig) out of the tests: clients find none unless a test writes one."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+
+
 @pytest.fixture
 def apiserver() -> Iterator[ApiServer]:
     """Our API server on a free loopback port."""
@@ -131,6 +139,12 @@ def register_dgd_crd(client: k8s.ApiClient) -> None:
     k8s.ApiextensionsV1Api(client).create_custom_resource_definition(load_fixture("dgd_crd.yaml"))
 
 
+def register_dgdsa_crd(client: k8s.ApiClient) -> None:
+    """Create the DGD Scaling Adapter CRD (with its scale subresource) through the API."""
+    crd = load_fixture("dgdsa_crd.yaml")
+    k8s.ApiextensionsV1Api(client).create_custom_resource_definition(crd)
+
+
 def create_dgd(
     server: ApiServer,
     client: k8s.ApiClient,
@@ -158,6 +172,12 @@ def create_dgd(
 def dgd_crd(apiserver: ApiServer, kube: k8s.ApiClient) -> None:
     """The DGD CRD registered on the test server."""
     register_dgd_crd(kube)
+
+
+@pytest.fixture
+def dgdsa_crd(apiserver: ApiServer, kube: k8s.ApiClient, dgd_crd: None) -> None:
+    """The DGD and DGD Scaling Adapter CRDs registered on the test server."""
+    register_dgdsa_crd(kube)
 
 
 @pytest.fixture

@@ -11,17 +11,30 @@ completes. ``report_available=False`` omits ``availableReplicas`` (as PodCliques
 ``ready_during_rollout=True`` leaves ``Ready`` at ``True`` while a rollout is under way (so the
 actuator's own in-flight check, not the condition, is what holds a second change).
 
+``adapters=True`` runs the operator's scaling-adapter controller too (the DGDSA CRD must be
+registered): each service that declares ``scalingAdapter: {enabled: true}`` gets its
+DynamoGraphDeploymentScalingAdapter ``<dgd>-<service in lower case>`` (``spec.replicas`` from
+the service, ``spec.dgdRef``) when the DGD is written without one, and a change of an adapter's
+``spec.replicas`` is copied into the DGD's ``spec.services.<service>.replicas`` at once (a
+spec change like any: the rollout follows) — unless ``sync_adapters`` is set to ``False``,
+which holds the copies back (an adapter change on its way to the DGD) until :meth:`sync`.
+
 >>> SimulatedOperator.service_status(desired=3, ready=2, available=True)["availableReplicas"]
 2
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from .apiserver import ApiServer
+from .api_status import ApiError
+from .apiserver import MERGE_PATCH, ApiServer
+
+ADAPTERS = "dynamographdeploymentscalingadapters"
+ADAPTER_KIND = "DynamoGraphDeploymentScalingAdapter"
 
 
 class SimulatedOperator:
@@ -36,9 +49,15 @@ class SimulatedOperator:
         capacity: dict[str, int] | None = None,
         report_available: bool = True,
         ready_during_rollout: bool = False,
+        adapters: bool = False,
     ) -> None:
         self.server = server
         self.path = path.rstrip("/")
+        self.adapters = adapters
+        self.sync_adapters = True
+        # /apis/<group>/<version>/namespaces/<ns>/dynamographdeployments/<name>
+        self.dgd_name = self.path.rsplit("/", 1)[1]
+        self.adapter_root = self.path.rsplit("/", 2)[0] + f"/{ADAPTERS}"
         self.delay_s = delay_s
         self.capacity = dict(capacity or {})
         self.report_available = report_available
@@ -121,9 +140,63 @@ class SimulatedOperator:
         ]
         self.server.write_status(self.path, status)
 
+    # ------------------------------------------------------------------ scaling adapters
+    def adapter_path(self, service: str) -> str:
+        """The API path of ``service``'s scaling adapter."""
+        return f"{self.adapter_root}/{self.dgd_name}-{service.lower()}"
+
+    def _adapted_services(self, dgd: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        services = dgd.get("spec", {}).get("services", {}) or {}
+        return {
+            name: svc
+            for name, svc in services.items()
+            if ((svc or {}).get("scalingAdapter") or {}).get("enabled") is True
+        }
+
+    def _ensure_adapters(self, dgd: dict[str, Any]) -> None:
+        for service, svc in self._adapted_services(dgd).items():
+            body = {
+                "apiVersion": "nvidia.com/v1alpha1",
+                "kind": ADAPTER_KIND,
+                "metadata": {"name": self.adapter_path(service).rsplit("/", 1)[1]},
+                "spec": {
+                    "replicas": int(svc.get("replicas", 1)),
+                    "dgdRef": {"name": self.dgd_name, "serviceName": service},
+                },
+            }
+            response = self.server.handle(
+                "POST", self.adapter_root, {}, json.dumps(body).encode(), client=False
+            )
+            if response.status not in (201, 409):  # 409: it exists already
+                raise ApiError(response.status, "Failed", str(response.body))
+
+    def sync(self) -> None:
+        """Copy every adapter's ``spec.replicas`` into the DGD (the adapter controller)."""
+        dgd = self.server.read(self.path)
+        for service, svc in self._adapted_services(dgd).items():
+            try:
+                adapter = self.server.read(self.adapter_path(service))
+            except ApiError:
+                continue  # not made (yet)
+            wanted = adapter["spec"].get("replicas", 0)
+            if int(svc.get("replicas", 1)) != wanted:
+                patch = {"spec": {"services": {service: {"replicas": wanted}}}}
+                body = json.dumps(patch).encode()
+                headers = {"content-type": MERGE_PATCH}
+                self.server.handle("PATCH", self.path, headers, body, client=False)
+
+    def _on_adapter_write(self, new: dict[str, Any]) -> None:
+        if new["spec"].get("dgdRef", {}).get("name") == self.dgd_name and self.sync_adapters:
+            self.sync()
+
     def _on_write(self, path: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if self.adapters and new is not None and path.startswith(self.adapter_root + "/"):
+            self._on_adapter_write(new)
+            return
         if path != self.path or new is None:
             return
+        if self.adapters:
+            self._ensure_adapters(new)
         if old is not None and old["metadata"]["generation"] == new["metadata"]["generation"]:
             return
         self.rollouts += 1

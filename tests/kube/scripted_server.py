@@ -1,6 +1,8 @@
 """A scripted HTTP server for the faults the test API server cannot produce: a 200 whose body
 is not a Kubernetes object (an ingress's HTML error page, a JSON list, an object without
-``metadata.resourceVersion``), and a server that accepts a request and never answers.
+``metadata.resourceVersion``), a server that accepts a request and never answers, and one that
+answers a byte at a time (:meth:`Reply.trickling`: each byte in time for any per-read timeout,
+the whole answer taking minutes).
 
 Each request takes the next scripted :class:`Reply`, then ``default`` once the script is used
 up; a ``None`` reply (:data:`HANG`) is never answered (until :meth:`ScriptedServer.stop`).
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,11 +31,22 @@ class Reply:
     status: int
     body: bytes
     content_type: str = "application/json"
+    trickle_s: float = 0.0
+    trickle_headers: bool = False
 
     @classmethod
     def json(cls, body: Any, status: int = 200) -> Reply:
         """A JSON reply."""
         return cls(status, json.dumps(body).encode())
+
+    def trickling(self, pause_s: float, *, headers: bool = False) -> Reply:
+        """This reply with its body (and its status line and headers, if ``headers``) sent a
+        byte every ``pause_s`` seconds (until the client hangs up or the server stops).
+
+        >>> Reply.json({}).trickling(0.2).trickle_s
+        0.2
+        """
+        return replace(self, trickle_s=pause_s, trickle_headers=headers)
 
 
 class ScriptedServer:
@@ -99,11 +112,30 @@ class _Handler(BaseHTTPRequestHandler):
             app.stopped.wait()
             self.close_connection = True
             return
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        self.wfile.write(reply.body)
+        head = (
+            f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
+            f"Content-Type: {reply.content_type}\r\n"
+            f"Content-Length: {len(reply.body)}\r\n\r\n"
+        ).encode()
+        if not reply.trickle_s:
+            self.wfile.write(head + reply.body)
+        elif reply.trickle_headers:
+            self._trickle(app, head + reply.body, reply.trickle_s)
+        else:
+            self.wfile.write(head)
+            self._trickle(app, reply.body, reply.trickle_s)
+
+    def _trickle(self, app: ScriptedServer, data: bytes, pause_s: float) -> None:
+        """Send ``data`` a byte at a time; stop when the client hangs up or the server stops."""
+        self.close_connection = True
+        for i in range(len(data)):
+            try:
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+            except OSError:
+                return
+            if app.stopped.wait(pause_s):
+                return
 
     do_GET = do_PATCH = _serve
 

@@ -11,7 +11,8 @@ check that the same assertions hold there::
 The token needs create/delete on customresourcedefinitions and full access to the test
 resource ``flowplannerprobes.conformance.flowplanner.dev`` (created and deleted by the suite).
 The probe CRD mirrors the DGD's shape: ``spec.services.<name>.replicas`` (integer, minimum 0)
-with a status subresource.
+with a status subresource; and the DGD Scaling Adapter's: ``spec.replicas`` behind a scale
+subresource.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ GROUP = "conformance.flowplanner.dev"
 VERSION = "v1alpha1"
 PLURAL = "flowplannerprobes"
 KIND = "FlowplannerProbe"
+MERGE_PATCH = "application/merge-patch+json"
 
 PROBE_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -52,7 +54,13 @@ PROBE_CRD: dict[str, Any] = {
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {
+                    "status": {},
+                    "scale": {
+                        "specReplicasPath": ".spec.replicas",
+                        "statusReplicasPath": ".status.replicas",
+                    },
+                },
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
@@ -63,6 +71,7 @@ PROBE_CRD: dict[str, Any] = {
                                 "properties": {
                                     "mode": {"type": "string", "enum": ["agg", "disagg"]},
                                     "note": {"type": "string"},
+                                    "replicas": {"type": "integer", "minimum": 0},
                                     "services": {
                                         "type": "object",
                                         "additionalProperties": {
@@ -539,6 +548,87 @@ def test_status_subresource_is_separate_from_spec(cluster: Cluster, api, name):
         GROUP, VERSION, cluster.namespace, PLURAL, name
     )
     assert read_status["status"] == {"readyReplicas": 1}
+
+
+# ---------------------------------------------------------------------- scale subresource
+def get_scale(api: k8s.CustomObjectsApi, cluster: Cluster, name: str) -> dict[str, Any]:
+    """Read the object's Scale."""
+    return api.get_namespaced_custom_object_scale(GROUP, VERSION, cluster.namespace, PLURAL, name)
+
+
+def patch_scale(
+    api: k8s.CustomObjectsApi, cluster: Cluster, name: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """Merge-patch the object's Scale."""
+    return api.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, cluster.namespace, PLURAL, name, body, _content_type=MERGE_PATCH
+    )
+
+
+def test_scale_subresource_shows_in_discovery(cluster: Cluster, probe_crd: dict[str, Any]):
+    status, resources, _ = raw(cluster, "GET", f"/apis/{GROUP}/{VERSION}")
+    [scale] = [r for r in resources["resources"] if r["name"] == f"{PLURAL}/scale"]
+    assert status == 200 and (scale["group"], scale["version"], scale["kind"]) == (
+        "autoscaling",
+        "v1",
+        "Scale",
+    )
+    assert {"get", "patch"} <= set(scale["verbs"])
+
+
+def test_scale_subresource_reads_spec_replicas(cluster: Cluster, api, name):
+    created = create(api, cluster, probe(name, replicas=2))
+    scale = get_scale(api, cluster, name)
+    assert (scale["kind"], scale["apiVersion"]) == ("Scale", "autoscaling/v1")
+    assert scale["spec"] == {"replicas": 2} and scale["status"]["replicas"] == 0
+    assert scale["metadata"]["name"] == name
+    assert scale["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_scale_patch_writes_spec_replicas(cluster: Cluster, api, name):
+    created = create(api, cluster, probe(name, replicas=2))
+    current = created["metadata"]["resourceVersion"]
+    scaled = patch_scale(
+        api, cluster, name, {"metadata": {"resourceVersion": current}, "spec": {"replicas": 4}}
+    )
+    stored = get(api, cluster, name)
+    assert scaled["spec"] == {"replicas": 4} and stored["spec"]["replicas"] == 4
+    assert stored["metadata"]["generation"] == 2
+    assert scaled["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    assert stored["metadata"]["resourceVersion"] != current
+    assert stored["spec"]["services"] == created["spec"]["services"]
+
+
+def test_stale_scale_resource_version_is_409_conflict(cluster: Cluster, api, name):
+    created = create(api, cluster, probe(name, replicas=2))
+    stale = created["metadata"]["resourceVersion"]
+    patch_scale(api, cluster, name, {"spec": {"replicas": 3}})
+    with pytest.raises(ApiException) as err:
+        patch_scale(
+            api, cluster, name, {"metadata": {"resourceVersion": stale}, "spec": {"replicas": 5}}
+        )
+    body = status_of(err.value)
+    assert err.value.status == 409 and body["reason"] == "Conflict"
+    assert get(api, cluster, name)["spec"]["replicas"] == 3
+
+
+def test_negative_scale_is_422_invalid(cluster: Cluster, api, name):
+    create(api, cluster, probe(name, replicas=2))
+    with pytest.raises(ApiException) as err:
+        patch_scale(api, cluster, name, {"spec": {"replicas": -1}})
+    assert err.value.status == 422 and status_of(err.value)["reason"] == "Invalid"
+    assert get(api, cluster, name)["spec"]["replicas"] == 2
+
+
+def test_scale_of_a_missing_object_is_404_naming_it(cluster: Cluster, api):
+    for call in (
+        lambda: get_scale(api, cluster, "no-such-probe"),
+        lambda: patch_scale(api, cluster, "no-such-probe", {"spec": {"replicas": 1}}),
+    ):
+        with pytest.raises(ApiException) as err:
+            call()
+        assert err.value.status == 404
+        assert status_of(err.value)["details"]["name"] == "no-such-probe"
 
 
 # ---------------------------------------------------------------------- delete, auth
