@@ -58,6 +58,7 @@ from connectors.address import address_options, has_host_port
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
+from connectors.dgd_graph import DEFAULT_SERVICE_NAMES
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.kafka.url import KafkaUrl
@@ -365,9 +366,13 @@ def _dgd(
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
+    backend = query.get("backend", "vllm")
+    if backend not in DEFAULT_SERVICE_NAMES:  # checked before any client is set up
+        known = ", ".join(sorted(DEFAULT_SERVICE_NAMES))
+        raise EndpointError(f"{address!r}: backend must be one of {known}, not {backend!r}")
     actuator: dict[str, Any] = {  # DgdActuator.from_environment's options
         "mode": configs[deployment].mode,
-        "backend": query.get("backend", "vllm"),
+        "backend": backend,
         "host": query.get("host"),
         "token_file": query.get("token_file"),
         "ca_cert": query.get("ca"),

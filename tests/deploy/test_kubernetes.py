@@ -46,7 +46,11 @@ def test_the_worker_runs_the_shipped_config_with_addresses_it_accepts(tmp_path, 
     monkeypatch.setattr(endpoints, "SERVICE_ACCOUNT_NAMESPACE", in_pod)
     # no I/O: sources connect when the flow starts, the DGD output when its sink is built
     wiring = wire(args.input, args.output, configs)
-    assert wiring.live and len(wiring.inputs) == 3  # ZMQ, Prometheus, the DGD's inventory
+    # the relayed passes (a vLLM engine publishes on its pod's localhost, which the planner's
+    # pod cannot reach), Prometheus, the DGD's inventory
+    assert wiring.live and len(wiring.inputs) == 3
+    assert not any(address.startswith("zmq") for address in args.input)
+    assert configs["llama"].allowed_lateness_seconds >= 1  # passes stamped by several hosts
     assert len(wiring.actuators) == 1
     (output,) = args.output
     namespace, name = parse_dgd_target(output.split("?")[0])

@@ -193,12 +193,15 @@ def test_forecast_bench_rejects_non_positive_parameters(option, value):
     [
         ("kafka://h:notaport/t", "broker 'h:notaport' needs HOST:PORT"),
         ("dgd://ns?deployment=llama", "give the namespace too (dgd://NAMESPACE/NAME)"),
+        # exit 1 after the Kubernetes client's set-up (behind its error when it had none)
+        ("dgd://ns/llama?backend=foo", "backend must be one of mocker, sglang, trtllm, vllm"),
     ],
 )
 def test_run_checks_addresses_before_connecting(address, needle):
     option = "--output" if address.startswith("dgd") else "--input"
     done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, option, address)
     assert_clean_error(done, needle)
+    assert done.returncode == 2
     assert "kube-config" not in done.stderr and len(done.stderr.splitlines()) == 1
 
 
