@@ -13,6 +13,13 @@ as a pure state machine over event time, with three choices made explicit:
   acknowledged, the same targets are sent again if the planner asks for them (the reference
   skips any unchanged decision): the planner only decides when the replicas it sees differ
   from its target, so a repeat means the fleet drifted after applying it (a worker died).
+* **A tick that keeps the count withdraws the hold.** A tick whose loops judged the replicas
+  they see right and decided nothing (:meth:`AckGate.withdraw`: ``no_change``, a scale-down
+  refused or still stabilizing) is the planner's newest intent too: the held decision is
+  dropped, as the reference, skipping decisions while it waits, would never send it. A tick
+  that could not judge (no data, a scale still in progress) keeps it. Without this, a
+  scale-up held while load eased went out on the acknowledgement anyway, and a held
+  scale-down went out after load had risen again.
 * **The gate owns the decision ids.** Released decisions are renumbered
   ``max(last emitted, acknowledged) + 1``, so the ids a consumer sees are consecutive even when
   held decisions were replaced, and never reuse an id the environment acknowledged in this run.
@@ -39,6 +46,8 @@ proceeded without acknowledgement; one released by an acknowledgement notes how 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from schemas import ScalingDecision
 
 Targets = tuple[int | None, int | None]
@@ -46,6 +55,30 @@ Targets = tuple[int | None, int | None]
 
 def _targets(decision: ScalingDecision) -> Targets:
     return (decision.num_prefill, decision.num_decode)
+
+
+KEPT_COUNT_REASONS = frozenset(
+    {
+        "no_change",
+        "scale_down_stabilizing",
+        "scale_down_capped_by_throughput",
+        "scale_down_refused_consolidation",
+        "scale_down_refused_rate",
+    }
+)
+"""The reasons of a loop that judged the replicas it sees and keeps them (a held decision is
+then withdrawn); ``set_lower_bound`` (the throughput loop beside the load loop) judges nothing."""
+
+
+def keeps_the_count(reasons: Sequence[str | None]) -> bool:
+    """Whether the loops that ran in a tick without a decision (their ``reasons``) judged the
+    count right: one did, and none of the others could not judge.
+
+    >>> keeps_the_count(["no_change", "set_lower_bound"]), keeps_the_count(["scaling_in_progress"])
+    (True, False)
+    """
+    judged = [reason for reason in reasons if reason != "set_lower_bound"]
+    return bool(judged) and all(reason in KEPT_COUNT_REASONS for reason in judged)
 
 
 class AckGate:
@@ -118,6 +151,22 @@ class AckGate:
             self.replaced += 1
         self.held = decision
         return self.advance(decision.time)
+
+    def withdraw(self) -> None:
+        """The planner, judging the replicas it sees right, wants no change now: the held
+        decision is dropped (the wait keeps running from the first hold, as when a decision
+        equal to the one in flight cancels it).
+
+        >>> def decision(t, n):
+        ...     return ScalingDecision(deployment="llama", decision_id=1, time=t, num_decode=n,
+        ...                            reason="scale_up", source="load")
+        >>> gate = AckGate()
+        >>> _ = gate.offer(decision(0, 3)); gate.offer(decision(5, 4)) is None  # 4 held
+        True
+        >>> gate.withdraw(); gate.acknowledge(1, now=20) is None  # load eased: 4 not sent
+        True
+        """
+        self.held = None
 
     def acknowledge(self, acked_decision_id: int, now: float) -> ScalingDecision | None:
         """The environment applied decisions up to ``acked_decision_id`` (seen at ``now``)."""

@@ -52,7 +52,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from operators.ack_gate import AckGate
+from operators.ack_gate import AckGate, keeps_the_count
 from operators.engine_limits import engine_limit_breach, within_scheduler_limits
 from operators.length_histogram import LengthHistogram
 from operators.state_machine import PlannerStateMachine
@@ -519,6 +519,14 @@ class DeploymentPlanner:
             )
             if self.gate is not None:
                 decision = self.gate.offer(decision)
+        elif self.gate is not None:
+            diagnostics = effects.diagnostics
+            ran = [
+                *([diagnostics.load_decision_reason] if tick.run_load_scaling else []),
+                *([diagnostics.throughput_decision_reason] if tick.run_throughput_scaling else []),
+            ]
+            if keeps_the_count(ran):
+                self.gate.withdraw()
         return TickRecord(
             deployment=self.deployment,
             time=now_s,

@@ -12,14 +12,21 @@ from bytewax.testing import TestingSink, TestingSource
 
 from flows.planner import PlannerSinks, build_flow
 from operators.ack_gate import AckGate
+from operators.deployment import DeploymentPlanner
+from operators.window import TickWindow
 from schemas import (
     DeadLetter,
     DecisionAck,
     DeliveredDecision,
+    EngineCapabilities,
     PlannerConfig,
     ScalingDecision,
+    WorkerCapabilities,
+    WorkerCounts,
+    fpm_to_row,
     parse_event,
 )
+from tests.core.planner_inputs import fpm
 from tests.decisions import decision
 from tests.flow.cluster import run_flow
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
@@ -279,3 +286,50 @@ def test_in_the_runtime_a_bogus_acknowledgement_is_a_dead_letter_and_changes_not
             f"invalid acknowledgement: acked_decision_id {2**62} was never issued (the last is 1)",
         )
     ]
+
+
+def _planner_window(t: float, engines: int, kv_tokens: int, acks: tuple[int, ...] = ()):
+    rows = {
+        ("decode", f"w{i}", 0): [
+            fpm_to_row(
+                t - 1,
+                fpm(worker_id=f"w{i}", decode_kv=kv_tokens, decode_requests=10, wall_time=0.02),
+            )
+        ]
+        for i in range(engines)
+    }
+    counts = WorkerCounts(ready_num_decode=engines, expected_num_decode=engines)
+    return TickWindow(rows=rows, inventory=counts, acks=list(acks))
+
+
+@pytest.mark.parametrize(
+    ("kv_before", "kv_after", "engines"),
+    [(110_000, 70_000, 3), (30_000, 95_000, 2)],  # a scale-up, then a scale-down, gone stale
+    ids=["up", "down"],
+)
+def test_a_held_decision_the_planner_no_longer_wants_is_not_sent(kv_before, kv_after, engines):
+    # decision 1 goes out; the next tick wants one more step and is held behind it; then the
+    # load changes and the planner judges the count it sees right (no_change): the held step
+    # went out on the acknowledgement anyway (a scale-up load no longer needed, a scale-down
+    # after load rose again); the reference, skipping while it waits, never sends it
+    config = PlannerConfig(
+        mode="decode",
+        optimization_target="throughput",
+        max_gpu_budget=-1,
+        capabilities=WorkerCapabilities(
+            decode=EngineCapabilities(max_kv_tokens=100_000, num_gpu=1)
+        ),
+    )
+    planner = DeploymentPlanner("d", config, window_s=5.0, gate=AckGate(60))
+    first = planner.on_window(5.0, _planner_window(5.0, 5 - engines, kv_before)).decision
+    assert first is not None and first.num_decode == engines
+    held = planner.on_window(10.0, _planner_window(10.0, engines, kv_before))
+    assert held.decision is None and held.diagnostics.load_decision_reason in {
+        "scale_up",
+        "scale_down",
+    }
+    later = [planner.on_window(15.0, _planner_window(15.0, engines, kv_after))]
+    later += [planner.on_window(20.0, _planner_window(20.0, engines, kv_after, acks=(1,)))]
+    later += [planner.on_window(t, _planner_window(t, engines, kv_after)) for t in (25.0, 90.0)]
+    assert [r.diagnostics.load_decision_reason for r in later] == ["no_change"] * 4
+    assert [r.decision for r in later] == [None] * 4
