@@ -30,6 +30,7 @@ from operators.perf import (
     clamp_kv_hit_rate,
 )
 from schemas import TrafficObservation
+from schemas.events import MAX_REQUEST_TOKENS, quantile_key
 
 
 @dataclass(frozen=True)
@@ -160,16 +161,15 @@ def agg_capacity(
     return Capacity(replicas_for(demand_rps, rps, min_endpoint), rps, ttft_ms)
 
 
-def quantile_key(q: float) -> str:
-    """Key of quantile ``q`` in ``TrafficObservation.isl_quantiles`` / ``osl_quantiles``.
-
-    >>> quantile_key(0.9), quantile_key(0.99), quantile_key(0.5)
-    ('p90', 'p99', 'p50')
-    """
-    return f"p{round(q * 100)}"
-
-
 def _quantile_ratio(quantiles: dict[str, float] | None, mean: float, q: float | None) -> float:
+    """The window's ``q``-quantile over its mean, at most ``1 / (1 - q)``: no quantile of
+    non-negative lengths exceeds ``mean / (1 - q)`` (``schemas.events.quantile_ceiling``).
+    Traffic events above it are refused; the cap also holds for observations built inside,
+    so a mean of 1e-300 with a p99 of 2**27 cannot size an infinite request.
+
+    >>> _quantile_ratio({"p99": 2.0**27}, 1e-300, 0.99) <= 100.0
+    True
+    """
     if q is None or not quantiles or not mean > 0:
         return 1.0
     value = quantiles.get(quantile_key(q))
@@ -177,7 +177,7 @@ def _quantile_ratio(quantiles: dict[str, float] | None, mean: float, q: float | 
     # perf models answer "not ready" for it, so it counts as missing (the mean)
     if value is None or not math.isfinite(value) or value <= 0:
         return 1.0
-    return value / mean
+    return min(value / mean, 1.0 / (1.0 - q))
 
 
 def sizing_lengths(
@@ -191,6 +191,8 @@ def sizing_lengths(
     """ISL/OSL to size capacity for: the forecast means, or with a quantile configured, the
     means scaled by the latest window's quantile/mean ratio (unchanged — the mean — when the
     window carries no such quantile, as traffic read from Prometheus never does, or a zero one).
+    Never above ``MAX_REQUEST_TOKENS``, the longest request an input may report: neither a
+    forecast nor a ratio can ask for capacity no request needs.
 
     >>> shape = TrafficObservation(duration_s=60, num_req=10, isl=1000, osl=100,
     ...                            isl_quantiles={"p90": 3000}, osl_quantiles={"p90": 150})
@@ -199,8 +201,8 @@ def sizing_lengths(
     >>> sizing_lengths(1200, 120, shape, isl_quantile=0.99, osl_quantile=0.9)
     (1200.0, 180.0)
     """
-    if shape is None:
-        return isl, osl
-    isl_ratio = _quantile_ratio(shape.isl_quantiles, shape.isl, isl_quantile)
-    osl_ratio = _quantile_ratio(shape.osl_quantiles, shape.osl, osl_quantile)
-    return isl * isl_ratio, osl * osl_ratio
+    isl_ratio = osl_ratio = 1.0
+    if shape is not None:
+        isl_ratio = _quantile_ratio(shape.isl_quantiles, shape.isl, isl_quantile)
+        osl_ratio = _quantile_ratio(shape.osl_quantiles, shape.osl, osl_quantile)
+    return min(isl * isl_ratio, MAX_REQUEST_TOKENS), min(osl * osl_ratio, MAX_REQUEST_TOKENS)

@@ -20,7 +20,8 @@ Values are taken strictly: a boolean field takes ``true``/``false`` only (not ``
 integer field not even ``8.0``. YAML and JSON both carry real numbers and this loader does no
 environment substitution, so a quoted number is a typo or a templating slip; taking it lax
 would make ``enable_load_scaling: "no"`` or ``itl_ms: "5O"`` mean something nobody wrote.
-A file that names a key twice is refused (YAML would silently keep the last one), and a
+A file that names a key twice is refused (YAML would silently keep the last one; a YAML merge
+key, ``<<: *anchor``, is no duplicate, and a key given beside it overrides the merged one), and a
 deployment name is at most 253 characters (``schemas.events.MAX_DEPLOYMENT_NAME``: events
 cannot carry a longer one).
 
@@ -52,7 +53,20 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.events import MAX_DEPLOYMENT_NAME, EngineCapabilities, Role, WorkerCapabilities
+from schemas.events import (
+    MAX_DEPLOYMENT_NAME,
+    MAX_ENGINE_GPUS,
+    MAX_GPU_BUDGET,
+    MAX_GPU_POWER_W,
+    MAX_REPLICAS,
+    MAX_SPECULATIVE_TOKENS,
+    EngineCapabilities,
+    ReplicaFloor,
+    Replicas,
+    Role,
+    WorkerCapabilities,
+    capabilities_implausibility,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +124,23 @@ def _on_interval_grid(value: float) -> float:
 Interval = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_on_interval_grid)]
 """A tick interval in seconds: see :data:`INTERVAL_LIMITS`."""
 
+EngineGpus = Annotated[int, Field(ge=1, le=MAX_ENGINE_GPUS)]
+"""GPUs of one replica: 1 to ``MAX_ENGINE_GPUS``, as a ``capabilities`` event's ``num_gpu``."""
+
+ReplicaStep = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+"""The most replicas one decision may move a role (``max_load_step``,
+``max_throughput_scaling_replicas``): at most ``MAX_REPLICAS``, the most any role has (an
+inventory reporting more is refused)."""
+
+
+def _plausible_capabilities(caps: WorkerCapabilities) -> WorkerCapabilities:
+    """The capabilities a ``capabilities`` event could carry (``capabilities_implausibility``):
+    the config's stand in for the engines' until they report, so the same ceilings hold."""
+    problem = capabilities_implausibility(caps)
+    if problem is not None:
+        raise ValueError(problem)
+    return caps
+
 
 class ConfigError(ValueError):
     """A config that cannot be used; the message names every offending field.
@@ -147,6 +178,24 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
 scale-down of spec §4.5 — what the reference documents — and its estimates)."""
 
 
+def _alias_properties(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The config's JSON Schema takes what :func:`load_config` takes: each alias of a field
+    (``ttft``, ``itl``, ``load_adjustment_interval``, ``throughput_adjustment_interval``) is a
+    property with the field's type and bounds, and a field named both ways is refused (the
+    loader refuses the alias then, as an unknown field), so a config editor offers and accepts
+    both names."""
+    properties, exclusive = schema["properties"], []
+    for name, field in model.model_fields.items():
+        choices = field.validation_alias
+        aliases = choices.choices if isinstance(choices, AliasChoices) else []
+        for alias in (a for a in aliases if isinstance(a, str) and a != name):
+            shape = {k: v for k, v in properties[name].items() if k not in ("default", "title")}
+            properties[alias] = shape | {"description": f"alias of {name}"}
+            exclusive.append({"not": {"required": [name, alias]}})
+    if exclusive:
+        schema["allOf"] = exclusive
+
+
 class PlannerConfig(BaseModel):
     """Planner settings of one deployment.
 
@@ -156,7 +205,13 @@ class PlannerConfig(BaseModel):
     (1, 5.0)
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        strict=True,
+        json_schema_extra=_alias_properties,
+    )
 
     # --- core (§9.1) ---
     mode: Mode = "disagg"
@@ -192,18 +247,22 @@ class PlannerConfig(BaseModel):
     §6.3 priority 1); when set, it bootstraps the perf models instead of
     ``profile_results_dir``. The reference asks the live worker; a file can be recorded once
     per engine configuration and reviewed."""
-    prefill_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    prefill_engine_num_gpu: EngineGpus | None = None
     """GPUs of one prefill replica (for the GPU budget and GPU-hours) where the workers'
-    capabilities do not say; ``None``: unknown."""
-    decode_engine_num_gpu: Annotated[int, Field(ge=1)] | None = None
+    capabilities do not say; ``None``: unknown. At most ``MAX_ENGINE_GPUS`` (4096), as in a
+    ``capabilities`` event."""
+    decode_engine_num_gpu: EngineGpus | None = None
     """GPUs of one decode (or agg) replica, as for prefill."""
-    capabilities: WorkerCapabilities | None = None
+    capabilities: Annotated[WorkerCapabilities, AfterValidator(_plausible_capabilities)] | None = (
+        None
+    )
     """*ours*: the engines' limits per role (``max_num_batched_tokens``, ``max_kv_tokens``,
     ``max_num_seqs``, ...) until a ``capabilities`` event says otherwise (a field it names
     replaces the configured one; the fields it leaves out stay as configured). The reference
     reads them from each worker's model card; a live run on ZMQ inputs alone has no such card,
     and without ``max_num_batched_tokens`` the prefill load rule reports ``insufficient_data``
-    (spec §4.2)."""
+    (spec §4.2). Held to the ceilings of a ``capabilities`` event
+    (``schemas.events.capabilities_implausibility``)."""
     perf_model_basis: Literal["linear", "piecewise"] = "linear"
     """*ours*: shape of the SLA perf models' fit. ``linear``: one least-squares slope per
     feature (the reference). ``piecewise``: the prefill model fits TTFT as a continuous,
@@ -232,9 +291,9 @@ class PlannerConfig(BaseModel):
     )
     """Seconds between throughput ticks (spec §9.3): 0.1 s to one day, a whole number of 10 ms
     (:data:`INTERVAL_LIMITS`)."""
-    max_throughput_scaling_replicas: Annotated[int, Field(gt=0)] = 8
+    max_throughput_scaling_replicas: ReplicaStep = 8
     """Spec §5.4: one throughput observation moves a role at most this many replicas from its
-    ready count (the endpoint floor may exceed it)."""
+    ready count (the endpoint floor may exceed it); at most ``MAX_REPLICAS``."""
     throughput_metrics_source: Literal["frontend", "router"] = "frontend"
     """Which metric names the Prometheus traffic input queries (spec §10.2): the frontend's
     ``dynamo_frontend_*`` or the router's."""
@@ -329,8 +388,9 @@ class PlannerConfig(BaseModel):
     )
     """``optimization_target: load``: percent (0–100) at or below which ALL decode (or agg)
     engines' KV load removes a replica (when there are at least two)."""
-    speculative_nextn: Annotated[int, Field(ge=0)] = 0
-    """Speculative tokens per decode step when the engines do not say (spec §5.5)."""
+    speculative_nextn: Annotated[int, Field(ge=0, le=MAX_SPECULATIVE_TOKENS)] = 0
+    """Speculative tokens per decode step when the engines do not say (spec §5.5); at most
+    ``MAX_SPECULATIVE_TOKENS`` (1024), as in a ``capabilities`` event."""
     scale_down_rule: Literal["consolidation", "flat"] = "consolidation"
     """*ours* (as a switch): ``consolidation`` = spec §4.6 (default), ``flat`` = spec §4.5."""
     queue_aware_estimates: bool = True
@@ -358,7 +418,7 @@ class PlannerConfig(BaseModel):
     """*ours*: what a scale still in flight (expected != ready) blocks. ``role``: that role
     takes no new load step until it lands, the other role of a disagg deployment still moves.
     Reference: ``deployment`` (either role in flight blocks both, spec §4.2)."""
-    max_load_step: Annotated[int, Field(ge=1)] = 3
+    max_load_step: ReplicaStep = 3
     """*ours*: most replicas one SLA load tick may add to a role; above 1 the step is
     proportional to how far the least loaded engine is above the SLA (and to the recent
     request rate, see ``load_rate_window_seconds``); in agg mode, when both the TTFT and the
@@ -402,10 +462,11 @@ class PlannerConfig(BaseModel):
     its floors, as here)."""
 
     # --- budget / endpoints (§9.5) ---
-    max_gpu_budget: int = 8
+    max_gpu_budget: Annotated[int, Field(le=MAX_GPU_BUDGET)] = 8
     """Most GPUs the deployment may use (replicas × GPUs per replica over its roles); a
-    negative value is off. A hard ceiling under either ``gpu_budget_rule``."""
-    min_gpu_budget: int = -1
+    negative value is off. A hard ceiling under either ``gpu_budget_rule``. At most
+    ``MAX_GPU_BUDGET`` (every replica at its most GPUs), as in a ``limits`` event."""
+    min_gpu_budget: Annotated[int, Field(le=MAX_GPU_BUDGET)] = -1
     """Fewest GPUs the deployment should keep (spec §8.2, the current reference tree); a
     negative value (the default, -1) is off. Only ``gpu_budget_rule="band"`` reads it: it holds
     load scale-downs at the floor and reconciles a fleet below it, relaxed by the largest GPUs
@@ -444,14 +505,19 @@ class PlannerConfig(BaseModel):
     (:mod:`operators.power_budget`). The reference accepts it only on Kubernetes and not in
     agg mode; ours takes the caps from any capabilities source (the DGD, a recorded stream,
     ``capabilities`` in this config) and works in every mode."""
-    total_gpu_power_limit: Annotated[int, Field(ge=1)] | None = None
+    total_gpu_power_limit: (
+        Annotated[int, Field(ge=1, le=MAX_GPU_BUDGET * MAX_GPU_POWER_W)] | None
+    ) = None
     """Watts the deployment's GPUs may draw at their caps; required by, and only read with,
-    ``enable_power_awareness``."""
-    min_endpoint: Annotated[int, Field(ge=0)] = 1
-    """Fewest replicas of each role any decision leaves (spec §9.5)."""
-    prefill_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+    ``enable_power_awareness``. At most what ``MAX_GPU_BUDGET`` GPUs draw at
+    ``MAX_GPU_POWER_W``."""
+    min_endpoint: ReplicaFloor = 1
+    """Fewest replicas of each role any decision leaves (spec §9.5); at most ``MAX_REPLICAS``
+    (65 536), the most an inventory may report (a higher floor would be decided every tick and
+    never seen reached), as in a ``limits`` event. So are the role floors below."""
+    prefill_min_endpoint: Replicas | None = None
     """Fewest prefill replicas, in place of ``min_endpoint``."""
-    decode_min_endpoint: Annotated[int, Field(ge=1)] | None = None
+    decode_min_endpoint: Replicas | None = None
     """Fewest decode replicas, in place of ``min_endpoint`` (disagg and decode modes; agg
     engines take ``min_endpoint`` only, and a config that sets this in agg mode is refused,
     spec §8.3)."""
@@ -693,6 +759,21 @@ class PlannerConfig(BaseModel):
         return self.min_endpoint if override is None else override
 
 
+PLANNER_FILE_SCHEMA_DESCRIPTION = (
+    "A flowplanner config file: planner settings per deployment name. The schema lists every "
+    "field under its name and its aliases, with its type and bounds. The planner checks more "
+    "than a JSON Schema can say, so a file this schema accepts may still be refused, naming "
+    "the field: tick intervals on the 10 ms grid, an integer field given as 1.0 (an integer "
+    "to JSON Schema, not to the planner), the rules between fields (at least one scaling loop "
+    "on, minimum endpoints within max_gpu_budget, ...), and a key named twice."
+)
+"""The top-level description of ``flowplanner schema PlannerFile`` (what it cannot check)."""
+
+
+def _planner_file_schema(schema: dict[str, Any]) -> None:
+    schema["description"] = PLANNER_FILE_SCHEMA_DESCRIPTION
+
+
 class PlannerFile(BaseModel):
     """A config file: planner settings per deployment name.
 
@@ -700,7 +781,7 @@ class PlannerFile(BaseModel):
     'agg'
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_planner_file_schema)
 
     deployments: dict[
         Annotated[str, Field(min_length=1, max_length=MAX_DEPLOYMENT_NAME)], PlannerConfig
@@ -801,13 +882,23 @@ class _DuplicateKey(Exception):
         self.message, self.line, self.column = message, line, column
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a mapping naming a key twice is an error (PyYAML keeps
-    the last value silently: a deployment defined twice lost its first definition)."""
+    the last value silently: a deployment defined twice lost its first definition).
+
+    Merge keys (``<<: *defaults``) are YAML's way to share settings, not duplicates: only the
+    keys the mapping names itself are checked, and one of them overrides a merged key of the
+    same name (PyYAML's merge does that). The merged mapping was checked where it is defined.
+    """
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
         for key_node, _value in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:

@@ -19,10 +19,20 @@ simulator, the planner's own traffic windows) are not held to them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from schemas.fpm import (
     FPM_CEILINGS,
@@ -99,6 +109,50 @@ report. One decode step emits at most its draft tokens plus the target model's o
 an accept length is at most ``speculative_nextn + 1`` (the reference clamps it there, spec
 §5.5) and ``nextn`` is at most :data:`MAX_SPECULATIVE_TOKENS`. (Two requests with
 ``accept_length=1e308`` overflowed the window's mean to ``inf`` and stopped the flow.)"""
+
+QUANTILE_TOLERANCE = 0.01
+"""*ours*: how far (relative) a traffic observation's length quantile may lie above its
+Markov ceiling (:func:`quantile_ceiling`) and still be taken. The planner's own quantiles
+never exceed the ceiling at all (its histogram reads each length as the mean of its bucket, so
+its quantile is that of lengths with the window's exact mean); a producer's may be read from a
+histogram (exact to 0.2 % here, coarser in Prometheus) while its mean is computed separately,
+so 1 % is allowed for that. The ratio sizing uses is capped at the ceiling itself."""
+
+
+def quantile_key(q: float) -> str:
+    """Key of quantile ``q`` in ``TrafficObservation.isl_quantiles`` / ``osl_quantiles``.
+
+    >>> quantile_key(0.9), quantile_key(0.99), quantile_key(0.5)
+    ('p90', 'p99', 'p50')
+    """
+    return f"p{round(q * 100)}"
+
+
+_QUANTILE_KEY = re.compile(r"p([0-9]{1,2})")
+
+
+def key_quantile(key: str) -> float | None:
+    """The quantile a key written by :func:`quantile_key` names (``p99`` → 0.99), or ``None``
+    for any other key (a producer's own name: carried, never read, so never checked).
+
+    >>> key_quantile("p99"), key_quantile("p5"), key_quantile("max"), key_quantile("p100")
+    (0.99, 0.05, None, None)
+    """
+    match = _QUANTILE_KEY.fullmatch(key)
+    return int(match.group(1)) / 100 if match else None
+
+
+def quantile_ceiling(mean: float, q: float) -> float:
+    """The largest ``q``-quantile lengths of this ``mean`` can have: ``mean / (1 - q)``.
+
+    Lengths are non-negative, so by Markov's inequality at least a ``1 - q`` share of them
+    at or above the q-quantile ``Q`` make the mean at least ``(1 - q)·Q`` (also for numpy's
+    interpolated quantile): a p99 above 100× the mean, a p50 above twice it, cannot be.
+
+    >>> round(quantile_ceiling(1000.0, 0.99)), quantile_ceiling(1000.0, 0.5)
+    (100000, 2000.0)
+    """
+    return mean / (1.0 - q)
 
 
 def _first_above(values: Iterable[tuple[str, float | None, Ceiling]]) -> str | None:
@@ -316,16 +370,41 @@ def request_implausibility(record: RequestRecord) -> str | None:
     )
 
 
+def _quantile_above_mean(
+    series: str, mean: float, quantiles: dict[str, float] | None
+) -> str | None:
+    """Why a length quantile of ``series`` cannot go with its ``mean`` (above
+    :func:`quantile_ceiling` by more than :data:`QUANTILE_TOLERANCE`), or ``None``."""
+    for key, value in (quantiles or {}).items():
+        q = key_quantile(key)
+        if q is None:
+            continue
+        ceiling = quantile_ceiling(mean, q)
+        if value > ceiling * (1.0 + QUANTILE_TOLERANCE):
+            return (
+                f"{series}_quantiles.{key} = {value!r} is implausible for {series} = {mean!r} "
+                f"(above {series} / (1 - {q:g}) = {ceiling:.6g}, the most a {q:g}-quantile "
+                "of non-negative lengths with that mean can be)"
+            )
+    return None
+
+
 def traffic_implausibility(obs: TrafficObservation) -> str | None:
     """Why a traffic observation cannot be real, or ``None``: a window above
     :data:`MAX_TRAFFIC_WINDOW_S`, a mean or quantile length above :data:`MAX_REQUEST_TOKENS`,
-    an accept length above :data:`MAX_ACCEPT_LENGTH`, or more than :data:`MAX_REQUEST_RATE`
-    requests per second (any request in a 0 s window).
+    an accept length above :data:`MAX_ACCEPT_LENGTH`, a length quantile that its mean cannot
+    have (above ``mean / (1 - q)``, :func:`quantile_ceiling`; capacity sized for it multiplied
+    the forecast by an unbounded ratio), or more than :data:`MAX_REQUEST_RATE` requests per
+    second (any request in a 0 s window).
 
     >>> print(traffic_implausibility(TrafficObservation(duration_s=60, num_req=1e300, isl=1,
     ...                                                 osl=1)))  # doctest: +NORMALIZE_WHITESPACE
     num_req = 1e+300 over duration_s = 60.0 is implausible (above MAX_REQUEST_RATE =
     16777216 requests/s)
+    >>> print(traffic_implausibility(TrafficObservation(duration_s=60, num_req=600, isl=5,
+    ...     osl=1, isl_quantiles={"p99": 2**27})))  # doctest: +NORMALIZE_WHITESPACE
+    isl_quantiles.p99 = 134217728.0 is implausible for isl = 5.0 (above isl / (1 - 0.99) =
+    500, the most a 0.99-quantile of non-negative lengths with that mean can be)
     """
     lengths = [("isl", obs.isl), ("osl", obs.osl)]
     for name, quantiles in (
@@ -338,6 +417,8 @@ def traffic_implausibility(obs: TrafficObservation) -> str | None:
         + [(name, value, _REQUEST_TOKENS) for name, value in lengths]
         + [("accept_length", obs.accept_length, _ACCEPT)]
     )
+    problem = problem or _quantile_above_mean("isl", obs.isl, obs.isl_quantiles)
+    problem = problem or _quantile_above_mean("osl", obs.osl, obs.osl_quantiles)
     if problem is None and obs.num_req > MAX_REQUEST_RATE * obs.duration_s:
         problem = (
             f"num_req = {obs.num_req!r} over duration_s = {obs.duration_s!r} is implausible "
@@ -532,8 +613,14 @@ class Acknowledgement(BaseModel):
     acked_decision_id: Count
 
 
+MAX_GPU_BUDGET = MAX_REPLICAS * MAX_ENGINE_GPUS
+"""*ours*: the largest GPU budget (or floor) a limit may name: every replica at its most GPUs."""
+
 Replicas = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
-GpuBudget = Annotated[int, Field(ge=-1, le=MAX_REPLICAS * MAX_ENGINE_GPUS)]
+"""A role's replica floor: 1 to :data:`MAX_REPLICAS`."""
+ReplicaFloor = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
+"""``min_endpoint``: 0 to :data:`MAX_REPLICAS`."""
+GpuBudget = Annotated[int, Field(ge=-1, le=MAX_GPU_BUDGET)]
 """A GPU budget: -1 is off, as in the config."""
 
 
@@ -559,15 +646,21 @@ class Limits(BaseModel):
     The deployment's config is checked again with them (a ceiling below what the floors need
     is refused, as at start).
 
+    Only the fields given are serialised (a ``null`` for one not given would read back as a
+    reset, or be refused), so every dump — a dead letter's ``raw`` included — parses back to
+    the same limits.
+
     >>> Limits.model_validate({"decode_min_endpoint": 4, "max_gpu_budget": 16}).changes()
     {'decode_min_endpoint': 4, 'max_gpu_budget': 16}
     >>> Limits(decode_min_endpoint=4).merged(Limits(decode_min_endpoint=None)).changes()
     {'decode_min_endpoint': None}
+    >>> Limits(decode_min_endpoint=3).model_dump_json()
+    '{"decode_min_endpoint":3}'
     """
 
     model_config = _PAYLOAD_CONFIG | ConfigDict(json_schema_extra=_limits_schema)
 
-    min_endpoint: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] | None = None
+    min_endpoint: ReplicaFloor | None = None
     prefill_min_endpoint: Replicas | None = None
     decode_min_endpoint: Replicas | None = None
     max_gpu_budget: GpuBudget | None = None
@@ -582,9 +675,15 @@ class Limits(BaseModel):
                 raise ValueError(f"{name} cannot be null (-1 turns a budget off)")
         return self
 
+    @model_serializer(mode="wrap")
+    def _only_given(self, dump: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        # No return annotation on purpose: pydantic would make it the dump's JSON Schema (an
+        # untyped object); without one, the dump's schema stays this model's.
+        return {name: value for name, value in dump(self).items() if name in self.model_fields_set}
+
     def changes(self) -> dict[str, int | None]:
         """The fields given, by name."""
-        return self.model_dump(include=self.model_fields_set)
+        return self.model_dump()
 
     def merged(self, later: Limits) -> Limits:
         """These limits with ``later``'s fields over them."""

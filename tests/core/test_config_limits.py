@@ -162,6 +162,39 @@ def test_the_cli_refuses_a_duplicate_deployment(tmp_path):
     assert "duplicate key 'llama'" in done.stderr and "events in" not in done.stderr
 
 
+SHARED = (
+    "deployments:\n"
+    "  a: &defaults\n    mode: decode\n    optimization_target: sla\n    itl_ms: 50\n"
+    "    enable_load_scaling: true\n"
+    "  b:\n    <<: *defaults\n    itl_ms: 40\n"
+)
+
+
+def test_two_deployments_may_share_settings_by_a_yaml_merge_key(tmp_path):
+    # before: "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'"
+    configs = load_config(write(tmp_path, SHARED))
+    assert list(configs) == ["a", "b"]
+    assert configs["b"].mode == "decode" and configs["b"].enable_load_scaling
+    assert (configs["a"].itl_ms, configs["b"].itl_ms) == (50.0, 40.0)  # the key beside wins
+
+
+def test_merges_of_several_mappings_load(tmp_path):
+    text = (
+        "deployments:\n  a: &sla {optimization_target: sla, itl_ms: 50}\n"
+        "  b: &decode {mode: decode, enable_load_scaling: true}\n"
+        "  c:\n    <<: [*sla, *decode]\n    ttft_ms: 300\n"
+    )
+    c = load_config(write(tmp_path, text))["c"]
+    assert (c.optimization_target, c.mode, c.ttft_ms) == ("sla", "decode", 300.0)
+
+
+def test_a_key_named_twice_beside_a_merge_is_still_refused(tmp_path):
+    path = write(tmp_path, SHARED + "    itl_ms: 30\n")
+    assert f"{path}:10:5: duplicate key 'itl_ms' (first at line 9)" in config_error(path)
+    anchored = SHARED.replace("    itl_ms: 50\n", "    itl_ms: 50\n    mode: agg\n")
+    assert "duplicate key 'mode' (first at line 3)" in config_error(write(tmp_path, anchored))
+
+
 # --- 3. deployment names ---------------------------------------------------------------------
 
 
