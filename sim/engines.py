@@ -185,6 +185,7 @@ class Engine:
         self.pending_tokens = 0  # prefill tokens still to compute over the waiting queue
         self.waiting_need = 0  # KV the waiting requests will need
         self.held = 0  # KV held by a partially prefilled request (the queue head)
+        self.inflight_need = 0  # KV of the requests whose prefill the running iteration ends
         # running decode batch
         self.running: dict[int, SimRequest] = {}
         self._heap: list[tuple[int, int, int, SimRequest]] = []
@@ -227,11 +228,14 @@ class Engine:
 
     @property
     def load(self) -> int:
-        """Routing load in tokens: pending prefill work (prefill engines), else KV in use plus
-        the KV the queue will need."""
+        """Routing load in tokens: queued prefill work (prefill engines; routing uses
+        :meth:`prefill_tokens_at`, which adds the iteration in progress), else KV in use plus
+        the KV the queue will need, counting the requests whose prefill the running iteration
+        ends (out of the queue, not yet in the batch: an engine busy with the last chunk of a
+        long prompt would look idle)."""
         if self.role == "prefill":
             return self.pending_tokens
-        return self.sum_base + self.B * self.S + self.waiting_need
+        return self.sum_base + self.B * self.S + self.waiting_need + self.inflight_need
 
     def prefill_tokens_at(self, t: float) -> int:
         """Prompt tokens not computed yet at ``t``: the queue's and the running iteration's (a
@@ -544,6 +548,7 @@ class Engine:
         work = 0.0
         pt = self._pt
         held = self.held
+        inflight = 0
         for req, before, take in chunks:
             sum_pf += take
             kv_read += before
@@ -557,8 +562,10 @@ class Engine:
             req.done = before + take
             if req.done >= req.need:
                 held -= req.done
+                inflight += req.need
                 completing.append(req)
         self.held = held
+        self.inflight_need = inflight
         if partial is not None:
             self._enqueue(partial, front=True)
         B = self.B
@@ -638,6 +645,7 @@ class Engine:
                 else:
                     self._join(req, self.S + 1)
             self._completing = []
+            self.inflight_need = 0
         else:
             n = self._seg_n
             self.S += n - self._seg_done

@@ -531,15 +531,12 @@ class FleetSim:
             if prefill:
                 cost = eng.prefill_tokens_at(t) + extra
             else:
-                if (
-                    eng.act_end >= t
-                    and eng.sum_base + eng.B * eng.S + eng.waiting_need + extra > best_cost
-                ):
+                if eng.act_end >= t and eng.load + extra > best_cost:
                     # nothing completes before t, so its load can only have grown (S rises):
                     # not the least loaded, no need to bring it to t
                     continue
                 eng.catch_up(t)
-                cost = eng.sum_base + eng.B * eng.S + eng.waiting_need + extra
+                cost = eng.load + extra
             if cost < best_cost:
                 best_cost = cost
                 best = [eng]

@@ -240,6 +240,50 @@ def test_prefill_routing_sees_the_iteration_in_progress(h200: PerformanceProfile
     assert all(t < long_ttft for t in short_ttfts)  # none waited behind the long prompt
 
 
+def _decoding_then_long_prompt() -> list[TraceRequest]:
+    # a short prompt that then decodes for a while, and a long prompt 0.1 s later that goes to
+    # the other engine: it computes its 8 000 tokens in one iteration (0.1-0.26 s), with no
+    # KV in the batch and nothing queued yet
+    return [
+        TraceRequest(arrival_s=0.0, isl=100, osl=1000),
+        TraceRequest(arrival_s=0.1, isl=8000, osl=2),
+    ]
+
+
+def test_agg_routing_sees_the_prefill_in_progress(h200: PerformanceProfile) -> None:
+    # a request arriving during the long prompt's iteration goes to the engine that decodes
+    # the short one, not behind the long prompt (which used to count neither as queued nor
+    # as in the batch: load 0, below the decoding engine's). Same for every seed.
+    for seed in range(3):
+        reqs = [*_decoding_then_long_prompt(), TraceRequest(arrival_s=0.11, isl=500, osl=2)]
+        sim = FleetSim(FleetSpec(profile=h200, mode="agg", decode_replicas=2), reqs, seed=seed)
+        run(sim)
+        long, short = sim.requests[1], sim.requests[2]
+        assert long.first_token is not None and short.first_token is not None
+        assert short.first_token < long.first_token, seed
+
+
+def test_scale_down_drains_the_least_loaded_counting_the_prefill_in_progress(
+    h200: PerformanceProfile,
+) -> None:
+    # scaling to one engine while the long prompt is computed drains the engine decoding the
+    # short request, not the one busy with the long prompt (which used to count as load 0)
+    for seed in range(3):
+        spec = FleetSpec(profile=h200, mode="agg", decode_replicas=2)
+        sim = FleetSim(spec, _decoding_then_long_prompt(), seed=seed)
+        sim.advance(0.15)
+        sim.apply(decision(deployment="sim", time=0.15, num_decode=1, reason="test"))
+        reps = sim._replicas["agg"]
+        drained = [r for r in reps if r.drain_s is not None]
+        kept = [r for r in reps if r.drain_s is None]
+        assert len(drained) == len(kept) == 1
+        assert kept[0].engine is not None and drained[0].engine is not None
+        assert kept[0].engine.B == 0 and kept[0].engine.busy  # computing the long prompt
+        assert drained[0].engine.B == 1, seed  # decoding the short request
+        run(sim)
+        assert sim.result().num_finished == 2
+
+
 def test_rejected_requests_are_counted_not_lost(h200: PerformanceProfile) -> None:
     reqs = [
         TraceRequest(arrival_s=0.0, isl=500, osl=5),
