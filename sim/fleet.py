@@ -451,8 +451,12 @@ class FleetSim:
                 rep.engine.sync(t)
 
         def drain_order(i: int) -> tuple[int, int]:
+            """The least loaded first, as the router counts load (a prefill engine's running
+            chunk included: one busy with a long prompt is not idle)."""
             engine = ready[i].engine
-            return (engine.load if engine else 0, -i)
+            if engine is None:
+                return (0, -i)
+            return (engine.prefill_tokens_at(t) if role == "prefill" else engine.load, -i)
 
         order = sorted(range(len(ready)), key=drain_order)
         for i in order[:excess]:

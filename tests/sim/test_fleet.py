@@ -284,6 +284,27 @@ def test_scale_down_drains_the_least_loaded_counting_the_prefill_in_progress(
         assert sim.result().num_finished == 2
 
 
+def test_scale_down_keeps_the_prefill_engine_computing_a_prompt(
+    h200: PerformanceProfile,
+) -> None:
+    # a prefill engine computing a long prompt has nothing queued: it counted as idle as the
+    # one beside it, and a tie drained whichever came last - the busy one on some seeds
+    placed = set()
+    for seed in range(6):
+        spec = FleetSpec(profile=h200, prefill_replicas=2, decode_replicas=1)
+        sim = FleetSim(spec, [TraceRequest(arrival_s=0.0, isl=8000, osl=2)], seed=seed)
+        sim.advance(0.05)
+        reps = sim._replicas["prefill"]
+        placed |= {i for i, r in enumerate(reps) if r.engine is not None and r.engine.busy}
+        sim.apply(decision(deployment="sim", time=0.05, num_prefill=1, reason="test"))
+        kept = [r for r in reps if r.drain_s is None]
+        assert len(kept) == 1 and kept[0].engine is not None
+        assert kept[0].engine.busy, seed  # computing the prompt
+        run(sim)
+        assert sim.result().num_finished == 1
+    assert placed == {0, 1}  # the prompt went to either engine across the seeds
+
+
 def test_rejected_requests_are_counted_not_lost(h200: PerformanceProfile) -> None:
     reqs = [
         TraceRequest(arrival_s=0.0, isl=500, osl=5),
