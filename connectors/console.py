@@ -86,10 +86,15 @@ class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
     """Write pydantic records to one file as JSON lines (emptied when the sink is made).
 
     Like every fixed-partitioned sink it takes ``(key, record)`` pairs; one worker writes.
-    A regular file (or a new one) is written by bytewax's ``FileSink``: every batch fsynced,
-    and a run resumed from a recovery snapshot truncates what came after it. A path that is not
-    a regular file — ``/dev/null``, ``/dev/stdout`` piped, a FIFO — cannot seek, truncate or
-    fsync, so it is opened now (:func:`open_stream`) and each batch is appended and flushed.
+    A regular file (or a new one) is written by bytewax's ``FileSink``: every batch fsynced.
+    For a flow run with bytewax recovery, make it ``resumable``: the file is then emptied when
+    its partition starts without a resume state (the first record of a fresh run; one that
+    writes nothing leaves the file as it was), and a run resumed from a snapshot keeps what
+    was written up to the snapshot and truncates what came after it (emptied when made, the
+    file would begin with the snapshot's offset of NUL bytes, the earlier lines lost). A path
+    that is not a regular file — ``/dev/null``, ``/dev/stdout`` piped, a FIFO — cannot seek,
+    truncate or fsync, so it is opened now (:func:`open_stream`) and each batch is appended and
+    flushed.
 
     >>> import tempfile, os
     >>> from bytewax.dataflow import Dataflow
@@ -104,17 +109,19 @@ class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
     '{"deployment":"d","time":1.0,"type":"clock","payload":{}}'
     """
 
-    def __init__(self, path: str | Path) -> None:
-        """Creates the file empty (and missing parent directories) now: a file holds one run's
-        records, even a run that writes none, and a path that cannot be written is an
-        :class:`OSError` before the dataflow starts."""
+    def __init__(self, path: str | Path, *, resumable: bool = False) -> None:
+        """Creates the file (and missing parent directories) now, so a path that cannot be
+        written is an :class:`OSError` before the dataflow starts; empty, unless
+        ``resumable``: a file holds one run's records, even a run that writes none."""
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         self._stream = open_stream(path) if is_stream(path) else None
         if self._stream is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
+            path.open("a" if resumable else "w").close()
+        self._path = path
+        self._resumable = resumable
         self._lines = FileSink(path)
 
     def list_parts(self) -> list[str]:
@@ -126,6 +133,8 @@ class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _JsonlPartition:
         if self._stream is not None:
             return _JsonlPartition(_StreamPartition(self._stream))
+        if self._resumable and resume_state is None:
+            self._path.write_text("")
         return _JsonlPartition(self._lines.build_part(step_id, for_part, resume_state))
 
 

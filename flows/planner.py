@@ -280,7 +280,11 @@ def build_flow(
     records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1][0])
     beyond_limits = op.flat_map("beyond_engine_limits", records, lambda kv: kv[1][1])
-    decisions = op.filter_map("decisions", tick_records, lambda record: record.decision)
+    decisions = op.filter_map(  # what reached the outputs before a restart is not sent again
+        "decisions",
+        tick_records,
+        lambda record: None if record.delivered_before else record.decision,
+    )
     decisions = op.map("count_decisions", decisions, _count_decision)
     applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 

@@ -257,8 +257,8 @@ class DeploymentPlanner:
         if self.gate is not None:
             released = self._released or self.gate.advance(end_s)
             self._released = None
-            if released is not None and record.decision is None:
-                record = record.model_copy(update={"decision": released})
+            if released is not None and (record.decision is None or record.delivered_before):
+                record = record.model_copy(update={"decision": released, "delivered_before": False})
         return record
 
     def _absorb(self, end_s: float, window: TickWindow) -> None:
@@ -496,10 +496,12 @@ class DeploymentPlanner:
         assert effects.next_tick is not None
         self.next_tick = effects.next_tick
         decision = None
+        delivered = False
         if effects.scale_to is not None:
             self.decisions += 1  # a decision delivered before a restart keeps its id
-        if effects.scale_to is not None and not self._delivered_before(now_s):
-            self.decisions = max(self.decisions, self._first_new_id)
+            delivered = self._delivered_before(now_s)
+            if not delivered:
+                self.decisions = max(self.decisions, self._first_new_id)
             target = effects.scale_to
             decision = ScalingDecision(
                 deployment=self.deployment,
@@ -517,7 +519,7 @@ class DeploymentPlanner:
                 decode_reason=target.decode_reason,
                 diagnostics=effects.diagnostics,
             )
-            if self.gate is not None:
+            if self.gate is not None and not delivered:
                 decision = self.gate.offer(decision)
         elif self.gate is not None:
             diagnostics = effects.diagnostics
@@ -535,6 +537,7 @@ class DeploymentPlanner:
             ran_load=tick.run_load_scaling,
             ran_throughput=tick.run_throughput_scaling,
             decision=decision,
+            delivered_before=delivered,
             diagnostics=effects.diagnostics,
             engines=self._engine_loads(),
             observed_traffic=traffic,

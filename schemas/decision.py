@@ -306,3 +306,7 @@ class TickRecord(BaseModel):
     perf_samples_set_aside: dict[Role, int] = Field(default_factory=dict)
     """Forward passes each role's perf model has set aside so far (suspects nobody confirmed:
     :class:`operators.perf.regression.FpmRegressor`); tick records only."""
+    delivered_before: bool = Field(default=False, exclude=True)
+    """``decision`` reached the outputs before a restart: it is in the record (the metrics and
+    reports show it, as in a run never stopped) and not sent again. Never written: the tick
+    records of a resumed run read as those of a run never stopped."""
