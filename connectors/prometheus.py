@@ -13,9 +13,10 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
   frontend would otherwise read as a quiet one and fabricate a "confirmed idle" window.
 * A failed query (connection refused, timeout, HTTP or PromQL error, a truncated or malformed
   response: wrong shape, a non-string label value, a value that is not a number or too large for
-  a float) → unknown. No retries. The request timeout bounds the whole request — connect, TLS
-  handshake, headers and body — not each socket read: an endpoint that trickles its answer is
-  cut off when it runs out (see :meth:`PrometheusClient.query`).
+  a float, several series where an aggregation has one) → unknown. No retries. The request
+  timeout bounds the whole request — connect, TLS handshake, headers and body — not each socket
+  read: an endpoint that trickles its answer is cut off when it runs out (see
+  :meth:`PrometheusClient.query`).
 * A request count that is NaN, infinite or negative → unknown (``bad_count``); a negative mean
   ISL/OSL → unknown (``bad_length``); values no real fleet reports (above the ceilings of
   ``schemas.events.traffic_implausibility``: e.g. 1e300 requests, a mean ISL of 1e299) → unknown
@@ -39,12 +40,20 @@ Every unknown is logged and counted in ``flowplanner_traffic_unknown_total{deplo
 
 :class:`PrometheusTrafficInput` is the bytewax source: per deployment it reads the last
 ``throughput_adjustment_interval_seconds`` every that many seconds (in a background thread, so
-the dataflow never blocks on HTTP) — evaluated at the system time the read starts, passed to
-Prometheus as the query time — and yields a :class:`PrometheusReading` (a
-:class:`schemas.TrafficEvent`) stamped with the system time it hands the reading on: a reading
-is taken on this host's clock, and the live event horizon places one that other inputs stamped
-on this host's clock overtook meanwhile at the watermark rather than dropping it as late
-(:mod:`flows.horizon`).
+the dataflow never blocks on HTTP) — its queries evaluated at one instant of Prometheus' own
+clock (``time()``, asked first): a host clock ahead of Prometheus' would put part of the window
+in Prometheus' future, where no sample is yet, and read less demand than there is — and yields a
+:class:`PrometheusReading` (a :class:`schemas.TrafficEvent`) stamped with the system time it
+hands the reading on: a reading is taken on this host's clock, and the live event horizon
+places one that other inputs stamped on this host's clock overtook meanwhile at the watermark
+rather than dropping it as late (:mod:`flows.horizon`).
+
+At start the input probes each distinct endpoint once (``vector(1)``, on a daemon thread: the
+flow starts without waiting for it) and warns, naming the deployments it serves, when it does
+not answer.
+
+The bearer token (``PROMETHEUS_TOKEN`` / ``PROMETHEUS_TOKEN_FILE``) goes to the endpoint only,
+never along a redirect (:meth:`PrometheusClient.query`).
 
 Connection settings come from the environment as in spec §9.6 (:meth:`PrometheusSettings.from_env`)
 or are given explicitly.
@@ -58,6 +67,7 @@ import logging
 import math
 import os
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -185,6 +195,12 @@ class PrometheusClient:
         When it runs out the request's sockets are shut down, which ends a read in progress at
         once, and the query fails with "took longer than X s". The bound is ``timeout_s`` plus
         the host name lookup (``getaddrinfo`` cannot be interrupted) and thread scheduling.
+
+        The token is an unredirected header: urllib copies a request's other headers onto the
+        request a redirect makes, whatever host it points at, and would hand the credential to
+        it. A redirect is then answered without the token (a Prometheus that needs it refuses:
+        the query fails, the traffic is unknown) — point ``PROMETHEUS_ENDPOINT`` at the server
+        itself rather than at something that redirects to it.
         """
         params = [("query", promql), *self.settings.extra_query_params]
         if at is not None:
@@ -193,7 +209,7 @@ class PrometheusClient:
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         token = self._token()
         if token:
-            request.add_header("Authorization", f"Bearer {token}")
+            request.add_unredirected_header("Authorization", f"Bearer {token}")
         timeout = self.settings.timeout_s
         deadline = Deadline(timeout)
         try:
@@ -232,7 +248,28 @@ class PrometheusClient:
         try:
             return instant_samples(body.get("data"))
         except _MalformedResponse as exc:
-            raise PrometheusQueryError(f"query {promql!r}: malformed response: {exc}") from None
+            raise _malformed(promql, str(exc)) from None
+
+    def now(self) -> float:
+        """Prometheus' own time (``time()``, Unix seconds), to evaluate queries at.
+
+        A time taken on this host's clock is not it: one ahead of Prometheus' puts the end of
+        a window where Prometheus has no sample yet, and ``increase()`` reads less than there
+        was — silently.
+        """
+        samples = self.query("time()")
+        if len(samples) != 1 or not math.isfinite(samples[0][1]):
+            raise _malformed("time()", f"{_short(samples)}, not one time")
+        return samples[0][1]
+
+
+def _malformed(promql: str, problem: str) -> PrometheusQueryError:
+    """The error of a successful response to ``promql`` whose answer cannot be right.
+
+    >>> print(_malformed("up", "data is None, not an object"))
+    query 'up': malformed response: data is None, not an object
+    """
+    return PrometheusQueryError(f"query {promql!r}: malformed response: {problem}")
 
 
 def _too_long(promql: str, timeout: float) -> str:
@@ -411,9 +448,17 @@ class PrometheusTrafficSource:
     # --- the observation ----------------------------------------------------------------------
 
     def observe(self, window_s: float, at: float | None = None) -> TrafficObservation | None:
-        """Traffic over the ``window_s`` seconds before ``at`` (Unix seconds; None = now)."""
+        """Traffic over the ``window_s`` seconds before ``at`` (Unix seconds on Prometheus'
+        clock; None = Prometheus' now: :meth:`PrometheusClient.now`).
+
+        Every query of the read is evaluated at that one instant: the means are ratios of two
+        ``increase()`` s, extrapolated alike only over the same window, and the stale-series
+        check must look at the window the count came from.
+        """
         window = window_literal(window_s)
         try:
+            if at is None:
+                at = self.client.now()
             if self.metrics_source == "frontend":
                 num_req, isl, osl = self._frontend(window, at)
             else:
@@ -532,7 +577,15 @@ class PrometheusTrafficSource:
         )
 
     def _scalar(self, promql: str, at: float | None) -> float | None:
+        """The value of an aggregation without ``by`` (None: no series).
+
+        Such a query has one series at most: more is a malformed answer (a proxy or federation
+        layer in between), a :class:`PrometheusQueryError` — picking one, or adding them up,
+        would be a guess at which the answer meant.
+        """
         samples = self.client.query(promql, at)
+        if len(samples) > 1:
+            raise _malformed(promql, f"{len(samples)} series, where an aggregation has one")
         return samples[0][1] if samples else None
 
     def _router_mean(
@@ -686,9 +739,10 @@ class _TrafficPartition(StatefulSourcePartition[PrometheusReading, None]):
         return []
 
     def _observe(self) -> TrafficObservation | None:
-        """The window up to now, on the read's thread (PromQL evaluated at this time)."""
+        """The window up to Prometheus' now (:meth:`PrometheusClient.now`), on the read's
+        thread; ``clock`` only stamps the reading (:meth:`next_batch`)."""
         try:
-            return self.source.observe(self.interval_s, at=self.clock())
+            return self.source.observe(self.interval_s)
         except Exception:  # never let a bug in a read kill the dataflow: unknown, logged
             log.exception("traffic read of %s failed", self.source.deployment)
             TRAFFIC_UNKNOWN.labels(deployment=self.source.deployment, reason="error").inc()
@@ -721,6 +775,9 @@ class PrometheusTrafficInput(FixedPartitionedSource[PrometheusReading, None]):
     Unknown traffic yields nothing (the planner then has no traffic for that tick).
     ``max_polls`` ends each partition after that many reads (tests).
 
+    When the first of its partitions is built, each distinct endpoint is probed once
+    (:meth:`_probe`), in the background; :attr:`probes` holds each probe's future by endpoint.
+
     >>> settings = PrometheusSettings(endpoint="http://127.0.0.1:9")
     >>> source = PrometheusTrafficSource(PrometheusClient(settings), deployment="llama")
     >>> PrometheusTrafficInput([source], interval_seconds=180).list_parts()
@@ -750,29 +807,58 @@ class PrometheusTrafficInput(FixedPartitionedSource[PrometheusReading, None]):
         self.first_read_after_seconds = first_read_after_seconds
         self.max_polls = max_polls
         self.clock = clock
+        self.probes: dict[str, Future[None]] = {}
+        self._probes_lock = threading.Lock()  # the workers of a process build parts at once
 
     def list_parts(self) -> list[str]:
         return sorted(self.sources)
 
     def build_part(self, step_id: str, for_part: str, resume_state: None) -> _TrafficPartition:
-        interval = self.intervals[for_part]
-        delay = interval if self.first_read_after_seconds is None else self.first_read_after_seconds
-        source = self.sources[for_part]
-        try:  # say now, not at the first read (minutes away), when Prometheus does not answer
-            source.client.query("vector(1)")
+        self._start_probe(_endpoint(self.sources[for_part]))
+        return _TrafficPartition(
+            source=self.sources[for_part],
+            interval_s=self.intervals[for_part],
+            clock=self.clock,
+            max_polls=self.max_polls,
+            next_poll=datetime.now(UTC) + timedelta(seconds=self._first_read_after(for_part)),
+        )
+
+    def _first_read_after(self, deployment: str) -> float:
+        if self.first_read_after_seconds is None:
+            return self.intervals[deployment]
+        return self.first_read_after_seconds
+
+    def _start_probe(self, endpoint: str) -> None:
+        """Probe ``endpoint`` on a daemon thread of its own, unless it has been already.
+
+        Not in ``build_part`` itself: bytewax builds the partitions one after another before
+        any input runs, so a Prometheus that accepts connections and never answers held the
+        whole flow up for a full request timeout per deployment.
+        """
+        with self._probes_lock:
+            if endpoint in self.probes:
+                return
+            executor = DaemonExecutor(f"prometheus-probe-{endpoint}")
+            self.probes[endpoint] = executor.submit(lambda: self._probe(endpoint))
+        executor.shutdown(wait=False)
+
+    def _probe(self, endpoint: str) -> None:
+        """Say now, not at the first read (minutes away), when ``endpoint`` does not answer,
+        naming the deployments it serves; a failing probe changes nothing else."""
+        deployments = [d for d, source in self.sources.items() if _endpoint(source) == endpoint]
+        try:
+            self.sources[deployments[0]].client.query("vector(1)")
         except PrometheusQueryError as exc:
             log.warning(
                 "%s: Prometheus at %s does not answer (%s); its traffic is unknown until it "
                 "does (first read in %g s)",
-                for_part,
-                source.client.settings.endpoint,
+                ", ".join(deployments),
+                endpoint,
                 exc,
-                delay,
+                min(self._first_read_after(d) for d in deployments),
             )
-        return _TrafficPartition(
-            source=self.sources[for_part],
-            interval_s=interval,
-            clock=self.clock,
-            max_polls=self.max_polls,
-            next_poll=datetime.now(UTC) + timedelta(seconds=delay),
-        )
+
+
+def _endpoint(source: PrometheusTrafficSource) -> str:
+    """The endpoint ``source`` queries, as the start-up probe tells endpoints apart."""
+    return source.client.settings.endpoint.rstrip("/")

@@ -16,6 +16,9 @@ makes the page and :func:`write_report` writes it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,10 +48,34 @@ __all__ = [
 
 
 def write_report(path: str | Path, page: str) -> Path:
-    """Write a rendered page (UTF-8) and return its path."""
+    """Write a rendered page (UTF-8) and return its path.
+
+    The page is written to a temporary file beside ``path`` (a hidden ``.<name>.<hex>.tmp``)
+    that then replaces it (:func:`os.replace`, atomic within a directory): a write that fails
+    part-way — a full disk, a file-size limit — leaves no truncated page under the final name
+    (one there before stays whole) and the temporary file is removed before the
+    :class:`OSError` is raised. The temporary file is created as ``Path.write_text`` creates a
+    new file (mode 0666 less the umask, not ``tempfile``'s 0600): readers of the pages still
+    can read them.
+
+    >>> import tempfile
+    >>> directory = Path(tempfile.mkdtemp())
+    >>> write_report(directory / "r.html", "<html></html>").read_text()
+    '<html></html>'
+    >>> [p.name for p in directory.iterdir()]
+    ['r.html']
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with partial.open("x", encoding="utf-8") as file:
+            file.write(page)
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # the write's error is the one to report
+            partial.unlink(missing_ok=True)
+        raise
     return path
 
 

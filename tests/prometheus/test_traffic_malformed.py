@@ -90,11 +90,20 @@ def first_query(bad: Answer) -> Responder:
     return answer
 
 
+PROMETHEUS_TIME = (
+    200,
+    {"status": "success", "data": {"resultType": "scalar", "result": [1000, "1000"]}},
+)
+"""What a Prometheus answers ``time()`` with (at 1000 s: the time the tests read at)."""
+
+
 class CraftedPrometheus:
-    """A loopback HTTP server answering ``/api/v1/query`` with whatever ``responder`` says."""
+    """A loopback HTTP server answering ``/api/v1/query`` with whatever ``responder`` says,
+    and ``time()`` (a read's first query, when it is not given a time) with ``time_answer``."""
 
     def __init__(self) -> None:
         self.responder: Responder = frontend()
+        self.time_answer: Answer = PROMETHEUS_TIME
         # one (bytes written before the client hung up, bytes of the whole trickled answer)
         # per trickled answer, put when it ends
         self.trickled: queue.Queue[tuple[int, int]] = queue.Queue()
@@ -105,7 +114,8 @@ class CraftedPrometheus:
 
             def do_GET(self) -> None:
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-                answer = server.responder(query["query"][0])
+                promql = query["query"][0]
+                answer = server.time_answer if promql == "time()" else server.responder(promql)
                 self.close_connection = True
                 if answer == BAD_STATUS_LINE:
                     self.wfile.write(b"garbage, not HTTP\r\n\r\n")
@@ -248,6 +258,100 @@ def test_a_malformed_answer_is_unknown_with_a_reason_then_a_good_one_reads_again
     assert unknown_count(source.deployment, reason) == 1  # the good read counted nothing
 
 
+ROUTER_COUNT = "sum(increase(dynamo_component_router_requests_started_total"
+TWO_SERIES = vector(({"dynamo_namespace": "ns", "pod": "a"}, "5"), ({"pod": "b"}, "500"))
+
+
+def router(two_series_in: str) -> Responder:
+    """A router of 10 requests (mean ISL 1000, OSL 100, KV hit rate 0.5, accept length 2)
+    whose queries containing ``two_series_in`` answer two series, where an aggregation
+    without ``by`` has one."""
+
+    def answer(promql: str) -> Answer:
+        if two_series_in in promql:
+            return 200, TWO_SERIES
+        if "unless" in promql:  # the stale-series checks: none went stale
+            return 200, vector()
+        for part, value in (
+            (ROUTER_COUNT, "10"),
+            ("input_sequence_tokens_sum", "10000"),
+            ("output_sequence_tokens_sum", "1000"),
+            ("kv_hit_rate_sum", "5"),
+            ("_count", "10"),
+            ("spec_decode", "2"),  # vllm: 1 + accepted / drafts
+        ):
+            if part in promql:
+                return 200, vector(({}, value))
+        return 200, vector()
+
+    return answer
+
+
+def new_router_source(prometheus: CraftedPrometheus) -> PrometheusTrafficSource:
+    source = new_source(prometheus)
+    source.metrics_source = "router"
+    source.spec_decode_backend = "vllm"
+    return source
+
+
+@pytest.mark.parametrize(
+    "query",
+    [ROUTER_COUNT, "unless", "input_sequence_tokens_sum", "output_sequence_tokens_count"],
+    ids=["request count", "stale series", "ISL sum", "OSL count"],
+)
+def test_several_series_for_one_sum_are_malformed_not_the_first_one(
+    prometheus: CraftedPrometheus, query: str
+) -> None:
+    """Several series answering a query that aggregates into one used to read as the first."""
+    source = new_router_source(prometheus)
+    prometheus.responder = router(two_series_in=query)
+
+    assert source.observe(60.0, at=1000.0) is None
+
+    assert unknown_count(source.deployment, "query_failed") == 1
+    assert "malformed response: 2 series" in (source.last_unknown_reason or "")
+    prometheus.responder = router(two_series_in="no query")
+    good = TrafficObservation(
+        duration_s=60.0, num_req=10, isl=1000, osl=100, kv_hit_rate=0.5, accept_length=2
+    )
+    assert source.observe(60.0, at=1000.0) == good
+
+
+@pytest.mark.parametrize(
+    "query", ["kv_hit_rate_sum", "spec_decode_num_drafts"], ids=["hit rate", "accept length"]
+)
+def test_several_series_leave_the_hit_rate_or_accept_length_unknown(
+    prometheus: CraftedPrometheus, query: str
+) -> None:
+    source = new_router_source(prometheus)
+    prometheus.responder = router(two_series_in=query)
+
+    observation = source.observe(60.0, at=1000.0)
+
+    assert observation is not None and observation.num_req == 10
+    unknown = observation.kv_hit_rate if "kv" in query else observation.accept_length
+    assert unknown is None
+
+
+@pytest.mark.parametrize(
+    "answer", [(200, vector()), (200, vector((LABELS, "NaN")))], ids=["no sample", "NaN"]
+)
+def test_a_read_without_a_prometheus_time_is_unknown(
+    prometheus: CraftedPrometheus, answer: Answer
+) -> None:
+    source = new_source(prometheus)
+    prometheus.responder = frontend()
+    prometheus.time_answer = answer
+    try:
+        assert source.observe(60.0) is None
+    finally:
+        prometheus.time_answer = PROMETHEUS_TIME
+
+    assert unknown_count(source.deployment, "query_failed") == 1
+    assert "query 'time()': malformed response" in (source.last_unknown_reason or "")
+    assert source.observe(60.0) == GOOD
+
+
 def test_an_idle_window_still_reads_zero_with_nan_lengths(prometheus: CraftedPrometheus) -> None:
     def idle(promql: str) -> Answer:
         if "unless" in promql:
@@ -310,13 +414,14 @@ def test_an_answer_trickling_in_is_cut_off_at_the_request_timeout(
 def test_the_startup_probe_reports_an_integer_beyond_a_float(
     prometheus: CraftedPrometheus, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The probe of build_part catches PrometheusQueryError only: the value too large for a
-    float (an OverflowError before) must be one, or starting the flow would crash."""
+    """The start-up probe catches PrometheusQueryError only: the value too large for a float
+    (an OverflowError before) must be one, or it would not be reported."""
     source = new_source(prometheus)
     prometheus.responder = lambda promql: (200, vector(({}, 10**400)))
     traffic = PrometheusTrafficInput([source], interval_seconds=60.0)
     with caplog.at_level(logging.WARNING, logger="connectors.prometheus"):
         partition = traffic.build_part("traffic", source.deployment, None)
+        traffic.probes[prometheus.url].result(timeout=30)  # the probe runs in the background
     partition.close()
     [warning] = [r.getMessage() for r in caplog.records if source.deployment in r.getMessage()]
     assert "does not answer" in warning and "too large for a float" in warning
@@ -334,7 +439,7 @@ HUNG_READ = """
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     client = PrometheusClient(PrometheusSettings(endpoint=url, timeout_s=600))
     source = PrometheusTrafficSource(client, deployment="hung")
-    # the partition itself (build_part's probe would hang first), due to read now
+    # the partition itself, without the input's start-up probe, due to read now
     partition = _TrafficPartition(source, 60.0, time.time, None, datetime.now(UTC))
     partition.next_batch()  # the read starts, and hangs on the silent endpoint
     time.sleep(0.5)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import bytewax.operators as op
 import pytest
 from bytewax.dataflow import Dataflow
-from bytewax.testing import TestingSink
+from bytewax.testing import TestingSink, TestingSource
 from prometheus_client import REGISTRY
 
 from connectors.prometheus import (
@@ -240,5 +240,45 @@ def test_a_prometheus_that_does_not_answer_is_reported_at_start(caplog) -> None:
     source = PrometheusTrafficSource(client, deployment="llama")
     traffic = PrometheusTrafficInput([source], interval_seconds=180)
     traffic.build_part("traffic", "llama", None)  # what bytewax does when the flow starts
+    traffic.probes[endpoint].result(timeout=30)  # the probe runs in the background
     assert f"llama: Prometheus at {endpoint} does not answer" in caplog.text
     assert "first read in 180 s" in caplog.text
+
+
+PROBE_TIMEOUT_S = 4.0
+
+
+def test_the_startup_probe_runs_once_per_endpoint_and_holds_up_no_input(
+    caplog: pytest.LogCaptureFixture, workers: int
+) -> None:
+    """A Prometheus that accepts connections and never answers (a blackholed one) used to be
+    probed once per deployment, in series, inside build_part: the flow's other inputs waited
+    deployments × the request timeout for their first item."""
+    with socket.socket() as hole:  # connections are accepted (backlog), never answered
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        endpoint = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        settings = PrometheusSettings(endpoint=endpoint, timeout_s=PROBE_TIMEOUT_S)
+        sources = [
+            PrometheusTrafficSource(PrometheusClient(settings), deployment=f"d{i}")
+            for i in range(6)
+        ]
+        traffic = PrometheusTrafficInput(sources, interval_seconds=3600, max_polls=0)
+        first_item: list[float] = []
+        flow = Dataflow("traffic_startup_probe_test")
+        other = op.input("other", flow, TestingSource([1]))
+        merged = op.merge("merged", other, op.input("traffic", flow, traffic))
+        op.inspect("first", merged, lambda _step, _item: first_item.append(time.time()))
+        op.output("out", merged, TestingSink([]))
+
+        run_flow(flow, workers)
+        [probe] = traffic.probes.values()
+        probe.result(timeout=60)
+
+    warnings = [r for r in caplog.records if "does not answer" in r.getMessage()]
+    [warning] = warnings  # one probe for the six deployments: one warning naming them all
+    assert warning.getMessage().startswith(
+        f"d0, d1, d2, d3, d4, d5: Prometheus at {endpoint} does not answer"
+    )
+    assert "took longer than 4 s" in warning.getMessage()
+    assert first_item[0] < warning.created  # the other input did not wait for the probe
