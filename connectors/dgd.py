@@ -99,14 +99,32 @@ Applying a decision (:meth:`DgdActuator.apply`)
     through the adapter's Scale subresource: its ``replicas`` are left out of the DGD patch,
     and once the DGD patch (the annotation, the precondition, the other services) is in, the
     adapter gets the merge patch ``{"metadata": {"resourceVersion": "<as read>"}, "spec":
-    {"replicas": N}}`` on ``.../<adapter>/scale``. The adapter's Scale is read first (in the
-    same attempt, before anything is written): an adapter that is missing (404) fails the
-    apply with a message naming it, with no fallback to the DGD; one that asks for another
-    count than the DGD's spec has a change of its own not yet copied into the DGD, and the
-    decision is ``skipped_in_flight`` (a second change is never stacked on it). The DGD patch
-    goes first because its ``resourceVersion`` precondition is what makes the change apply to
-    the DGD state the gates were checked on (the Scale's own precondition only guards the
-    adapter); it carries the annotation even when every service it changes has an adapter.
+    {"replicas": N}}`` on ``.../<adapter>/scale``. Every attempt reads the Scale of every
+    managed service that declares an adapter (one GET each, before anything is written, before
+    the ``no_change`` check too), and such a service asks for its adapter's count, not the
+    DGD's: a decision equal to those counts is ``no_change``, and a decision is
+    ``skipped_in_flight`` while any adapter asks for another count than the DGD's spec, whether
+    or not the decision changes that service (a change of the adapter's own, not yet copied
+    into the DGD, is never stacked on nor undone unseen). An adapter that is missing (404)
+    fails the apply with a message naming it, with no fallback to the DGD.
+
+    Order and crash semantics. The DGD patch goes first: its ``resourceVersion`` precondition
+    is what makes the change apply to the DGD state the gates were checked on (the Scale's own
+    precondition only guards the adapter), and it carries the annotation even when every
+    service it changes has an adapter. Adapters first would not work: the operator copying an
+    adapter into the DGD changes its resourceVersion, so the DGD patch would meet a 409 and its
+    re-check would find the DGD rolling out that copy and skip, half-applied; and a crash in
+    between would leave a change that no annotation names. Once this apply's DGD patch is in
+    (its answer came back, or a re-read finds this decision's id in the annotation after an
+    answer was lost), a retried attempt does not plan again: the DGD rolling out is this
+    apply's own change, so it only writes the adapters still short of their targets, ungated,
+    from a fresh read of their Scales; an adapter set to a third count meanwhile is not
+    overwritten. An apply left half-done is never reported as a skip: it is ``failed`` with a
+    reason ending ``(partly applied: written the flowplanner/last-decision annotation of
+    decision N, <direct services>; not written: <adapter services>)``. The annotation then
+    names the decision with the targets planned, and so it is after a crash between the two
+    writes: a restarted planner treats that decision as delivered and does not replay it, and
+    the next decision plans from the adapters' counts as read.
 
     Services without one are patched in the DGD directly (path 2), with no attempt at an
     adapter first: the reference tries ``<dgd>-<service>`` for every service and falls back
@@ -119,7 +137,8 @@ Applying a decision (:meth:`DgdActuator.apply`)
     409 and 429/5xx,
     timeouts, connection errors and malformed answers are retried with bounded exponential
     backoff (``Retry-After`` honoured, capped); other errors (401, 403, 404, 422) are not. A
-    409 or a retried error of any request of an attempt starts the next attempt from the read.
+    409 or a retried error of any request of an attempt starts the next attempt from the read
+    (which, once the DGD patch is in, finishes the adapter writes, as above).
     A PATCH that got no answer (timeout, dropped connection, unreadable response) may have
     committed: if the re-read (of the DGD, and of the adapters) then shows the targets in
     place, the outcome is ``applied``, with a note.
@@ -337,7 +356,7 @@ def kube_api_client(
     >>> kube_api_client("http://127.0.0.1:1").configuration.host
     'http://127.0.0.1:1'
     """
-    cfg = k8s.Configuration()
+    cfg = _OverriddenConfiguration()
     cfg.retries = urllib3.util.Retry(
         total=3, connect=3, read=False, other=0, respect_retry_after_header=False
     )
@@ -354,7 +373,7 @@ def kube_api_client(
         override(cfg)
     except OSError as exc:
         raise ConfigException(f"cannot read the token file {token_file}: {exc}") from exc
-    _after_refresh(cfg, override)
+    cfg.overrides = override
     return k8s.ApiClient(cfg)
 
 
@@ -399,18 +418,38 @@ def _overrides(
     return override
 
 
-def _after_refresh(cfg: k8s.Configuration, override: Callable[[k8s.Configuration], None]) -> None:
-    """Apply ``override`` after the configuration's own refresh, which the client runs before
-    every request: the kubeconfig's writes its server address back, the in-cluster one
-    a re-read token."""
-    refresh: Callable[[k8s.Configuration], None] | None = cfg.refresh_api_key_hook
+class _OverriddenConfiguration(k8s.Configuration):  # type: ignore[misc]  # untyped base
+    """A client configuration whose ``overrides`` run after every refresh hook assigned to it.
 
-    def refreshed(config: k8s.Configuration) -> None:
-        if refresh is not None:
-            refresh(config)
-        override(config)
+    The client runs ``refresh_api_key_hook`` before every request, and the loaders' hooks
+    (in-cluster, kubeconfig token) write their own server address and token back *and assign
+    themselves again* each time they run. Wrapping the hook once is so undone after the first
+    request; a property wraps whatever hook is assigned, so ``host=`` / ``token_file=`` / ``ca=``
+    hold for every request.
+    """
 
-    cfg.refresh_api_key_hook = refreshed  # type: ignore[assignment]  # typed as its None default
+    def __init__(self) -> None:
+        self._loader_hook: Callable[[k8s.Configuration], None] | None = None
+        self.overrides: Callable[[k8s.Configuration], None] | None = None
+        super().__init__()
+
+    @property  # type: ignore[override]  # the base declares a plain attribute
+    def refresh_api_key_hook(self) -> Callable[[k8s.Configuration], None] | None:
+        """The hook assigned (by a loader), followed by ``overrides``."""
+        loader_hook, overrides = self._loader_hook, self.overrides
+        if overrides is None:
+            return loader_hook
+
+        def refreshed(config: k8s.Configuration) -> None:
+            if loader_hook is not None:
+                loader_hook(config)
+            overrides(config)
+
+        return refreshed
+
+    @refresh_api_key_hook.setter
+    def refresh_api_key_hook(self, hook: Callable[[k8s.Configuration], None] | None) -> None:
+        self._loader_hook = hook
 
 
 class RequestDeadlineError(TimeoutError):
@@ -585,6 +624,36 @@ class _ApplyRun:
     last_error: str = ""
     last_status: int | None = None
     lost: tuple[dict[str, int], str, str] | None = None
+    sent: dict[str, int] = field(default_factory=dict)
+    """What the last DGD write planned: every service it changes, in the DGD or through an
+    adapter."""
+    steps: str = ""
+    """That change described, for the log and the result."""
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Adapter writes of ``sent`` not yet done: service → (the adapter's count when planned,
+    the target)."""
+    dgd_in: bool = False
+    """This apply's DGD patch is in: what is left is ``pending``, ungated (module docs)."""
+
+    def plan_write(
+        self, patch: dict[str, int], steps: str, scales: dict[str, _AdapterScale]
+    ) -> None:
+        """Note the DGD write about to be sent and the adapter writes that are to follow it."""
+        self.sent, self.steps, self.dgd_in = dict(patch), steps, False
+        self.pending = {s: (scales[s].replicas, n) for s, n in patch.items() if s in scales}
+
+    def partly(self) -> str:
+        """What a failure leaves written and not written once the DGD patch is in (empty
+        when nothing is half-done)."""
+        if not (self.dgd_in and self.pending):
+            return ""
+        done = [f"{s} → {n}" for s, n in sorted(self.sent.items()) if s not in self.pending]
+        left = ", ".join(f"{s} → {n}" for s, (_, n) in sorted(self.pending.items()))
+        return (
+            f" (partly applied: written the {LAST_DECISION_ANNOTATION} annotation of decision "
+            f"{self.decision.decision_id}{''.join(', ' + d for d in done)}; not written: {left} "
+            "through the scaling adapter)"
+        )
 
     def result(
         self,
@@ -626,7 +695,8 @@ class _ApplyRun:
                 "is the operator's adapter missing?)"
             )
         if not (_transient(err) or (failed.write and self.last_status == 409)):
-            return self.result("failed", self.last_error, failed.patch, self.last_status)
+            reason = self.last_error + self.partly()
+            return self.result("failed", reason, failed.patch, self.last_status)
         if failed.write and failed.patch is not None and _answer_lost(err):
             self.lost = (failed.patch, failed.steps, _error_text(err))
         return None
@@ -987,7 +1057,7 @@ class DgdActuator:
         if run.lost is not None:  # the last PATCH got no answer: did it commit?
             try:
                 dgd = _step("read", self._get)
-                asked, _ = self._asked(dgd, run.lost[0])
+                asked = self._asked(dgd, self._adapter_scales(dgd, services, run.lost[0]))
             except _RequestFailed:
                 pass
             else:
@@ -996,22 +1066,27 @@ class DgdActuator:
             run.last_error += " (the last PATCH got no answer and may have committed)"
         return run.result(
             "failed",
-            f"gave up after {self.max_attempts} attempts; last error: {run.last_error}",
+            f"gave up after {self.max_attempts} attempts; last error: {run.last_error}"
+            + run.partly(),
             status=run.last_status,
         )
 
     def _attempt(
         self, run: _ApplyRun, services: dict[Role, str], targets: dict[Role, int]
     ) -> ApplyResult:
-        """One pass of :meth:`apply`: read, check, write (the DGD, then the adapters); raises
-        :class:`_RequestFailed` when a request fails."""
+        """One pass of :meth:`apply`: read (the DGD and every adapter's Scale), check, write (the
+        DGD, then the adapters); raises :class:`_RequestFailed` when a request fails."""
         dgd = _step("read", self._get)
-        if run.lost is not None:
-            direct = {svc: self._spec_of(dgd, svc) for svc in run.lost[0]}
-            if (done := run.committed(direct)) is not None:
-                return done
+        moved = {services[r]: n for r, n in targets.items() if self._spec_of(dgd, services[r]) != n}
+        scales = self._adapter_scales(dgd, services, moved)
+        asked = self._asked(dgd, scales)
+        if (done := run.committed(asked)) is not None:
+            return done
+        if run.pending and (run.dgd_in or _carries(dgd, run.decision)):
+            run.dgd_in = True
+            return self._finish(run, scales)
         try:
-            patch, skip = self._plan(dgd, services, targets, run.decision)
+            patch, skip = self._plan(dgd, services, targets, run.decision, asked)
         except Exception as err:  # a DGD body no check above foresaw: never crash the flow
             log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
             return run.result("failed", f"malformed DGD: {type(err).__name__}: {err}")
@@ -1019,50 +1094,67 @@ class DgdActuator:
             return run.result("no_change", "the DGD already asks for these replicas")
         if skip is not None:
             return run.result(skip[0], skip[1], patch)
-        asked, scales = self._asked(dgd, patch)
-        if (done := run.committed(asked)) is not None:
-            return done
         if lagging := self._adapters_ahead(dgd, scales):
             return run.result("skipped_in_flight", lagging, patch)
         try:
             body = self._dgd_patch(dgd, services, patch, scales, run.decision)
         except ValidationError as err:  # e.g. an empty deployment name
             return run.result("failed", f"decision: {describe_validation_error(err)}", patch)
-        steps = self._steps(dgd, services, targets, patch, scales)
+        run.plan_write(patch, self._steps(dgd, services, targets, patch, scales), scales)
         run.attempts += 1
-        _step("patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=steps)
-        for service, scale in scales.items():
-            run.attempts += 1
-            _step(
-                f"patch of scaling adapter {self.namespace}/{scale.adapter}",
-                partial(self._patch_scale, scale, patch[service]),
-                patch=patch,
-                write=True,
-                steps=steps,
-                adapter_of=service,
-            )
-        return run.result("applied", steps, patch)
+        _step("patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=run.steps)
+        run.dgd_in = True
+        return self._finish(run, scales)
 
-    def _asked(
-        self, dgd: dict[str, Any], patch: dict[str, int]
-    ) -> tuple[dict[str, int | None], dict[str, _AdapterScale]]:
-        """What each service of ``patch`` asks for now (its adapter's Scale if it declares
-        one, else the DGD's spec) and the Scales read; raises :class:`_RequestFailed`."""
-        asked: dict[str, int | None] = {}
-        scales: dict[str, _AdapterScale] = {}
-        for service in patch:
-            asked[service] = self._spec_of(dgd, service)
-            if uses_scaling_adapter(dgd, service):
-                adapter = scaling_adapter_name(self.name, service)
-                scale = _step(
-                    f"read of scaling adapter {self.namespace}/{adapter}",
-                    partial(self._get_scale, service),
-                    patch=patch,
+    def _finish(self, run: _ApplyRun, scales: dict[str, _AdapterScale]) -> ApplyResult:
+        """Write the adapters of this apply's DGD patch, which is in: not gated again (the DGD
+        rolling out is this apply's own change), but an adapter someone else set meanwhile is
+        not overwritten (a failure naming what is half-done)."""
+        for service, (before, target) in list(run.pending.items()):
+            scale = scales.get(service)
+            if scale is None or scale.replicas not in (before, target):
+                now = "no longer declares" if scale is None else f"set to {scale.replicas} by"
+                reason = f"{service}: its scaling adapter {now} someone else meanwhile"
+                return run.result("failed", reason + run.partly(), run.sent)
+            if scale.replicas != target:
+                run.attempts += 1
+                _step(
+                    f"patch of scaling adapter {self.namespace}/{scale.adapter}",
+                    partial(self._patch_scale, scale, target),
+                    patch=run.sent,
+                    write=True,
+                    steps=run.steps,
                     adapter_of=service,
                 )
-                scales[service] = scale
-                asked[service] = scale.replicas
-        return asked, scales
+            del run.pending[service]
+        return run.result("applied", run.steps, run.sent)
+
+    def _adapter_scales(
+        self, dgd: dict[str, Any], services: dict[Role, str], moved: dict[str, int]
+    ) -> dict[str, _AdapterScale]:
+        """The Scale of every managed service that declares an adapter (one GET each, every
+        attempt: an adapter ahead of the DGD gates any decision, module docs); raises
+        :class:`_RequestFailed` (its ``patch`` ``moved``)."""
+        scales: dict[str, _AdapterScale] = {}
+        for service in services.values():
+            if uses_scaling_adapter(dgd, service):
+                scales[service] = _step(
+                    f"read of scaling adapter {self.namespace}/"
+                    f"{scaling_adapter_name(self.name, service)}",
+                    partial(self._get_scale, service),
+                    patch=moved,
+                    adapter_of=service,
+                )
+        return scales
+
+    def _asked(
+        self, dgd: dict[str, Any], scales: dict[str, _AdapterScale]
+    ) -> dict[str, int | None]:
+        """What each managed service asks for now: its adapter's Scale if it has one, else the
+        DGD's spec."""
+        asked: dict[str, int | None] = {s: self._spec_of(dgd, s) for s in self.services.values()}
+        asked.update({service: scale.replicas for service, scale in scales.items()})
+        return asked
 
     def _adapters_ahead(self, dgd: dict[str, Any], scales: dict[str, _AdapterScale]) -> str:
         """Why a change of an adapter is still on its way to the DGD (empty: none is)."""
@@ -1128,12 +1220,14 @@ class DgdActuator:
         services: dict[Role, str],
         targets: dict[Role, int],
         decision: ScalingDecision,
+        asked: dict[str, int | None],
     ) -> tuple[dict[str, int], tuple[Outcome, str] | None]:
-        """The services to patch and, if the patch must not be sent (yet), why."""
+        """The services to patch (whose target differs from what they ask for, ``asked``: an
+        adapter's count, else the spec) and, if the patch must not be sent (yet), why."""
         states: dict[Role, ServiceState] = {
             role: service_state(dgd, name) for role, name in services.items()
         }
-        patch = {services[r]: n for r, n in targets.items() if states[r].spec_replicas != n}
+        patch = {services[r]: n for r, n in targets.items() if asked[services[r]] != n}
         if not patch:
             return patch, None
         problems = spec_problems(dgd, services.values())
@@ -1213,6 +1307,16 @@ def _last_decision(dgd: dict[str, Any]) -> tuple[DeliveredDecision | None, str |
         return DeliveredDecision.model_validate_json(raw), None
     except ValidationError as err:
         return None, describe_validation_error(err)
+
+
+def _carries(dgd: dict[str, Any], decision: ScalingDecision) -> bool:
+    """The DGD's last-decision annotation names ``decision``: its DGD patch is in."""
+    mark, _ = _last_decision(dgd)
+    return (
+        mark is not None
+        and mark.deployment == decision.deployment
+        and mark.decision_id == decision.decision_id
+    )
 
 
 def _retracts(state: ServiceState, target: int) -> bool:

@@ -171,7 +171,8 @@ def test_a_stale_adapter_scale_is_a_conflict_then_re_read(
     adapted: DgdFixture, make_actuator, sleeps
 ):
     """Someone writes the adapter between our read of its Scale and our patch of it: the
-    Scale's resourceVersion precondition makes that a 409, and the apply starts over."""
+    Scale's resourceVersion precondition makes that a 409; the retry re-reads the Scale and
+    finishes the adapter write (the DGD patch, with the annotation, is in: not sent again)."""
     server = adapted.server
     raced: list[bool] = []
 
@@ -185,7 +186,7 @@ def test_a_stale_adapter_scale_is_a_conflict_then_re_read(
     server.before_request(other_writer)
     result = make_actuator().apply(decision(num_decode=2))
 
-    assert (result.outcome, result.attempts) == ("applied", 4)
+    assert (result.outcome, result.attempts) == ("applied", 3)
     scale_statuses = [s for m, p, s in requests(server) if p.endswith("/scale") and m == "PATCH"]
     assert scale_statuses == [409, 200] and sleeps == [0.5]
     assert adapter(server)["spec"]["replicas"] == 2
@@ -197,7 +198,7 @@ def test_a_busy_adapter_is_retried_after_its_retry_after(
     adapted.server.inject(scale_path(DECODE_ADAPTER), 503, method="PATCH")
     result = make_actuator().apply(decision(num_decode=2))
 
-    assert (result.outcome, result.attempts) == ("applied", 4)
+    assert (result.outcome, result.attempts) == ("applied", 3)  # the DGD patched once
     assert sleeps == [1.0]  # Retry-After: 1 over the first backoff's 0.5
     assert spec_replicas(adapted)["VllmDecodeWorker"] == 2
 
@@ -216,7 +217,8 @@ def test_an_adapter_is_not_touched_while_the_dgd_is_not_ready(adapted: DgdFixtur
     result = make_actuator().apply(decision(num_decode=3))
 
     assert result.outcome == "skipped_not_ready"
-    assert all("scalingadapters" not in r.path for r in adapted.server.requests)
+    touched = [(r.method, r.path) for r in adapted.server.requests if "scalingadapters" in r.path]
+    assert touched == [("GET", scale_path(DECODE_ADAPTER))]  # read (is it ahead?), not written
 
 
 def test_a_lost_scale_answer_that_committed_is_applied(adapted: DgdFixture, make_actuator, sleeps):
@@ -244,3 +246,93 @@ def test_a_lost_scale_answer_that_committed_is_applied(adapted: DgdFixture, make
         "response was lost: "
     )
     assert adapter(server)["spec"]["replicas"] == 3
+
+
+def scale_adapter(dgd: DgdFixture, replicas: int) -> None:
+    """Scale the decode adapter as an HPA would (the operator copies it unless told not to)."""
+    k8s.CustomObjectsApi(dgd.client).patch_namespaced_custom_object_scale(
+        "nvidia.com",
+        "v1alpha1",
+        "dynamo",
+        "dynamographdeploymentscalingadapters",
+        DECODE_ADAPTER,
+        {"spec": {"replicas": replicas}},
+    )
+
+
+@pytest.mark.parametrize("prefill", [2, 1], ids=["prefill changed", "equal to the DGD"])
+def test_an_adapter_ahead_holds_a_decision_that_leaves_its_service_alone(
+    adapted: DgdFixture, make_actuator, prefill: int
+):
+    """The decode adapter asks for 5, not yet copied into the DGD (decode 1): a decision
+    keeping decode at the DGD's 1 would stack a change on that one (prefill changed) or
+    undo it unseen (equal to the DGD: not ``no_change``, the adapter asks for 5)."""
+    adapted.operator.sync_adapters = False
+    scale_adapter(adapted, 5)
+    result = make_actuator().apply(decision(num_prefill=prefill, num_decode=1))
+
+    assert result.outcome == "skipped_in_flight"
+    assert result.reason == (
+        f"adapter change not yet in the DGD: VllmDecodeWorker: its scaling adapter "
+        f"{DECODE_ADAPTER} asks for 5, the DGD for 1"
+    )
+    assert adapted.patches() == [] and adapter(adapted.server)["spec"]["replicas"] == 5
+
+
+def test_a_decision_equal_to_the_adapters_counts_is_no_change(adapted: DgdFixture, make_actuator):
+    adapted.operator.sync_adapters = False
+    scale_adapter(adapted, 5)
+    result = make_actuator().apply(decision(num_prefill=1, num_decode=5))
+
+    assert result.outcome == "no_change"
+    assert adapted.patches() == [] and spec_replicas(adapted)["VllmDecodeWorker"] == 1
+
+
+def test_a_busy_adapter_after_the_dgd_patch_is_finished_ungated(
+    adapted: DgdFixture, make_actuator, sleeps
+):
+    """Prefill is patched in the DGD, then the decode adapter answers 503 once: the retry
+    finds the DGD rolling out this apply's own prefill change, recognises the apply by its
+    decision id in the annotation, and only writes the adapter (no second DGD patch)."""
+    adapted.server.inject(scale_path(DECODE_ADAPTER), 503, method="PATCH")
+    result = make_actuator().apply(decision(decision_id=7, num_prefill=2, num_decode=3))
+
+    assert (result.outcome, result.attempts, sleeps) == ("applied", 3, [1.0])
+    assert result.patch == {"VllmPrefillWorker": 2, "VllmDecodeWorker": 3}
+    assert len(adapted.patches()) == 1
+    assert adapter(adapted.server)["spec"]["replicas"] == 3
+    assert spec_replicas(adapted) == {"Frontend": 1, "VllmDecodeWorker": 3, "VllmPrefillWorker": 2}
+
+
+def test_a_forbidden_adapter_after_the_dgd_patch_says_what_is_half_done(
+    adapted: DgdFixture, make_actuator, sleeps
+):
+    adapted.server.inject(scale_path(DECODE_ADAPTER), 403, method="PATCH")
+    result = make_actuator().apply(decision(decision_id=7, num_prefill=2, num_decode=3))
+
+    assert (result.outcome, result.status_code, sleeps) == ("failed", 403, [])
+    assert result.reason.startswith(f"patch of scaling adapter dynamo/{DECODE_ADAPTER}: HTTP 403")
+    assert result.reason.endswith(
+        f"(partly applied: written the {LAST_DECISION_ANNOTATION} annotation of decision 7, "
+        "VllmPrefillWorker → 2; not written: VllmDecodeWorker → 3 through the scaling adapter)"
+    )
+    assert spec_replicas(adapted)["VllmPrefillWorker"] == 2
+    assert adapter(adapted.server)["spec"]["replicas"] == 1
+
+
+def test_an_adapter_set_by_someone_else_after_the_dgd_patch_is_not_overwritten(
+    adapted: DgdFixture, make_actuator, sleeps
+):
+    """Between the 503 and the retry an HPA sets the adapter to 4: finishing the apply would
+    overwrite that change unseen, so it fails, naming what is half-done."""
+    adapted.operator.sync_adapters = False
+    adapted.server.inject(scale_path(DECODE_ADAPTER), 503, method="PATCH")
+    actuator = make_actuator()
+    actuator.sleep = lambda seconds: scale_adapter(adapted, 4)
+    result = actuator.apply(decision(decision_id=7, num_prefill=2, num_decode=3))
+
+    assert result.outcome == "failed"
+    assert result.reason.startswith(
+        "VllmDecodeWorker: its scaling adapter set to 4 by someone else meanwhile (partly applied"
+    )
+    assert adapter(adapted.server)["spec"]["replicas"] == 4

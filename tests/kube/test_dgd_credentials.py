@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.config import incluster_config
 
 from connectors.dgd import DgdActuator
 from connectors.dgd_graph import DgdValidationError
@@ -106,6 +107,57 @@ def test_a_token_file_is_read_again_for_every_request(guarded: ApiServer, tmp_pa
     guarded.token = "rotated"
     token_file.write_text("rotated")
     assert planner.read_inventory().ready_num_decode == 1
+
+
+def in_cluster(monkeypatch: pytest.MonkeyPatch, folder: Path, server: str) -> None:
+    """Simulate a pod: a service-account token (:data:`TOKEN`) and CA, and ``server`` as the
+    ``KUBERNETES_SERVICE_*`` address (the loader makes it ``https://``), read by the
+    ``kubernetes`` client's in-cluster loader."""
+    token, ca = folder / "sa-token", folder / "sa-ca.crt"
+    token.write_text(TOKEN)
+    ca.write_text("unused: the loader only checks that it exists")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    host, port = server.removeprefix("http://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+
+
+def read_twice(planner: DgdActuator) -> int:
+    """Validate, then read the inventory once more (no retry): the loaders' refresh hooks
+    first run, and assign themselves again, on the first request."""
+    assert planner.validate() == EXPECTED
+    return planner.read_inventory(retry=False).ready_num_decode
+
+
+def test_host_holds_after_the_first_request_with_a_kubeconfig_token(
+    guarded: ApiServer, kubeconfig: Path
+):
+    write_kubeconfig(kubeconfig, NOWHERE)
+    planner = actuator(host=guarded.url, max_attempts=1)
+    assert [read_twice(planner), planner.read_inventory(retry=False).ready_num_decode] == [1, 1]
+
+
+def test_a_token_file_holds_after_the_first_request_with_a_kubeconfig_token(
+    guarded: ApiServer, kubeconfig: Path, tmp_path: Path
+):
+    write_kubeconfig(kubeconfig, guarded.url, token="stale-kubeconfig-token")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    assert read_twice(actuator(token_file=str(token_file), max_attempts=1)) == 1
+
+
+def test_host_and_token_file_hold_after_the_first_request_in_a_pod(
+    guarded: ApiServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    in_cluster(monkeypatch, tmp_path, NOWHERE)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    planner = actuator(host=guarded.url, token_file=str(token_file), max_attempts=1)
+    assert read_twice(planner) == 1
+    guarded.token = "rotated"
+    token_file.write_text("rotated")  # the service account's own token is now the stale one
+    assert planner.read_inventory(retry=False).ready_num_decode == 1
 
 
 def test_a_wrong_token_is_unauthorised(guarded: ApiServer, kubeconfig: Path):
