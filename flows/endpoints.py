@@ -44,6 +44,7 @@ Decision outputs (``--output``, repeatable):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -76,6 +77,8 @@ from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
 from flows.horizon import untimed
 from schemas import DeliveredDecision, PlannerConfig, Role
+
+log = logging.getLogger(__name__)
 
 
 class EndpointError(ValueError):
@@ -252,6 +255,15 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             raise EndpointError(f"unsupported output {address!r}")
     if not wiring.live and len(wiring.inputs) > 1:  # a replay: one stream in event-time order
         wiring.inputs = [MergedSource(cast(list[TimedSource], wiring.inputs))]
+    followed = [a for a in inputs if a.startswith("kafka://") and not _kafka_url(a).until_end]
+    if len(followed) > 1:
+        log.warning(
+            "%d followed Kafka topics (%s): their histories are not merged by event time when "
+            "the worker starts, so one read back ahead of the other makes the other's late; "
+            "write every event into one topic (README, Known limits)",
+            len(followed),
+            ", ".join(followed),
+        )
     return wiring
 
 

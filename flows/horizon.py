@@ -44,9 +44,9 @@ deployment for as long as the run lasts, and in front of the windows:
   first measurement of a replay is held too, and when the next one lies a week or more past
   it, the one after them says which of the two is the stray. The closed loop's simulator, in
   order by construction, is never held (``ordered``).
-  Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` past the host clock is a dead
-  letter at once (``ahead``), and the first one is used at once (a live source's first
-  traffic observation may be minutes from its second);
+  Live, a measurement more than :data:`MAX_AHEAD_OF_HOST_S` (plus the allowed lateness) past
+  the host clock is a dead letter at once (``ahead``), and the first one is used at once (a
+  live source's first traffic observation may be minutes from its second);
 * a state snapshot (inventory, capabilities, acknowledgement, limits) describes the present: it is
   placed at the watermark if it is older. Live, its own time is another host's clock: it never
   moves event time — it keeps its own time up to one tick window past the newest measurement
@@ -121,10 +121,14 @@ from schemas import (
     LimitsEvent,
 )
 
-MAX_AHEAD_OF_HOST_S = 300.0
-"""*ours*: live, a measurement stamped more than 5 minutes past the host clock is refused (clocks
-of healthy hosts agree within well under a second; this is a broken clock or a wrong unit); a
-state snapshot is placed at the newest measurement instead."""
+MAX_AHEAD_OF_HOST_S = 5.0
+"""*ours*: live, a measurement stamped more than this past the host clock, plus the deployment's
+allowed lateness (which covers the skew of the hosts that stamp its events), is refused: clocks
+of healthy hosts agree within well under a second, so this is a fast clock, a broken one or a
+wrong unit — and used, it would move event time ahead of every real event for as long as it
+is ahead (one request stamped 2 minutes fast made the next 2 minutes of passes and requests
+late: a stray a replay of the same topic holds and refuses). A state snapshot is placed at the
+newest measurement instead."""
 
 MAX_JUMP_S = 7 * 24 * 3600.0
 """*ours*: a measurement more than 7 days from its deployment's newest needs the next one to
@@ -298,9 +302,9 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         if (
             self.live
             and not is_state_snapshot(event)
-            and event.time > host.time() + MAX_AHEAD_OF_HOST_S
+            and event.time > host.time() + self._ahead_bound(event)
         ):
-            past = f"{MAX_AHEAD_OF_HOST_S:g} s past the host clock"
+            past = f"{self._ahead_bound(event):g} s past the host clock"
             return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
         if isinstance(event, FpmBatchEvent) and self.window is not None:
             pieces = split_by_window(event, self.window)
@@ -489,6 +493,12 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         if (first or not short) and abs(event.time - held.time) > MAX_JUMP_S:
             return [_stray(held)]
         return self._use(held)
+
+    def _ahead_bound(self, event: Event) -> float:
+        """Live: how far past the host clock ``event`` may be stamped (:data:`MAX_AHEAD_OF_HOST_S`
+        plus the deployment's allowed lateness)."""
+        lateness = self.lateness if self.lateness_of is None else self.lateness_of(event)
+        return MAX_AHEAD_OF_HOST_S + lateness.total_seconds()
 
     def _jump(self, event: Event) -> float:
         """Replay: how far past the newest measurement ``event`` may lie without confirmation."""

@@ -120,7 +120,7 @@ class ScalingDecision(BaseModel):
     model_config = _WRITTEN
 
     schema_version: Literal[1] = 1
-    deployment: str
+    deployment: str = Field(min_length=1)
     decision_id: int = Field(
         ge=1, description="Counts the deployment's decisions from 1; unique across restarts"
     )

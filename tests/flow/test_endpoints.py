@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -224,3 +225,14 @@ def test_a_dgd_name_from_the_environment_still_needs_a_namespace_outside_a_pod(m
     monkeypatch.setenv("DYN_PARENT_DGD_K8S_NAME", "graph")
     with pytest.raises(EndpointError, match=re.escape("give the namespace too")):
         wire([], ["dgd://?deployment=llama&host=http://127.0.0.1:1"], CONFIGS)
+
+
+def test_two_followed_topics_are_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    # their histories are not merged at a (re)start: one read back first makes the other late
+    caplog.set_level(logging.WARNING, logger="flows.endpoints")
+    topics = ["kafka://127.0.0.1:9092/fpm", "kafka://127.0.0.1:9092/events"]
+    wire(topics, [], {"llama": PlannerConfig()})
+    assert "2 followed Kafka topics" in caplog.text and "one topic" in caplog.text
+    caplog.clear()
+    wire([topics[0], f"{topics[1]}?until=end"], [], {"llama": PlannerConfig()})
+    assert caplog.text == ""

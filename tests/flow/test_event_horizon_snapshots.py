@@ -168,3 +168,26 @@ def test_a_live_snapshot_stamped_past_the_host_clock_is_placed_not_refused(worke
     assert released[1].time == pytest.approx(now, abs=1e-3)  # (µs: bytewax's clock)
     assert released[1].payload == skewed.payload
     assert released[2].reason.startswith("ahead: ")  # the measurement is refused
+
+
+def test_a_live_measurement_a_little_ahead_of_the_host_clock_is_refused(workers):
+    """One request from a host whose clock runs 2 minutes fast: used (the bound was 5 minutes),
+    it moved event time 2 minutes ahead and every real event until the host clock caught up
+    was late; a replay of the same stream holds it and refuses it as a stray. Within 5 s plus
+    the allowed lateness (hosts' skew), a measurement is used."""
+    now = time.time()
+    events = [
+        ClockEvent(deployment="d", time=now - 1),
+        ClockEvent(deployment="d", time=now + 120),  # the fast host
+        ClockEvent(deployment="d", time=now + 6.5),  # 1.5 s skew beside a 2 s lateness: used
+        ClockEvent(deployment="d", time=now + 7),
+    ]
+    flow = Dataflow("live_a_little_ahead")
+    keyed = op.key_on("key", op.input("in", flow, TestingSource(events)), lambda e: e.deployment)
+    clock = PlannerClock(event_time, timedelta(seconds=2), timedelta(seconds=5))
+    out: list = []
+    horizon = EventHorizon(clock, live=True, window_s=5.0)
+    op.output("out", horizon.apply("horizon", keyed), TestingSink(out))
+    run_flow(flow, workers)
+    released = [item for _key, item in out]
+    assert [getattr(e, "reason", "used")[:6] for e in released] == ["used", "ahead:"] + ["used"] * 2

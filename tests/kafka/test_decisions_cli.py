@@ -55,7 +55,10 @@ def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: s
             ),
         ]
     )
-    write_raw(kafka_bootstrap, kafka_topic, [b"garbage"])
+    # garbage, and a decision of no deployment (it was listed as a decision row)
+    nameless = sample_decision(deployment="llama", decision_id=3, time=1_780_002_000.0)
+    nameless_json = nameless.model_dump_json().replace('"llama"', '""').encode()
+    write_raw(kafka_bootstrap, kafka_topic, [b"garbage", nameless_json])
 
     result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
     assert result.returncode == 0, result.stderr
@@ -71,6 +74,8 @@ def test_table_shows_each_decision_readably(kafka_bootstrap: str, kafka_topic: s
     )
     assert lines[4].startswith("ERROR")
     assert "partition 0 offset 3: not a ScalingDecision: Invalid JSON" in lines[4]
+    assert lines[5].startswith("ERROR") and "offset 4: not a ScalingDecision" in lines[5]
+    assert "deployment" in lines[5] and len(lines) == 6
     # Columns line up: every row's ID column ends where the header's does.
     id_end = lines[0].index("ID") + 2
     assert all(line[id_end - 1] != " " for line in lines[1:4])
