@@ -83,7 +83,8 @@ def open_stream(path: Path) -> TextIO:
 
 
 class JsonlFileSink(FixedPartitionedSink[BaseModel, int]):
-    """Write pydantic records to one file as JSON lines (emptied when the sink is made).
+    """Write pydantic records to one file as JSON lines (emptied when the sink is made, or,
+    ``resumable``, when its partition starts without a resume state).
 
     Like every fixed-partitioned sink it takes ``(key, record)`` pairs; one worker writes.
     A regular file (or a new one) is written by bytewax's ``FileSink``: every batch fsynced.

@@ -1098,7 +1098,7 @@ class DgdActuator:
             return run.result("skipped_in_flight", lagging, patch)
         try:
             body = self._dgd_patch(dgd, services, patch, scales, run.decision)
-        except ValidationError as err:  # e.g. an empty deployment name
+        except ValidationError as err:  # a decision the annotation cannot record
             return run.result("failed", f"decision: {describe_validation_error(err)}", patch)
         run.plan_write(patch, self._steps(dgd, services, targets, patch, scales), scales)
         run.attempts += 1

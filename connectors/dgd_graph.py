@@ -98,12 +98,20 @@ def default_service_name(backend: str, mode: str, role: Role) -> str:
     >>> default_service_name("sglang", "disagg", "prefill")
     'prefill'
     """
-    try:
-        names = DEFAULT_SERVICE_NAMES[backend]
-    except KeyError:
+    check_backend(backend)
+    return DEFAULT_SERVICE_NAMES[backend]["agg" if mode == "agg" else role]
+
+
+def check_backend(backend: str) -> None:
+    """Raise ``ValueError`` naming the known backends unless ``backend`` is one.
+
+    >>> check_backend("foo")
+    Traceback (most recent call last):
+    ValueError: unknown backend 'foo': expected one of mocker, sglang, trtllm, vllm
+    """
+    if backend not in DEFAULT_SERVICE_NAMES:
         known = ", ".join(sorted(DEFAULT_SERVICE_NAMES))
-        raise ValueError(f"unknown backend {backend!r}: expected one of {known}") from None
-    return names["agg" if mode == "agg" else role]
+        raise ValueError(f"unknown backend {backend!r}: expected one of {known}")
 
 
 def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from connectors.address import address_options, has_host_port
 from connectors.console import JsonlFileSink, LineSink
 from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
-from connectors.dgd_graph import DEFAULT_SERVICE_NAMES
+from connectors.dgd_graph import check_backend
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.kafka.url import KafkaUrl
@@ -168,6 +168,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     traffic: list[PrometheusTrafficSource] = []
     recorded: list[str] = []
     recorded_at = 0
+    followed: list[str] = []  # Kafka topics read live
     for address in inputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
@@ -181,6 +182,8 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
                 url = replace(url, deployment=_trace_deployment(address, url, configs))
             wiring.inputs.append(url.event_source())
             wiring.live |= not url.until_end
+            if not url.until_end:
+                followed.append(address)
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
             if scheme == "zmq+tcp" and not has_host_port(netloc):
@@ -255,7 +258,6 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             raise EndpointError(f"unsupported output {address!r}")
     if not wiring.live and len(wiring.inputs) > 1:  # a replay: one stream in event-time order
         wiring.inputs = [MergedSource(cast(list[TimedSource], wiring.inputs))]
-    followed = [a for a in inputs if a.startswith("kafka://") and not _kafka_url(a).until_end]
     if len(followed) > 1:
         log.warning(
             "%d followed Kafka topics (%s): their histories are not merged by event time when "
@@ -379,9 +381,10 @@ def _dgd(
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
     backend = query.get("backend", "vllm")
-    if backend not in DEFAULT_SERVICE_NAMES:  # checked before any client is set up
-        known = ", ".join(sorted(DEFAULT_SERVICE_NAMES))
-        raise EndpointError(f"{address!r}: backend must be one of {known}, not {backend!r}")
+    try:  # checked before any client is set up
+        check_backend(backend)
+    except ValueError as exc:
+        raise EndpointError(f"{address!r}: {exc}") from None
     actuator: dict[str, Any] = {  # DgdActuator.from_environment's options
         "mode": configs[deployment].mode,
         "backend": backend,

@@ -299,13 +299,11 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
 
     def on_item(self, event: Event) -> tuple[Iterable[Event | DeadLetter], bool]:
         # a snapshot stamped ahead is placed at the newest measurement instead (_snapshot)
-        if (
-            self.live
-            and not is_state_snapshot(event)
-            and event.time > host.time() + self._ahead_bound(event)
-        ):
-            past = f"{self._ahead_bound(event):g} s past the host clock"
-            return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
+        if self.live and not is_state_snapshot(event):
+            bound = MAX_AHEAD_OF_HOST_S + self._lateness_s(event)
+            if event.time > host.time() + bound:
+                past = f"{bound:g} s past the host clock"
+                return [_refused(event, "ahead", past)], StatefulLogic.RETAIN
         if isinstance(event, FpmBatchEvent) and self.window is not None:
             pieces = split_by_window(event, self.window)
             if len(pieces) > 1:
@@ -331,8 +329,7 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         if state.held is not None:
             held, state.held = state.held, None
             out += self._decide(held, event, first=False, short=state.held_short)
-        jump = self._live_jump(event, rebuilding)
-        if state.newest is not None and event.time > state.newest + jump:
+        if self._needs_confirmation(event, rebuilding):
             state.held, state.held_short = event, rebuilding  # (far behind is merely late)
             return out
         return out + self._use(event, held_back)  # live, the host clock bounds the first one
@@ -341,9 +338,11 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
         """Live: the inputs read back their history (a live run judges it as its replay would)."""
         return self.backlog is not None and self.backlog.is_behind
 
-    def _live_jump(self, event: Event, rebuilding: bool) -> float:
-        """Live: how far past the newest measurement ``event`` may lie without confirmation."""
-        return self._jump(event) if rebuilding else MAX_JUMP_S
+    def _needs_confirmation(self, event: Event, rebuilding: bool) -> bool:
+        """Live: ``event`` lies further past the newest measurement than it may without the
+        next one confirming it (a replay's jump while ``rebuilding``, else a week)."""
+        jump = self._jump(event) if rebuilding else MAX_JUMP_S
+        return self.state.newest is not None and event.time > self.state.newest + jump
 
     def _settling(self) -> bool:
         """Live: an input reads back its history, or did less than :data:`SETTLE_S` ago."""
@@ -379,8 +378,7 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             return self._release_receipts()
         if state.held is not None:
             return []
-        jump = self._live_jump(event, self._rebuilding())
-        if state.newest is not None and event.time > state.newest + jump:
+        if self._needs_confirmation(event, self._rebuilding()):
             return []
         return self._release_receipts(until=event.time)
 
@@ -494,16 +492,14 @@ class _Horizon(StatefulLogic[Event, Event | DeadLetter, HorizonState]):
             return [_stray(held)]
         return self._use(held)
 
-    def _ahead_bound(self, event: Event) -> float:
-        """Live: how far past the host clock ``event`` may be stamped (:data:`MAX_AHEAD_OF_HOST_S`
-        plus the deployment's allowed lateness)."""
+    def _lateness_s(self, event: Event) -> float:
+        """The allowed lateness of ``event``'s deployment, in seconds."""
         lateness = self.lateness if self.lateness_of is None else self.lateness_of(event)
-        return MAX_AHEAD_OF_HOST_S + lateness.total_seconds()
+        return lateness.total_seconds()
 
     def _jump(self, event: Event) -> float:
         """Replay: how far past the newest measurement ``event`` may lie without confirmation."""
-        lateness = self.lateness if self.lateness_of is None else self.lateness_of(event)
-        return max(REPLAY_JUMP_S, lateness.total_seconds())
+        return max(REPLAY_JUMP_S, self._lateness_s(event))
 
     def _stray_ahead(self, event: Event) -> DeadLetter:
         ahead = f"{self._jump(event):g} s ahead of the events before and after it"

@@ -56,7 +56,6 @@ from operators.ack_gate import AckGate, keeps_the_count
 from operators.engine_limits import engine_limit_breach, within_scheduler_limits
 from operators.length_histogram import LengthHistogram
 from operators.state_machine import PlannerStateMachine
-from operators.throughput_scaling import quantile_key
 from operators.tick import FpmObservations, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
@@ -80,6 +79,7 @@ from schemas import (
     fpm_from_row,
 )
 from schemas.config import CAPACITY_QUANTILES
+from schemas.events import quantile_key
 
 QUANTILES = CAPACITY_QUANTILES
 """ISL/OSL quantiles reported with request-derived traffic, keyed ``p50``, ``p90``, ``p99``

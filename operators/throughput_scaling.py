@@ -30,7 +30,7 @@ from operators.perf import (
     clamp_kv_hit_rate,
 )
 from schemas import TrafficObservation
-from schemas.events import MAX_REQUEST_TOKENS, quantile_key
+from schemas.events import MAX_REQUEST_TOKENS, quantile_ceiling, quantile_key
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _quantile_ratio(quantiles: dict[str, float] | None, mean: float, q: float | 
     # perf models answer "not ready" for it, so it counts as missing (the mean)
     if value is None or not math.isfinite(value) or value <= 0:
         return 1.0
-    return min(value / mean, 1.0 / (1.0 - q))
+    return min(value, quantile_ceiling(mean, q)) / mean
 
 
 def sizing_lengths(

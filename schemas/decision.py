@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from schemas.events import EventTime, Role, TrafficObservation
 from schemas.fpm import MAX_COUNT, NonNegativeFinite
@@ -306,7 +307,7 @@ class TickRecord(BaseModel):
     perf_samples_set_aside: dict[Role, int] = Field(default_factory=dict)
     """Forward passes each role's perf model has set aside so far (suspects nobody confirmed:
     :class:`operators.perf.regression.FpmRegressor`); tick records only."""
-    delivered_before: bool = Field(default=False, exclude=True)
+    delivered_before: SkipJsonSchema[bool] = Field(default=False, exclude=True)
     """``decision`` reached the outputs before a restart: it is in the record (the metrics and
     reports show it, as in a run never stopped) and not sent again. Never written: the tick
-    records of a resumed run read as those of a run never stopped."""
+    records of a resumed run read as those of a run never stopped (nor in the JSON Schema)."""

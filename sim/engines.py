@@ -228,14 +228,16 @@ class Engine:
 
     @property
     def load(self) -> int:
-        """Routing load in tokens: queued prefill work (prefill engines; routing uses
-        :meth:`prefill_tokens_at`, which adds the iteration in progress), else KV in use plus
-        the KV the queue will need, counting the requests whose prefill the running iteration
-        ends (out of the queue, not yet in the batch: an engine busy with the last chunk of a
-        long prompt would look idle)."""
-        if self.role == "prefill":
-            return self.pending_tokens
+        """Routing load in tokens of a decode or agg engine: KV in use plus the KV the queue
+        will need, counting the requests whose prefill the running iteration ends (out of the
+        queue, not yet in the batch: an engine busy with the last chunk of a long prompt would
+        look idle). A prefill engine's is :meth:`prefill_tokens_at` (see :meth:`load_at`)."""
         return self.sum_base + self.B * self.S + self.waiting_need + self.inflight_need
+
+    def load_at(self, t: float) -> int:
+        """Routing load at ``t``: :meth:`prefill_tokens_at` of a prefill engine, else
+        :attr:`load` (brought to ``t`` by the caller)."""
+        return self.prefill_tokens_at(t) if self.role == "prefill" else self.load
 
     def prefill_tokens_at(self, t: float) -> int:
         """Prompt tokens not computed yet at ``t``: the queue's and the running iteration's (a

@@ -456,7 +456,7 @@ class FleetSim:
             engine = ready[i].engine
             if engine is None:
                 return (0, -i)
-            return (engine.prefill_tokens_at(t) if role == "prefill" else engine.load, -i)
+            return (engine.load_at(t), -i)
 
         order = sorted(range(len(ready)), key=drain_order)
         for i in order[:excess]:
@@ -533,7 +533,7 @@ class FleetSim:
         for eng in engines:
             extra = req.isl - eng.prefix_hit(req.hash_ids, req.block_size) if prefix else 0
             if prefill:
-                cost = eng.prefill_tokens_at(t) + extra
+                cost = eng.load_at(t) + extra
             else:
                 if eng.act_end >= t and eng.load + extra > best_cost:
                     # nothing completes before t, so its load can only have grown (S rises):

@@ -194,7 +194,7 @@ def test_forecast_bench_rejects_non_positive_parameters(option, value):
         ("kafka://h:notaport/t", "broker 'h:notaport' needs HOST:PORT"),
         ("dgd://ns?deployment=llama", "give the namespace too (dgd://NAMESPACE/NAME)"),
         # exit 1 after the Kubernetes client's set-up (behind its error when it had none)
-        ("dgd://ns/llama?backend=foo", "backend must be one of mocker, sglang, trtllm, vllm"),
+        ("dgd://ns/llama?backend=foo", "unknown backend 'foo': expected one of mocker, sglang"),
     ],
 )
 def test_run_checks_addresses_before_connecting(address, needle):
