@@ -23,7 +23,7 @@ from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner
 from tests.kafka.samples import sample_decision, topic_partitions, write_in_background, write_raw
 from tests.services.kafka import tansu_broker, tansu_process
-from tests.services.process import free_port, wait_until
+from tests.services.process import free_port, pause, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "examples/decode.yaml")
@@ -137,7 +137,7 @@ def test_an_unreachable_broker_holds_the_decisions_until_it_answers_again(
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
         part.write_batch([sample_decision(decision_id=1)])
-        broker.send_signal(signal.SIGSTOP)
+        pause(broker)
         try:
             writer, outcome = write_in_background(
                 part, [sample_decision(decision_id=2), sample_decision(decision_id=3)]

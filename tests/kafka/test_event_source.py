@@ -19,7 +19,7 @@ from schemas import RawEvent
 from tests.flow.cluster import run_flow
 from tests.kafka.samples import event_line, write_raw
 from tests.services.kafka import tansu_process
-from tests.services.process import free_port
+from tests.services.process import free_port, pause
 
 
 def read_all(source: KafkaEventSource, workers: int, recovery: Path | None = None) -> list:
@@ -219,7 +219,7 @@ def test_a_broker_away_while_the_topic_is_awaited_is_asked_again(
         )
         try:
             assert part.next_batch() == []  # the broker says: no such topic yet
-            broker.send_signal(signal.SIGSTOP)
+            pause(broker)
             try:
                 caplog.clear()
                 assert part.next_batch() == []  # no answer within 1 s: asked again later

@@ -26,7 +26,7 @@ from tests.flow.runner import write_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 from tests.kafka.samples import sample_decision, topic_partitions, write_in_background
 from tests.services.kafka import tansu_process, unique_topic
-from tests.services.process import wait_until
+from tests.services.process import pause, wait_until
 
 WAITING = "decisions not acknowledged yet by"
 
@@ -40,7 +40,7 @@ def test_stop_waiting_ends_a_wait_on_another_thread_and_close_reports_the_rest(
     with tansu_process() as (bootstrap, broker):
         part = KafkaDecisionSink(bootstrap, kafka_topic, warn_every_s=0.5).build("out", 0, 1)
         part.write_batch([sample_decision(decision_id=1)])
-        broker.send_signal(signal.SIGSTOP)
+        pause(broker)
         try:
             writer, outcome = write_in_background(
                 part, [sample_decision(decision_id=2), sample_decision(decision_id=3)]
@@ -93,7 +93,7 @@ def test_sigterm_while_the_sink_waits_for_a_paused_broker_exits_cleanly(
                     "every worker's decision sink to start",
                 )
                 assert topic_partitions(out_bootstrap, decisions) is not None
-                out_broker.send_signal(signal.SIGSTOP)
+                pause(out_broker)
                 producer = Producer({"bootstrap.servers": kafka_bootstrap})
                 start = time.time() // 5 * 5 - 120.0  # recorded a while ago: ticks at once
                 for event in decode_ramp("alpha", engines=2, seconds=60):

@@ -51,6 +51,26 @@ def wait_until(
         time.sleep(interval_s)
 
 
+def pause(process: subprocess.Popen) -> None:
+    """``SIGSTOP`` ``process`` and return once it is stopped: ``kill`` returns at once, and a
+    broker thread running on another core may still answer a request sent right after it (on
+    a loaded machine, often enough to fail a test that expects no answer).
+
+    >>> sleeper = subprocess.Popen(["sleep", "30"])
+    >>> pause(sleeper); _state(sleeper.pid)
+    'T'
+    >>> sleeper.kill(); _ = sleeper.wait()
+    """
+    process.send_signal(signal.SIGSTOP)
+    wait_until(lambda: _state(process.pid) == "T", "the process to stop", 10, interval_s=0.005)
+
+
+def _state(pid: int) -> str:
+    """The state letter of ``pid`` in ``/proc`` (``T``: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def die_with_parent() -> None:
     """``preexec_fn`` of service processes: the kernel SIGKILLs the child when the test process
     dies, so no broker or server outlives a crashed test run."""

@@ -25,7 +25,7 @@ from schemas import ForwardPassMetrics, FpmBatchEvent, FpmEvent, parse_event
 from tests.flow.runner import flowplanner, read_jsonl, start_flowplanner, write_config
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
 from tests.services.kafka import tansu_process
-from tests.services.process import wait_until
+from tests.services.process import pause, wait_until
 
 pytestmark = pytest.mark.services
 
@@ -170,7 +170,7 @@ def test_a_stop_while_the_broker_is_away_says_what_it_drops(tmp_path: Path) -> N
         relay = start_relay(publisher, f"{bootstrap}/fpm", err, "--metrics-port", "0")
         try:
             assert publisher.wait_for_subscribers(1, 120), err.read_text()
-            broker.send_signal(signal.SIGSTOP)
+            pause(broker)
             for step in range(1, 11):
                 fpm = decode_fpm("w0", kv=40_000 + 900 * step, n=20, counter=0)
                 publisher.publish(ForwardPassMetrics(**fpm))
