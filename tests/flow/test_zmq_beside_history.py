@@ -138,6 +138,11 @@ def history(path: Path) -> Path:
     return write_stream(path, events)
 
 
+def _targets(decision: dict) -> tuple:
+    keys = ("decision_id", "time", "num_prefill", "num_decode", "reason")
+    return tuple(decision[key] for key in keys)
+
+
 def saw_live_engine(record: TickRecord) -> bool:
     return any(engine.worker_id == LIVE_WORKER for engine in record.engines)
 
@@ -169,6 +174,9 @@ def test_a_history_read_beside_live_zmq_passes_is_not_made_late(
 
     assert recording.batches_after_passes >= 1  # the passes did go out before the history did
     assert [letter.reason for letter in dead] == []  # before the fix: the history, late
+    # decides what the replay decides (the tick records may differ in where a state snapshot
+    # lands: live, a snapshot's time is another host's clock and is placed by the live rule)
     last = history_ticks[-1]["time"]
-    assert [r.model_dump() for r in ticks if r.time <= last] == history_ticks
+    live = [r.decision.model_dump() for r in ticks if r.decision and r.time <= last]
+    assert [_targets(d) for d in live] == [_targets(d) for d in decisions]
     assert any(saw_live_engine(record) for record in ticks), "no tick used the live passes"
