@@ -335,7 +335,6 @@ def kube_api_client(
     *,
     token_file: str | None = None,
     ca_cert: str | None = None,
-    verify_ssl: bool = True,
 ) -> k8s.ApiClient:
     """An API client configured in-cluster, else from the kubeconfig (``$KUBECONFIG``, else
     ``~/.kube/config``, read now), with these overrides:
@@ -368,7 +367,7 @@ def kube_api_client(
         )
     if missing is not None:
         log.debug("talking to %s without in-cluster or kubeconfig credentials (%s)", host, missing)
-    override = _overrides(host, token, token_file, ca_cert, verify_ssl)
+    override = _overrides(host, token, token_file, ca_cert)
     try:
         override(cfg)
     except OSError as exc:
@@ -398,7 +397,6 @@ def _overrides(
     token: str | None,
     token_file: str | None,
     ca_cert: str | None,
-    verify_ssl: bool,
 ) -> Callable[[k8s.Configuration], None]:
     """What :func:`kube_api_client`'s arguments change in a loaded configuration (the token
     file read anew at each call)."""
@@ -412,8 +410,6 @@ def _overrides(
             cfg.api_key_prefix = {}
         if ca_cert:
             cfg.ssl_ca_cert = ca_cert
-        if not verify_ssl:
-            cfg.verify_ssl = False
 
     return override
 

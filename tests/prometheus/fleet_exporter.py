@@ -5,7 +5,14 @@ The metric names and labels are the reference's (spec §10.1); a real Prometheus
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from tests.services.prometheus import PrometheusServer, prometheus_server
 
 LENGTH_BUCKETS = (128, 512, 1024, 4096, 16384)
 RATE_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0)
@@ -60,3 +67,37 @@ class FleetExporter:
             httpd.server_close()
             thread.join(5)
             self._server = None
+
+
+@contextlib.contextmanager
+def scraped_frontend(
+    labels: tuple[str, str], period_s: float, isl: float, osl: float
+) -> Iterator[tuple[PrometheusServer, list[float]]]:
+    """A Prometheus scraping a frontend that serves one request (started and completed, of
+    ``isl``/``osl`` tokens) every ``period_s`` on a thread from its second scrape on; yields
+    the server and the host times the requests were served at (growing while the block runs).
+    """
+    exporter = FleetExporter()
+    for metric in (exporter.started, exporter.completed, exporter.isl, exporter.osl):
+        metric.labels(*labels)
+    served: list[float] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.wait(period_s):
+            exporter.started.labels(*labels).inc()
+            exporter.completed.labels(*labels).inc()
+            exporter.isl.labels(*labels).observe(isl)
+            exporter.osl.labels(*labels).observe(osl)
+            served.append(time.time())
+
+    target = exporter.serve()
+    thread = threading.Thread(target=serve, daemon=True)
+    try:
+        with prometheus_server({"frontend": [target]}) as prometheus:
+            prometheus.wait_for_scrapes("frontend", count=2)
+            thread.start()
+            yield prometheus, served
+    finally:
+        stop.set()
+        exporter.stop()

@@ -9,7 +9,6 @@ evaluates there: the skew only shows in the reading's stamp, which stays on the 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ from connectors.prometheus import (
     PrometheusTrafficSource,
 )
 from tests.flow.cluster import run_flow
-from tests.prometheus.fleet_exporter import FleetExporter
-from tests.services.prometheus import PrometheusServer, prometheus_server
+from tests.prometheus.fleet_exporter import scraped_frontend
+from tests.services.prometheus import PrometheusServer
 
 LABELS = ("llama", "ns")
 REQUEST_PERIOD_S = 0.02
@@ -51,30 +50,9 @@ class SteadyFrontend:
 @pytest.fixture(scope="module")
 def frontend() -> Iterator[SteadyFrontend]:
     """A frontend serving a request every 20 ms, for more than a window before the tests."""
-    exporter = FleetExporter()
-    for metric in (exporter.started, exporter.isl, exporter.osl):
-        metric.labels(*LABELS)
-    served: list[float] = []
-    stop = threading.Event()
-
-    def serve_requests() -> None:
-        while not stop.wait(REQUEST_PERIOD_S):
-            exporter.started.labels(*LABELS).inc()
-            exporter.isl.labels(*LABELS).observe(1000)
-            exporter.osl.labels(*LABELS).observe(100)
-            served.append(time.time())
-
-    target = exporter.serve()
-    requests = threading.Thread(target=serve_requests, daemon=True)
-    try:
-        with prometheus_server({"frontend": [target]}) as prometheus:
-            prometheus.wait_for_scrapes("frontend", count=2)
-            requests.start()
-            time.sleep(WINDOW_S + 2)  # a whole window of steady traffic in the TSDB
-            yield SteadyFrontend(prometheus, served)
-    finally:
-        stop.set()
-        exporter.stop()
+    with scraped_frontend(LABELS, REQUEST_PERIOD_S, 1000, 100) as (prometheus, served):
+        time.sleep(WINDOW_S + 2)  # a whole window of steady traffic in the TSDB
+        yield SteadyFrontend(prometheus, served)
 
 
 def test_a_host_clock_ahead_of_prometheus_reads_the_whole_demand(

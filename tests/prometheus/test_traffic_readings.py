@@ -32,8 +32,8 @@ from flows.planner import PlannerSinks, build_flow
 from schemas import DeadLetter, ForwardPassMetrics, PlannerConfig, TickRecord
 from tests.flow.cluster import run_flow
 from tests.flow.streams import DECODE_CONFIG, decode_fpm
-from tests.prometheus.fleet_exporter import FleetExporter
-from tests.services.prometheus import PrometheusServer, prometheus_server
+from tests.prometheus.fleet_exporter import scraped_frontend
+from tests.services.prometheus import PrometheusServer
 
 PROFILE = Path(__file__).resolve().parents[1] / "data/profiles/h200_llama3.1-8b-fp8_tp1"
 LABELS = ("llama-3", "dynamo_llama")
@@ -45,29 +45,9 @@ PASS_PERIOD_S = 0.005
 @pytest.fixture(scope="module")
 def frontend() -> Iterator[PrometheusServer]:
     """A Prometheus scraping a frontend that serves a request every 20 ms while tests run."""
-    exporter = FleetExporter()
-    for metric in (exporter.started, exporter.completed, exporter.isl, exporter.osl):
-        metric.labels(*LABELS)
-    stop = threading.Event()
-
-    def serve_requests() -> None:
-        while not stop.wait(0.02):
-            exporter.started.labels(*LABELS).inc()
-            exporter.completed.labels(*LABELS).inc()
-            exporter.isl.labels(*LABELS).observe(ISL)
-            exporter.osl.labels(*LABELS).observe(OSL)
-
-    target = exporter.serve()
-    requests = threading.Thread(target=serve_requests, daemon=True)
-    try:
-        with prometheus_server({"frontend": [target]}) as prometheus:
-            prometheus.wait_for_scrapes("frontend", count=2)
-            requests.start()
-            prometheus.wait_for("dynamo_frontend_requests_started_total > 0", bool)
-            yield prometheus
-    finally:
-        stop.set()
-        exporter.stop()
+    with scraped_frontend(LABELS, 0.02, ISL, OSL) as (prometheus, _served):
+        prometheus.wait_for("dynamo_frontend_requests_started_total > 0", bool)
+        yield prometheus
 
 
 def traffic_input(
