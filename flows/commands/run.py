@@ -233,7 +233,9 @@ def jsonl_sink(path: str) -> JsonlFileSink | LineSink:
     """One JSON line per record to ``path``, or to stdout for ``-`` (as ``--output -``; it
     made a file named ``-``).
 
-    >>> type(jsonl_sink("-")).__name__, type(jsonl_sink("ticks.jsonl")).__name__
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "ticks.jsonl")
+    >>> type(jsonl_sink("-")).__name__, type(jsonl_sink(path)).__name__
     ('LineSink', 'JsonlFileSink')
     """
     if path == "-":
