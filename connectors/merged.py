@@ -17,9 +17,18 @@ its items by it (:class:`connectors.merge_keys.MergeKeys`): an item without one 
 letter, a line that is no valid event — keeps its lane's previous key, so it stays with its
 neighbours, and so does one stamped more than a minute past that key unless the lane's next
 timed item confirms the jump (one stray timestamp does not hold the rest of its input back
-behind the others, whose events would then be late). Only bounded inputs are merged
-(``flowplanner run`` merges the inputs of a replay, one with no live input): a live input
-never ends, and a lane with nothing to read would hold the others for ever.
+behind the others, whose events would then be late).
+
+A followed input — a Kafka topic read live — never ends, so it holds the merge only while it
+reads its *history*: what it held when the worker started (read back from its beginning after
+a restart), or a partition added to it since (:attr:`FollowedPartition.reading_history`).
+``flowplanner run`` merges every history input of a live run so (its followed and bounded
+topics and its recordings; not the engines' ZMQ passes nor Prometheus readings, stamped on
+receipt, which the event horizon holds meanwhile: :mod:`flows.horizon`): the history of
+several followed topics is handed on in event-time order, as their replay would be, and what
+one of them receives live meanwhile waits for the others' history. Once a followed lane has
+read its history, its items are keyed at their own time and handed on as they come (waiting
+for a confirmation could hold a live event until the next message, minutes away).
 
 The resume state is every lane's own state plus the items read from it and not handed on yet
 (keyed, or waiting for their key), so a resumed replay hands on exactly what was left, in the
@@ -32,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
@@ -47,7 +56,8 @@ Queued = tuple[float, Any]
 
 
 class TimedSource(Protocol):
-    """A bytewax source of bounded, event-time-ordered partitions whose items have a time."""
+    """A bytewax source of event-time-ordered partitions whose items have a time: bounded,
+    or followed (its partitions are :class:`FollowedPartition`)."""
 
     def list_parts(self) -> list[str]: ...
 
@@ -57,6 +67,16 @@ class TimedSource(Protocol):
 
     def merge_time(self, item: Any) -> float | None:
         """The item's event time, ``None`` if it has none."""
+        ...
+
+
+@runtime_checkable
+class FollowedPartition(Protocol):
+    """A partition that never ends by itself (a followed Kafka topic's reader)."""
+
+    @property
+    def reading_history(self) -> bool:
+        """It is reading back what it held at start (or a part of it found since)."""
         ...
 
 
@@ -89,6 +109,17 @@ class _Lane:
             return
         for item in batch:
             self.queue.extend(self.keys.add(self.source.merge_time(item), item))
+        if self.keys.confirm and not self.holds_history:  # live from here: own time each
+            self.queue.extend(self.keys.end())
+            self.keys.confirm = False
+
+    @property
+    def holds_history(self) -> bool:
+        """The lane has history still to read: a bounded input until it ends, a followed one
+        while it reads back what it held at start."""
+        if self.ended:
+            return False
+        return not isinstance(self.part, FollowedPartition) or self.part.reading_history
 
 
 class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
@@ -104,19 +135,21 @@ class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
                 lane.read()
         lanes, batch = self._lanes, []
         while True:
-            self._waiting = [lane for lane in lanes if not lane.queue and not lane.ended]
+            self._waiting = [lane for lane in lanes if not lane.queue and lane.holds_history]
             queued = [i for i, lane in enumerate(lanes) if lane.queue]
             if self._waiting or not queued:
                 break
             first = min(queued, key=lambda i: (lanes[i].queue[0][0], i))
             batch.append(lanes[first].queue.popleft()[1])
-        if not batch and not self._waiting:
+        if not batch and all(lane.ended for lane in lanes):
             raise StopIteration  # every lane ended and every item was handed on
         return batch
 
     def next_awake(self) -> datetime | None:
-        """Poll at once unless every lane waited on asked to wait (then until the first)."""
-        wakes = [lane.part.next_awake() for lane in self._waiting]
+        """Poll at once unless every lane waited on asked to wait (then until the first);
+        none waited on (followed lanes past their history), every lane not ended."""
+        waited = self._waiting or [lane for lane in self._lanes if not lane.ended]
+        wakes = [lane.part.next_awake() for lane in waited]
         if not wakes or any(wake is None for wake in wakes):
             return None
         return min(wake for wake in wakes if wake is not None)
@@ -134,7 +167,7 @@ class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
 
 
 class MergedSource(FixedPartitionedSource[Any, MergedState]):
-    """Bounded inputs read as one stream, merged on ``(event time, lane)``.
+    """Inputs read as one stream, merged on ``(event time, lane)`` while any reads history.
 
     >>> import os, tempfile
     >>> import bytewax.operators as op

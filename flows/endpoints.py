@@ -20,9 +20,12 @@ Inputs (``--input``, repeatable):
                                                 ``PROMETHEUS_*`` settings;
                                                 ``prometheus+https://`` for TLS)
 
-A replay — a run whose inputs all end (recordings, ``?until=end`` topics) and whose outputs
-wait for no acknowledgement — reads its inputs as one stream merged by event time
-(connectors.merged), so it decides the same however its events are split among them.
+A run reads its history inputs — recordings and topics, followed or ``?until=end`` — as one
+stream merged by event time (connectors.merged), so a replay decides the same however its
+events are split among them, and a live worker that reads several followed topics back after a
+restart decides as their replay; a followed topic, once read back, goes on as its messages
+arrive. (The engines' ZMQ passes and Prometheus readings are stamped on receipt, not merged:
+the event horizon holds them while a history is read, flows.horizon.)
 
 Decision outputs (``--output``, repeatable):
   ``-``                                         readable lines on stdout (the default)
@@ -44,7 +47,6 @@ Decision outputs (``--output``, repeatable):
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -62,6 +64,7 @@ from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_targe
 from connectors.dgd_graph import check_backend
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
 from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
+from connectors.kafka.source import KafkaTopicSource
 from connectors.kafka.url import KafkaUrl
 from connectors.merged import MergedSource, TimedSource
 from connectors.prometheus import (
@@ -77,8 +80,6 @@ from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
 from flows.horizon import untimed
 from schemas import DeliveredDecision, PlannerConfig, Role
-
-log = logging.getLogger(__name__)
 
 
 class EndpointError(ValueError):
@@ -168,7 +169,6 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
     traffic: list[PrometheusTrafficSource] = []
     recorded: list[str] = []
     recorded_at = 0
-    followed: list[str] = []  # Kafka topics read live
     for address in inputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
@@ -182,8 +182,6 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
                 url = replace(url, deployment=_trace_deployment(address, url, configs))
             wiring.inputs.append(url.event_source())
             wiring.live |= not url.until_end
-            if not url.until_end:
-                followed.append(address)
         elif scheme in ("zmq+tcp", "zmq+ipc"):
             _only(query, {"deployment", "role"}, address)
             if scheme == "zmq+tcp" and not has_host_port(netloc):
@@ -256,16 +254,11 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             _dgd(address, netloc, path, query, configs, wiring)
         else:
             raise EndpointError(f"unsupported output {address!r}")
-    if not wiring.live and len(wiring.inputs) > 1:  # a replay: one stream in event-time order
-        wiring.inputs = [MergedSource(cast(list[TimedSource], wiring.inputs))]
-    if len(followed) > 1:
-        log.warning(
-            "%d followed Kafka topics (%s): their histories are not merged by event time when "
-            "the worker starts, so one read back ahead of the other makes the other's late; "
-            "write every event into one topic (README, Known limits)",
-            len(followed),
-            ", ".join(followed),
-        )
+    history = [s for s in wiring.inputs if isinstance(s, RecordedSource | KafkaTopicSource)]
+    if len(history) > 1:  # one stream in event-time order while any reads its history
+        at = wiring.inputs.index(history[0])
+        wiring.inputs = [s for s in wiring.inputs if s not in history]
+        wiring.inputs.insert(at, MergedSource(cast(list[TimedSource], history)))
     return wiring
 
 

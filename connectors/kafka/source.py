@@ -365,6 +365,12 @@ class _TopicReader(StatefulSourcePartition[X, TopicState]):
         """Every partition's backlog is read and handed on."""
         return all(lane.caught_up and not lane.queue for lane in self._lanes.values())
 
+    @property
+    def reading_history(self) -> bool:
+        """Some partition's backlog is not handed on yet (a merge with other inputs waits for
+        it: :class:`connectors.merged.FollowedPartition`)."""
+        return not self._backlog_read()
+
     def _mind_holds(self, now: float) -> None:
         """Let go of a partition found empty that the consumer has not answered for within
         :data:`ADDED_PARTITION_WAIT_S`; warn once of one holding the merge without an answer

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from connectors.dgd_dataflow import DgdInventorySource
-from connectors.kafka import KafkaTraceSource
+from connectors.kafka import KafkaEventSource, KafkaTraceSource
 from connectors.merged import MergedSource
 from connectors.prometheus import PrometheusTrafficInput
 from connectors.recorded import RecordedSource
@@ -98,17 +97,33 @@ def test_recorded_files_become_one_source(tmp_path: Path):
         wire([str(a), str(a)], ["-"], CONFIGS)
 
 
-def test_a_replays_inputs_are_merged_and_a_live_runs_are_not(tmp_path: Path):
+def test_history_inputs_are_merged_and_the_others_are_not(tmp_path: Path):
+    # recordings and topics, followed or bounded, are read as one stream merged by event time
+    # while any reads its history (tests/flow/test_followed_topics.py); ZMQ passes and the
+    # DGD's inventory polls are not: they are stamped on receipt
     recording = tmp_path / "a.jsonl"
     recording.write_text("")
     replayed = "kafka://127.0.0.1:1/events?until=end"
     [merged] = wire([replayed, str(recording)], ["-"], CONFIGS).inputs
     assert isinstance(merged, MergedSource)
     assert [type(s).__name__ for s in merged.sources] == ["KafkaEventSource", "RecordedSource"]
-    followed = wire([replayed.removesuffix("?until=end"), str(recording)], ["-"], CONFIGS)
-    assert followed.live and len(followed.inputs) == 2  # a followed topic never ends
-    with_dgd = wire([replayed, str(recording)], [DGD], CONFIGS)  # the DGD's inventory polls
-    assert with_dgd.live and not any(isinstance(s, MergedSource) for s in with_dgd.inputs)
+    engines = "zmq+tcp://127.0.0.1:5557?deployment=llama"
+    followed = "kafka://127.0.0.1:1/fpm"
+    live = wire([engines, followed, str(recording), replayed], ["-"], CONFIGS)
+    assert live.live and [type(s) for s in live.inputs] == [MergedSource, ZmqFpmSource]
+    assert isinstance(live.inputs[0], MergedSource)
+    assert [type(s).__name__ for s in live.inputs[0].sources] == [
+        "KafkaEventSource",
+        "RecordedSource",
+        "KafkaEventSource",
+    ]
+    alone = wire([followed, engines], ["-"], CONFIGS).inputs
+    assert [type(s) for s in alone] == [KafkaEventSource, ZmqFpmSource]
+    with_dgd = wire([replayed, str(recording)], [DGD], CONFIGS)
+    assert with_dgd.live and [type(s) for s in with_dgd.inputs] == [
+        MergedSource,
+        DgdInventorySource,
+    ]
 
 
 def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
@@ -225,14 +240,3 @@ def test_a_dgd_name_from_the_environment_still_needs_a_namespace_outside_a_pod(m
     monkeypatch.setenv("DYN_PARENT_DGD_K8S_NAME", "graph")
     with pytest.raises(EndpointError, match=re.escape("give the namespace too")):
         wire([], ["dgd://?deployment=llama&host=http://127.0.0.1:1"], CONFIGS)
-
-
-def test_two_followed_topics_are_warned_of(caplog: pytest.LogCaptureFixture) -> None:
-    # their histories are not merged at a (re)start: one read back first makes the other late
-    caplog.set_level(logging.WARNING, logger="flows.endpoints")
-    topics = ["kafka://127.0.0.1:9092/fpm", "kafka://127.0.0.1:9092/events"]
-    wire(topics, [], {"llama": PlannerConfig()})
-    assert "2 followed Kafka topics" in caplog.text and "one topic" in caplog.text
-    caplog.clear()
-    wire([topics[0], f"{topics[1]}?until=end"], [], {"llama": PlannerConfig()})
-    assert caplog.text == ""
