@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
@@ -101,6 +101,8 @@ class _Lane:
 
     def read(self) -> None:
         """Queue the lane's next batch, or note that it ended."""
+        if self.holds_history:  # merged as a replay is: a jump waits for confirmation (again,
+            self.keys.confirm = True  # for a followed lane resumed or grown a partition)
         try:
             batch = self.part.next_batch()
         except StopIteration:
@@ -112,6 +114,14 @@ class _Lane:
         if self.keys.confirm and not self.holds_history:  # live from here: own time each
             self.queue.extend(self.keys.end())
             self.keys.confirm = False
+
+    def due(self, now: datetime) -> bool:
+        """The lane is to be read now: not ended, nothing queued, and its input did not ask to
+        wait (a followed topic that does not exist yet asks again every half second)."""
+        if self.ended or self.queue:
+            return False
+        wake = self.part.next_awake()
+        return wake is None or wake <= now
 
     @property
     def holds_history(self) -> bool:
@@ -130,8 +140,9 @@ class _MergedPartition(StatefulSourcePartition[Any, MergedState]):
     def next_batch(self) -> list[Any]:
         if inputs_ended():
             raise StopIteration
+        now = datetime.now(UTC)
         for lane in self._lanes:
-            if not lane.queue and not lane.ended:
+            if lane.due(now):
                 lane.read()
         lanes, batch = self._lanes, []
         while True:
