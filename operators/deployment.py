@@ -77,6 +77,7 @@ from schemas import (
     WorkerCounts,
     describe_validation_error,
     fpm_from_row,
+    mean_fpm,
 )
 from schemas.config import CAPACITY_QUANTILES
 from schemas.events import quantile_key
@@ -296,16 +297,15 @@ class DeploymentPlanner:
             stats_.prompt_tokens_scheduled += sum(int(row[_PROMPT_TOKENS]) for row in rows)
             if per_engine == 1:
                 continue  # the reference: a load tick trains on each engine's latest FPM
-            if self.config.mode == "agg":
+            if self.config.mode == "agg":  # the mean pass (counts fractional: time_average)
                 average = time_average(rows)
-                samples = [average] if average is not None else []
+                training = [] if average is None else [mean_fpm(worker_id, dp_rank, average)]
             else:
-                samples = evenly_spaced(rows, per_engine)
-            if not samples:  # an idle engine: its heartbeat still feeds the moving averages
-                samples = rows[-1:]
-            self.training.setdefault(role, []).extend(
-                fpm_from_row(worker_id, dp_rank, row) for row in samples
-            )
+                spaced = evenly_spaced(rows, per_engine)
+                training = [fpm_from_row(worker_id, dp_rank, row) for row in spaced]
+            if not training:  # an idle engine: its heartbeat still feeds the moving averages
+                training = [fpm_from_row(worker_id, dp_rank, rows[-1])]
+            self.training.setdefault(role, []).extend(training)
         silent_since = end_s - self.config.engine_silence_seconds
         for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]

@@ -41,11 +41,6 @@ EngineId = tuple[Role, str, int]
 WALL_TIME = FPM_COLUMN["wall_time"]
 """Index of ``wall_time`` in an FPM row (see ``schemas.FPM_BATCH_COLUMNS``)."""
 
-_FLOAT_COLUMNS = frozenset(
-    i for name, i in FPM_COLUMN.items() if name in ("time", "wall_time") or ".var_" in name
-)
-"""Row positions holding floats (time, wall time, variances); the others are counts."""
-
 
 @dataclass
 class TickWindow:
@@ -194,15 +189,18 @@ def evenly_spaced(rows: list[FpmRow], count: int) -> list[FpmRow]:
 
 
 def time_average(rows: list[FpmRow]) -> FpmRow | None:
-    """The mean forward pass of the window (counts rounded), ``None`` without forward passes.
+    """The mean forward pass of the window, ``None`` without forward passes.
 
     A linear perf model fitted on means is unbiased, and the mean smooths the bimodal wall time
-    of aggregated engines (decode-only vs prefill-carrying iterations).
+    of aggregated engines (decode-only vs prefill-carrying iterations). The counts are means
+    too, not rounded (:func:`schemas.mean_fpm` builds its FPM): a chunk in one pass of four is
+    0.25 prefill requests of 512 tokens, and the models' moving averages keep its 2 048 tokens
+    per request.
 
-    >>> a = (1.0, 1, 0.010) + (1, 100, 0.0, 0, 4, 4000, 0.0) + (0,) * 6
-    >>> b = (2.0, 2, 0.030) + (1, 300, 0.0, 0, 4, 6000, 0.0) + (0,) * 6
+    >>> a = (1.0, 1, 0.010) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0,) * 6
+    >>> b = (2.0, 2, 0.030) + (1, 300, 0.0, 0, 3, 6000, 0.0) + (0,) * 6
     >>> time_average([a, b])[:9]
-    (2.0, 2, 0.02, 1, 200, 0.0, 0, 4, 5000)
+    (2.0, 2, 0.02, 0.5, 150.0, 0.0, 0.0, 3.5, 5000.0)
     """
     passes = [row for row in rows if row[WALL_TIME] > 0.0]
     if not passes:
@@ -211,7 +209,4 @@ def time_average(rows: list[FpmRow]) -> FpmRow | None:
     columns = list(zip(*passes, strict=True))
     mean = [sum(column) / n for column in columns]
     last = passes[-1]
-    return tuple(  # type: ignore[return-value]
-        last[i] if i < 2 else (mean[i] if i in _FLOAT_COLUMNS else round(mean[i]))
-        for i in range(len(last))
-    )
+    return tuple(last[i] if i < 2 else mean[i] for i in range(len(last)))  # type: ignore[return-value]

@@ -45,6 +45,7 @@ from schemas.events import (
     WorkerCounts,
     fpm_from_row,
     fpm_to_row,
+    mean_fpm,
     parse_event,
 )
 from schemas.fpm import (
@@ -104,5 +105,6 @@ __all__ = [
     "fpm_from_row",
     "fpm_to_row",
     "load_config",
+    "mean_fpm",
     "parse_event",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from operators.window import evenly_spaced, time_average
-from schemas import ForwardPassMetrics, ScheduledRequestMetrics, fpm_from_row, fpm_to_row
+from schemas import ForwardPassMetrics, ScheduledRequestMetrics, fpm_to_row, mean_fpm
 
 
 def busy(time: float, wall: float, requests: int, kv: int):
@@ -35,7 +35,7 @@ def test_idle_heartbeats_are_left_out_of_the_average() -> None:
     rows.append(heartbeat(2.5))
     avg = time_average(rows)
     assert avg is not None
-    mean = fpm_from_row("w", 0, avg)
+    mean = mean_fpm("w", 0, avg)
     # the mean of the two busy passes: (40 + 20) / 2 ms, (10 + 20) / 2, (20k + 40k) / 2
     assert mean.wall_time == pytest.approx(0.030)
     assert mean.scheduled_requests.num_decode_requests == 15
@@ -54,4 +54,4 @@ def test_idle_heartbeats_never_become_training_samples() -> None:
     assert evenly_spaced(rows, 2) == [rows[1]]
     assert evenly_spaced(rows, 1) == [rows[1]]
     avg = time_average(rows)
-    assert avg is not None and fpm_from_row("w", 0, avg).wall_time == 0.020
+    assert avg is not None and mean_fpm("w", 0, avg).wall_time == 0.020
