@@ -386,3 +386,27 @@ def test_zero_kalman_variances_are_the_reference_floors() -> None:
     assert predictor.forecast() == pytest.approx(70.0, rel=1e-3)  # no trend noise: a line
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         PlannerConfig(kalman_q_level=-1)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        (
+            "deep.yaml",
+            "deployments:\n  d: {x: " + "[" * 500 + "]" * 500 + "}\n",
+            "nested too deeply",
+        ),
+        (
+            "deep.json",
+            '{"deployments": {"d": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}}",
+            "nested",
+        ),
+        ("big.json", '{"deployments": {"d": {"itl_ms": ' + "9" * 5000 + "}}}", "4300 digits"),
+    ],
+)
+def test_a_config_too_deep_or_too_long_to_read_is_a_config_error(tmp_path, name, text, problem):
+    # protects: these escaped the loader as a RecursionError or ValueError traceback (exit 1)
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=problem):
+        load_config(path)
