@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import glob
 import gzip
-import io
 import json
 import math
 import re
@@ -38,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 from schemas import RequestEvent, RequestRecord
 from schemas.events import MAX_REQUEST_TOKENS
@@ -209,16 +208,14 @@ def _relative_sorted(rows: list[_Row], per_second: float = 1.0) -> list[TraceReq
     return [replace(r.request, arrival_s=float(since_origin(r)) / per_second) for r in rows]
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def _open_bytes(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed if it is gzipped (by its magic number, not its name)."""
     try:
         with path.open("rb") as probe:
             magic = probe.read(2)
+        return cast(BinaryIO, gzip.open(path, "rb")) if magic == b"\x1f\x8b" else path.open("rb")
     except OSError as exc:
         raise TraceFormatError(path, None, f"cannot open: {exc}") from exc
-    # utf-8-sig: a byte-order mark at the start (spreadsheet exports) is not part of line 1
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
-    return path.open("r", encoding="utf-8-sig", newline="")
 
 
 _UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError)
@@ -227,13 +224,17 @@ corrupt gzip stream (``zlib.error`` for a bad deflate block), an I/O error."""
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with _open_text(path) as fh:
+    """The file's numbered lines, each decoded alone — so bad UTF-8 is named at its own line
+    (a text wrapper decodes 8 KB ahead, and named a line before it); a byte-order mark at the
+    start (spreadsheet exports) is not part of line 1."""
+    with _open_bytes(path) as fh:
         lineno = 0
         try:
-            for lineno, line in enumerate(fh, start=1):
-                yield lineno, line
+            for lineno, raw in enumerate(fh, start=1):
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except _UNREADABLE as exc:
-            raise TraceFormatError(path, lineno + 1, f"unreadable: {exc}") from exc
+            at = lineno if isinstance(exc, UnicodeDecodeError) else lineno + 1
+            raise TraceFormatError(path, at, f"unreadable: {exc}") from exc
 
 
 def _parse_json(path: Path, lineno: int, text: str) -> dict[str, Any]:
@@ -485,33 +486,32 @@ def _azure_seconds(path: Path, lineno: int, stamp: str) -> tuple[int, int, int]:
 def _read_azure(path: Path) -> Iterator[_Row]:
     stamps: list[tuple[int, int, int]] = []
     rows: list[_Row] = []
-    with _open_text(path) as fh:
-        reader = csv.reader(fh)
-        header: list[str] | None = None
-        lineno = 0
-        try:
-            for record in reader:
-                lineno = reader.line_num
-                if not record or all(not c.strip() for c in record):
-                    continue
-                if header is None:
-                    header = [c.strip().lstrip("\ufeff") for c in record]
-                    missing = [c for c in _AZURE_COLUMNS if c not in header]
-                    if missing:
-                        raise TraceFormatError(path, lineno, f"missing columns {missing}")
-                    idx = [header.index(c) for c in _AZURE_COLUMNS]
-                    continue
-                if len(record) != len(header):
-                    raise TraceFormatError(
-                        path, lineno, f"expected {len(header)} fields, got {len(record)}"
-                    )
-                stamp, ctx, gen = (record[i] for i in idx)
-                stamps.append(_azure_seconds(path, lineno, stamp))
-                isl = _length(path, lineno, "ContextTokens", _int_text(ctx), 1)
-                osl = _length(path, lineno, "GeneratedTokens", _int_text(gen))
-                rows.append(_Row(0.0, TraceRequest(arrival_s=0.0, isl=isl, osl=osl)))
-        except (csv.Error, *_UNREADABLE) as exc:
-            raise TraceFormatError(path, lineno + 1, f"unreadable CSV: {exc}") from exc
+    reader = csv.reader(text for _, text in _lines(path))
+    header: list[str] | None = None
+    lineno = 0
+    try:
+        for record in reader:
+            lineno = reader.line_num
+            if not record or all(not c.strip() for c in record):
+                continue
+            if header is None:
+                header = [c.strip().lstrip("\ufeff") for c in record]
+                missing = [c for c in _AZURE_COLUMNS if c not in header]
+                if missing:
+                    raise TraceFormatError(path, lineno, f"missing columns {missing}")
+                idx = [header.index(c) for c in _AZURE_COLUMNS]
+                continue
+            if len(record) != len(header):
+                raise TraceFormatError(
+                    path, lineno, f"expected {len(header)} fields, got {len(record)}"
+                )
+            stamp, ctx, gen = (record[i] for i in idx)
+            stamps.append(_azure_seconds(path, lineno, stamp))
+            isl = _length(path, lineno, "ContextTokens", _int_text(ctx), 1)
+            osl = _length(path, lineno, "GeneratedTokens", _int_text(gen))
+            rows.append(_Row(0.0, TraceRequest(arrival_s=0.0, isl=isl, osl=osl)))
+    except csv.Error as exc:
+        raise TraceFormatError(path, lineno + 1, f"unreadable CSV: {exc}") from exc
     if header is None:
         raise TraceFormatError(path, None, "empty trace file")
     if stamps:

@@ -7,6 +7,7 @@ a ``TraceFormatError`` naming the file and line."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -120,3 +121,20 @@ def test_unix_millisecond_arrivals_are_relative_to_the_first_exactly(tmp_path: P
     dynamo = tmp_path / "d.jsonl"
     dynamo.write_text(dynamo_end().replace("1000}", "1708031023082}") + dynamo_end())
     assert [r.arrival_s for r in read_trace(dynamo)] == [0.0, 1708031022.082]
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.jsonl", "t.jsonl.gz"])
+def test_bad_utf8_is_named_at_its_own_line(tmp_path: Path, name: str) -> None:
+    # protects: the text wrapper decoded 8 KB ahead, and the error named line 2 825 of 3 002
+    if name.endswith(".csv"):
+        good = ["TIMESTAMP,ContextTokens,GeneratedTokens\n"]
+        good += ["2023-11-16 18:17:03.9799600,4808,10\n"] * 3000
+        bad = b"2023-11-16 18:17:04.0,48\xff8,10\n"
+    else:
+        good = ['{"timestamp": 0, "input_length": 4808, "output_length": 10}\n'] * 3001
+        bad = b'{"timestamp": 1, "input_length": 48\xff8, "output_length": 10}\n'
+    data = "".join(good).encode() + bad
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(TraceFormatError, match=r":3002: unreadable: 'utf-8' codec"):
+        read_trace(path)
