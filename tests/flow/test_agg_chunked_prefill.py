@@ -76,7 +76,13 @@ def agg_stream() -> list[dict]:
 
 def test_the_waiting_prompt_and_the_next_one_are_two_chunks(tmp_path: Path) -> None:
     config = PlannerConfig(
-        mode="agg", optimization_target="sla", ttft_ms=100, itl_ms=200, enable_load_scaling=True, enable_throughput_scaling=False, max_gpu_budget=16
+        mode="agg",
+        optimization_target="sla",
+        ttft_ms=100,
+        itl_ms=200,
+        enable_load_scaling=True,
+        enable_throughput_scaling=False,
+        max_gpu_budget=16,
     )
     decisions, ticks, dead = replay(
         {"agg": config}, RecordedSource([write_stream(tmp_path / "agg.jsonl", agg_stream())])
