@@ -2,7 +2,7 @@
 
 ::
 
-    inputs ─► admit ─┬─► dead letters (invalid, unknown deployment, bad role)
+    inputs ─► admit ─┬─► dead letters (invalid, unknown deployment, bad role, a batch's bad row)
                      └─► key by deployment
                           ─► event horizon (stateful, one per key) ─┬─► late, ahead ─► dead letters
                           ─► fold_window (tumbling, event time) ────┤
@@ -234,7 +234,7 @@ def build_flow(
         streams.append(op.map("ack_events", op.input("acks", flow, acks), ack_event))
     raw = streams[0] if len(streams) == 1 else op.merge("merge_inputs", *streams)
 
-    admitted = op.map("admit", raw, Admission(configs))
+    admitted = op.flat_map("admit", raw, Admission(configs).admit)
     valid = op.branch("valid", admitted, is_event)
     keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
 

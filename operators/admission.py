@@ -6,7 +6,9 @@ whose reason says what was wrong and where; nothing raises. Rejected: bytes that
 violations (wrong types, NaN or negative counts — the message names the field), FPMs no real
 forward pass can have (above ``schemas.fpm.FPM_CEILINGS``, checked while decoding; the message
 names the field), deployments the config does not know, and engine roles the deployment's mode
-does not have.
+does not have. A forward-pass batch of the right shape with rows no forward pass can have
+(``schemas.FpmBatch.refused_rows``) is admitted with its other rows, and each refused row is a
+dead letter of its own (:meth:`Admission.admit`): one bad pass costs no valid one.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Admission:
     "unknown deployment 'x' (the config has llama)"
     >>> admit(RawEvent("in.jsonl", 3, b"\\xfe{}")).reason
     'invalid event: not UTF-8 text: byte 0xfe at offset 0 (invalid start byte)'
+
+    Calling it admits an input as a whole (a forward-pass batch by its shape, refused rows
+    and all); the flow admits with :meth:`admit`, which also splits refused rows off.
     """
 
     def __init__(self, configs: dict[str, PlannerConfig]) -> None:
@@ -86,6 +91,41 @@ class Admission:
             reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
             return self._reject(item, reason, event)
         return event
+
+    def admit(self, item: RawEvent | Event | DeadLetter) -> list[Event | DeadLetter]:
+        """What ``item`` admits: the event or its dead letter, as calling it; but a decoded
+        forward-pass batch comes as the batch of its valid rows (none if no row is), then one
+        dead letter per refused row, in row order, naming the row.
+
+        >>> from schemas import RawEvent, PlannerConfig
+        >>> row = [1.0, 7, 0.02] + [0, 0, 0.0, 0, 4, 4000, 0.0] + [0, 0, 0.0, 0, 0, 0.0]
+        >>> rows = [row, row[:2] + [61.0] + row[3:], row[:1] + [8] + row[2:]]
+        >>> line = ('{"type": "fpm_batch", "deployment": "d", "time": 1, "payload": '
+        ...         f'{{"role": "decode", "rows": {rows}}}}}')
+        >>> batch, letter = Admission({"d": PlannerConfig(mode="decode")}).admit(
+        ...     RawEvent("in.jsonl", 4, line))
+        >>> [row[1] for row in batch.payload.rows], letter.position
+        ([7, 8], 4)
+        >>> print(letter.reason)  # doctest: +NORMALIZE_WHITESPACE
+        invalid event: fpm_batch.payload: row 1: wall_time = 61.0 is implausible for one
+        forward pass (above MAX_FORWARD_PASS_SECONDS = 60.0)
+        """
+        event = self(item)
+        if not isinstance(event, FpmBatchEvent) or not isinstance(item, RawEvent):
+            return [event]  # a typed batch was built inside: its producer checked its rows
+        refused = event.payload.refused_rows()
+        if not refused:
+            return [event]
+        letters: list[Event | DeadLetter] = [
+            self._reject(item, f"invalid event: fpm_batch.payload: row {i}: {problem}", event)
+            for i, problem in refused
+        ]
+        skip = {i for i, _ in refused}
+        rows = [row for i, row in enumerate(event.payload.rows) if i not in skip]
+        if not rows:
+            return letters
+        payload = event.payload.model_copy(update={"rows": rows})
+        return [event.model_copy(update={"payload": payload}), *letters]
 
     @staticmethod
     def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:

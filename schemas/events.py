@@ -474,10 +474,17 @@ class FpmBatch(BaseModel):
     tick windows: the planner splits such a batch into one per window (``flows.horizon``), and
     rows behind its watermark are late, as single forward passes would be.
 
+    A row of the right shape that no forward pass can have (:func:`row_problem`) does not
+    refuse the batch: :meth:`refused_rows` names it, and admission dead-letters it alone and
+    keeps the other rows (``operators.admission``), as it would single forward passes.
+
     >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
-    >>> batch = FpmBatch(role="decode", worker_id="w1", rows=[row])
+    >>> batch = FpmBatch(role="decode", worker_id="w1", rows=[row, row[:2] + (61.0,) + row[3:]])
     >>> batch.fpm(0).scheduled_requests.sum_decode_kv_tokens
     4000
+    >>> batch.refused_rows()  # doctest: +NORMALIZE_WHITESPACE
+    [(1, 'wall_time = 61.0 is implausible for one forward pass
+          (above MAX_FORWARD_PASS_SECONDS = 60.0)')]
     """
 
     model_config = _PAYLOAD_CONFIG
@@ -493,9 +500,8 @@ class FpmBatch(BaseModel):
             raise ValueError("no rows: a batch of forward passes needs at least one")
         last = -math.inf
         for i, row in enumerate(self.rows):
-            problem = row_problem(row)
-            if problem is not None:
-                raise ValueError(f"row {i}: {problem}")
+            if not _row_value_ok(row[0]):  # a refused row (refused_rows), not the batch's order
+                continue
             if row[0] < last:
                 raise ValueError(f"row {i}: rows must be in event-time order")
             last = row[0]
@@ -504,6 +510,11 @@ class FpmBatch(BaseModel):
     def fpm(self, index: int) -> ForwardPassMetrics:
         """Row ``index`` as a ForwardPassMetrics."""
         return fpm_from_row(self.worker_id, self.dp_rank, self.rows[index])
+
+    def refused_rows(self) -> list[tuple[int, str]]:
+        """The index of each row no forward pass can have, with why (:func:`row_problem`), in
+        row order."""
+        return [(i, problem) for i, row in enumerate(self.rows) if (problem := row_problem(row))]
 
 
 def _row_value_ok(value: float) -> bool:
@@ -748,8 +759,9 @@ class FpmEvent(_Envelope):
 class FpmBatchEvent(_Envelope):
     """Many forward passes of one engine; ``time`` is the event time of the last row.
 
-    Every row's time must be at most the event's ``time``: a row from the future would keep
-    its engine alive (engines expire by the time of their last pass) long after it went away.
+    Every row's time must be at most the event's ``time`` (a refused row's too, unless its
+    time is what it is refused for): a row from the future would keep its engine alive (engines
+    expire by the time of their last pass) long after it went away.
 
     >>> from pydantic import ValidationError
     >>> row = (9.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
@@ -766,9 +778,13 @@ class FpmBatchEvent(_Envelope):
     @model_validator(mode="after")
     def _rows_not_after_the_event(self) -> FpmBatchEvent:
         rows = self.payload.rows
-        if rows and rows[-1][0] > self.time:
+        # every row: the last is the latest only if it is not refused (a NaN time)
+        after = next(
+            (i for i, row in enumerate(rows) if _row_value_ok(row[0]) and row[0] > self.time), None
+        )
+        if after is not None:
             raise ValueError(
-                f"row {len(rows) - 1}: time {rows[-1][0]:g} is after the event's time {self.time:g}"
+                f"row {after}: time {rows[after][0]:g} is after the event's time {self.time:g}"
             )
         return self
 
