@@ -134,6 +134,9 @@ MAX_JUMP_S = 7 * 24 * 3600.0
 """*ours*: a measurement more than 7 days from its deployment's newest needs the next one to
 confirm it (a stream of one deployment does not jump by a week for a single event)."""
 
+FLOAT_NOISE_US = 1e-3
+"""A time this close below a whole microsecond is read as on it (:func:`event_time_of`)."""
+
 REPLAY_JUMP_S = 60.0
 """*ours*: in a replay, an event more than a minute (or its deployment's allowed lateness, if
 longer) past the newest measurement is held until the next measurement confirms it by not
@@ -615,8 +618,17 @@ def _window_of(seconds: float, window: timedelta) -> int:
 
 
 def event_time_of(seconds: float) -> datetime:
-    """``seconds`` of event time as the aware UTC datetime bytewax's clocks use."""
-    return EPOCH + timedelta(seconds=seconds)
+    """``seconds`` of event time as the aware UTC datetime bytewax's clocks use: its
+    microsecond, truncated — rounded, a time less than half a microsecond before a window's end
+    was placed in the next window while the float (which a batch's rows are split on) lies in
+    this one, and the batch's split closed the window on the other engines' passes of that
+    instant. Float noise of a nanosecond below a microsecond counts as on it (``4.35`` is
+    ``4.349999999…``).
+
+    >>> [event_time_of(t).isoformat()[17:] for t in (4.35, 4.9999998, 5.0, 0.1 + 0.2)]
+    ['04.350000+00:00', '04.999999+00:00', '05+00:00', '00.300000+00:00']
+    """
+    return EPOCH + timedelta(microseconds=math.floor(seconds * 1e6 + FLOAT_NOISE_US))
 
 
 def _at(event: Event, seconds: float) -> Event:

@@ -100,3 +100,42 @@ def test_an_empty_batch_is_a_dead_letter(tmp_path):
     [letter] = done["dead"]
     assert "no rows: a batch of forward passes needs at least one" in letter["reason"]
     assert done["decisions"] == clean["decisions"]
+
+
+def per_second(lines: list[str], before_end_s: float) -> list[str]:
+    """``lines`` with each engine's passes of each second gathered into one batch, stamped
+    ``before_end_s`` before the end of its second (as the simulator's batches are)."""
+    out: list[str] = []
+    second: dict[str, list[list]] = {}
+    current = 0
+
+    def flush() -> None:
+        for worker, rows in sorted(second.items()):
+            payload = {"role": "decode", "worker_id": worker, "rows": rows}
+            at = current + 1 - before_end_s
+            out.append(json.dumps({"type": "fpm_batch", "deployment": "llama", "time": at,
+                                   "payload": payload}))  # fmt: skip
+        second.clear()
+
+    for line in lines:
+        event = json.loads(line)
+        if int(event["time"]) != current:
+            flush()
+            current = int(event["time"])
+        if event["type"] == "fpm":
+            fpm = event["payload"]["fpm"]
+            second.setdefault(fpm["worker_id"], []).append(as_row(event["time"], fpm))
+        else:
+            out.append(line)
+    flush()
+    return out
+
+
+def test_a_batch_a_fraction_of_a_microsecond_before_a_windows_end_is_in_that_window(tmp_path):
+    # event time is a microsecond: rounded, 0.2 µs before the end was the end, the batch was
+    # split off its rows and closed the window on the other engine's batch of that instant
+    one_us = run(tmp_path, per_second(BURST, 1e-6), "one_us")
+    assert one_us["decisions"] and one_us["dead"] == []
+    fifth = run(tmp_path, per_second(BURST, 2e-7), "fifth_us")
+    assert fifth["dead"] == []
+    assert (fifth["decisions"], fifth["ticks"]) == (one_us["decisions"], one_us["ticks"])
