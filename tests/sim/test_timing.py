@@ -100,3 +100,28 @@ def test_kv_transfer_delay_adds_to_the_first_gap(h200: PerformanceProfile) -> No
     a, b = fast.result(), slow.result()
     assert a.ttft_ms_p50 == b.ttft_ms_p50
     assert b.itl_ms_p50 == pytest.approx(a.itl_ms_p50 + 50.0 / 10, rel=1e-6)
+
+
+def test_decode_keeps_slowing_beyond_the_longest_context_row(h200: PerformanceProfile) -> None:
+    """Past the last row (13 585 tokens) ITL grows by the profile's per-KV-token cost.
+
+    Reference: the batch-1 points of the shortest and longest rows (3.37 ms per 100 k KV tokens).
+    The profile's fixed-batch KV cost spans 2.8-3.4 ms per 100 k across batches 1-67, hence
+    ±20 %: wide enough for that spread, far from 0 (reading the last row unchanged).
+    """
+    assert h200.decode is not None
+    d = EngineTiming.from_profile(h200).decode
+    rows = sorted(
+        (c, itl)
+        for u, c, itl in zip(
+            h200.decode.x_kv_usage, h200.decode.y_context_length, h200.decode.z_itl, strict=True
+        )
+        if round(u * h200.decode.max_kv_tokens / c) == 1
+    )
+    (c0, itl0), (c_last, itl_last) = rows[0], rows[-1]
+    ref_ms_per_kv = (itl_last - itl0) / (c_last - c0)
+    for batch in (1, 9, 56):
+        at_last = d.itl_s(batch, batch * c_last) * 1000
+        far = d.itl_s(batch, batch * 100_000) * 1000
+        slope = (far - at_last) / (batch * (100_000 - c_last))
+        assert slope == pytest.approx(ref_ms_per_kv, rel=0.2), batch
