@@ -5,7 +5,8 @@ repeats every row for N seeds (time shifts of the trace copies and the simulator
 shows the mean over them, with the range of SLA attainment (:func:`summarize`):
 
 * **static peak** / **static mean** — a fixed fleet sized, per role, for the busiest minute /
-  the average minute (rounded to the nearest replica) of the hindsight schedule below;
+  the average minute the trace covers (rounded to the nearest replica; the idle drain margin
+  after the trace does not count) of the hindsight schedule below;
 * **reference** — the planner with the reference algorithm's behaviour (flat-sensitivity
   scale-down, spec §4.5; reference estimates), both loops on, like "ours: throughput+load",
   with the config's load predictor (the same as ours: apples to apples);
@@ -17,9 +18,9 @@ shows the mean over them, with the range of SLA attainment (:func:`summarize`):
   mean (the distribution-aware option, off by default);
 * **hindsight** — the fewest replicas per minute that the engines' perf model (the
   simulator's profile-calibrated timing) says sustain that minute's actual load within the
-  targets, added one start-up delay ahead and removed when the busier minute is over: close
-  to a lower bound of what prediction could achieve (it ignores bursts inside a minute), not a
-  real policy.
+  targets (an aggregated engine both prefills and decodes: :func:`agg_engine_rate`), added
+  one start-up delay ahead and removed when the busier minute is over: close to a lower bound
+  of what prediction could achieve (it ignores bursts inside a minute), not a real policy.
 
 GPU-hours are reported relative to the static-peak fleet; replay speed is simulated seconds per
 wall-clock second, measured in this run.
@@ -88,10 +89,52 @@ def engine_rates(spec: FleetSpec, isl: float, osl: float, itl_ms: float) -> tupl
     return prefill_rps, best
 
 
+def agg_engine_rate(spec: FleetSpec, isl: float, osl: float, itl_ms: float) -> float:
+    """Requests per second one aggregated engine sustains within the ITL target, from the
+    simulator's own timing of its mixed iterations (:meth:`sim.timing.EngineTiming.mixed_s`).
+
+    The engine prefills new prompts inside its decode iterations. With ``B`` requests decoding,
+    ``B / osl`` prompts arrive per iteration (Little's law), so a request's mean ITL is the
+    decode iteration, plus those prompts' prefill work, plus the overhead of an iteration that
+    carries prefill (once per chunk of a prompt longer than the iteration's token budget, at
+    most once per iteration). The rate is the highest over the batches whose mean ITL meets the
+    target, whose KV fits, and whose prompt tokens fit the iterations' token budget. Prefill
+    throughput (the TTFT side) is part of the same time budget: it is what the prefill work
+    takes from the decode iterations.
+
+    >>> from flows.scenario import fleet_spec
+    >>> spec = fleet_spec(PlannerConfig(mode="agg"))
+    >>> prefill, decode = engine_rates(spec, 3000, 150, 50.0)
+    >>> agg = agg_engine_rate(spec, 3000, 150, 50.0)
+    >>> round(agg, 1), agg < 1 / (1 / prefill + 1 / decode)  # below the two jobs' shares summed
+    (12.3, True)
+    """
+    timing = EngineTiming.from_profile(spec.profile)
+    prompt = max(1, round(isl))
+    work = timing.prefill.work_s(prompt)
+    out = max(osl, 1.0)
+    context = isl + osl / 2
+    best = 0.0
+    for batch in range(1, spec.max_num_seqs + 1):
+        kv = batch * context
+        budget = spec.max_num_batched_tokens - batch
+        if kv > spec.kv_capacity or budget <= 0 or batch * prompt / out > budget:
+            break
+        itl = timing.decode.itl_s(batch, kv)
+        overhead = timing.mixed_s(0.0, batch, kv) - itl  # a prefill-carrying iteration's extra
+        prompts = batch / out  # prompts arriving per iteration
+        chunks = math.ceil(prompt / budget)
+        mean_itl = itl + prompts * work + min(prompts * chunks, 1.0) * overhead
+        if mean_itl * 1000.0 > itl_ms:
+            break
+        best = max(best, batch / (out * mean_itl))
+    return best
+
+
 def hindsight_replicas(scenario: Scenario, config: PlannerConfig) -> list[tuple[int, int]]:
     """Per minute, the fewest (prefill, decode) replicas whose engines, at the simulator's own
     timing, sustain that minute's actual request rate and lengths within the targets (agg
-    fleets: the larger of the two needs, as decode replicas)."""
+    fleets: engines that each carry both jobs, :func:`agg_engine_rate`, as decode replicas)."""
     spec = scenario.spec
     plan = []
     for rps, isl, osl in minute_loads(scenario):
@@ -100,11 +143,52 @@ def hindsight_replicas(scenario: Scenario, config: PlannerConfig) -> list[tuple[
         if rps == 0:
             plan.append((floor_p, floor_d))
             continue
+        if spec.mode != "disagg":
+            agg_rps = agg_engine_rate(spec, isl, osl, config.itl_ms)
+            plan.append((0, max(floor_d, math.ceil(rps / agg_rps)) if agg_rps > 0 else floor_d))
+            continue
         prefill_rps, decode_rps = engine_rates(spec, isl, osl, config.itl_ms)
         p = max(floor_p, math.ceil(rps / prefill_rps)) if prefill_rps > 0 else floor_p
         d = max(floor_d, math.ceil(rps / decode_rps)) if decode_rps > 0 else floor_d
-        plan.append((p, d) if spec.mode == "disagg" else (0, max(p, d)))
+        plan.append((p, d))
     return plan
+
+
+def trace_minutes(scenario: Scenario) -> int:
+    """How many minutes of :func:`minute_loads` the trace covers: from 0 to the minute of its
+    last arrival (the rest is the replay's idle drain margin).
+
+    >>> from flows.scenario import fleet_spec
+    >>> from schemas.trace import TraceRequest
+    >>> requests = [TraceRequest(arrival_s=t, isl=500, osl=20) for t in (0.0, 45.0, 90.0)]
+    >>> scenario = Scenario(requests, fleet_spec(PlannerConfig(mode="agg")))
+    >>> trace_minutes(scenario), len(minute_loads(scenario))
+    (2, 4)
+    """
+    if not scenario.requests:
+        return 0
+    last = max(request.arrival_s for request in scenario.requests)
+    return min(int(last // MINUTE) + 1, math.ceil(scenario.end_s / MINUTE))
+
+
+def static_fleets(
+    plan: Sequence[tuple[int, int]], covered: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The static peak and static mean (prefill, decode) fleets of a hindsight plan: the
+    busiest minute, and the average of the first ``covered`` minutes (those the trace covers;
+    all of them if none) rounded to the nearest replica, at least one.
+
+    >>> static_fleets([(2, 1), (4, 2), (3, 1), (1, 1), (1, 1)], covered=3)
+    ((4, 2), (3, 1))
+    """
+    peak = (max(p for p, _ in plan), max(d for _, d in plan))
+    minutes = plan[:covered] or plan
+    # rounded to the nearest replica (rounding up made it the peak fleet on both Azure traces)
+    mean = (
+        max(1, round(sum(p for p, _ in minutes) / len(minutes))),
+        max(1, round(sum(d for _, d in minutes) / len(minutes))),
+    )
+    return peak, mean
 
 
 def hindsight_schedule(
@@ -162,11 +246,7 @@ def run_bench(
 ) -> list[Outcome]:
     """Every row of the table, in order."""
     plan = hindsight_replicas(scenario, config)
-    prefill, decode = [row[0] for row in plan], [row[1] for row in plan]
-    peak = (max(prefill), max(decode))
-    # the average minute's fleet, rounded to the nearest replica (rounding up made it the
-    # peak fleet on both Azure traces)
-    mean = (max(1, round(sum(prefill) / len(plan))), max(1, round(sum(decode) / len(plan))))
+    peak, mean = static_fleets(plan, trace_minutes(scenario))
     both = {"enable_load_scaling": True, "enable_throughput_scaling": True}
     start = plan[0]  # planners start where a sensible operator would: the first minute's need
 
