@@ -25,6 +25,7 @@ from connectors.kafka import (
     last_decision_messages,
     message_position,
     produce_json,
+    read_messages,
 )
 from schemas.decision import DeadLetter, DecisionAck
 from schemas.errors import describe_validation_error
@@ -88,6 +89,33 @@ def parse_ack(raw: bytes | None, source: str, position: int) -> DecisionAck | De
             reason=f"invalid acknowledgement: {describe_validation_error(error)}",
             raw=raw.decode(errors="replace"),
         )
+
+
+def newest_acks(
+    bootstrap: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, int]:
+    """Per deployment, the highest decision id the acknowledgement topic acknowledges now
+    (messages that are no acknowledgement are passed over; none for a topic not there yet).
+
+    A restarted worker starts its gates from them: read in the flow, beside inputs read back
+    faster than the topic (a recording), an acknowledgement that was there all along came after
+    the ticks it should have released, and whether a held decision was sent depended on that
+    race.
+    """
+    newest: dict[str, int] = {}
+    try:
+        messages = read_messages(bootstrap, topic, config=config, timeout_s=timeout_s)
+        for message in messages:
+            ack = parse_ack(message.value(), topic, 0)
+            if isinstance(ack, DecisionAck):
+                newest[ack.deployment] = max(newest.get(ack.deployment, 0), ack.acked_decision_id)
+    except TopicNotFoundError:
+        return {}
+    return newest
 
 
 class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):

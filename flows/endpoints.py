@@ -75,7 +75,7 @@ from connectors.prometheus import (
     SpecDecodeBackend,
 )
 from connectors.recorded import RecordedSource
-from connectors.virtual import AckSource
+from connectors.virtual import AckSource, newest_acks
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
 from flows.horizon import untimed
@@ -119,6 +119,14 @@ class Wiring:
         actuated = [m for sink in self.actuators for m in held.get(id(sink), [])]
         everywhere = [mark for marks in held.values() for mark in marks]
         return DeliveredDecision.newest(everywhere), DeliveredDecision.newest(actuated)
+
+    def acknowledged(self) -> dict[str, int]:
+        """Per deployment, the highest decision id the virtual connector's acknowledgement
+        topic holds now (:func:`connectors.virtual.newest_acks`; none without the connector)."""
+        acks = self.acks
+        if not isinstance(acks, AckSource):
+            return {}
+        return newest_acks(acks.bootstrap, acks.topic, **acks.requests())
 
     def _remembering(self) -> list[KafkaDecisionSink | DgdSink]:
         sinks = self.decision_sinks + self.actuators

@@ -119,6 +119,7 @@ class _PlannerStep:
     warmup: dict[str, list[TrafficObservation]] = field(default_factory=dict)
     delivered: dict[str, DeliveredDecision] = field(default_factory=dict)
     in_flight: dict[str, DeliveredDecision] = field(default_factory=dict)
+    acknowledged: dict[str, int] = field(default_factory=dict)
 
     def __call__(
         self, planner: DeploymentPlanner | None, closed: tuple[str, float, TickWindow]
@@ -130,9 +131,13 @@ class _PlannerStep:
             if self.hold_for_acks and not config.advisory:  # nothing acknowledges advice
                 sent = self.in_flight.get(deployment)  # it awaits its acknowledgement
                 held = self.delivered.get(deployment)
+                last_emitted = sent.decision_id if sent else 0
+                issued = max(last_emitted, held.decision_id if held else 0)
+                acked = self.acknowledged.get(deployment, 0)  # one never issued: the stream's
                 gate = AckGate(
                     config.scaling_max_wait_seconds,
-                    last_emitted_id=sent.decision_id if sent else 0,
+                    last_emitted_id=last_emitted,
+                    acked_decision_id=acked if acked <= issued else 0,
                     in_flight=(sent.num_prefill, sent.num_decode) if sent else None,
                     numbered_after=held.decision_id if held else 0,
                 )
@@ -206,6 +211,7 @@ def build_flow(
     warmup: dict[str, list[TrafficObservation]] | None = None,
     delivered: dict[str, DeliveredDecision] | None = None,
     in_flight: dict[str, DeliveredDecision] | None = None,
+    acknowledged: dict[str, int] | None = None,
     name: str = "flowplanner",
     host_clock: Callable[[], datetime] | None = None,
     ordered: bool = False,
@@ -219,7 +225,8 @@ def build_flow(
     deployment's load predictors with historical traffic windows (spec §7.6). ``delivered``
     is, per deployment, the newest decision the outputs already hold: a restarted planner
     resumes after it (see :mod:`operators.deployment`). ``in_flight`` is the newest decision
-    the virtual connector's topic holds: behind ``acks`` it awaits its acknowledgement.
+    the virtual connector's topic holds: behind ``acks`` it awaits its acknowledgement, unless
+    ``acknowledged`` (the highest id the acknowledgement topic held at start) covers it.
     ``host_clock`` is the system clock of a live run (tests give their own).
     ``ordered`` says the inputs are in event-time order by construction (the closed loop's own
     simulator): the event horizon then holds nothing for confirmation.
@@ -276,6 +283,7 @@ def build_flow(
         warmup=warmup or {},
         delivered=delivered or {},
         in_flight=in_flight or {},
+        acknowledged=acknowledged or {},
     )
     records = op.stateful_map("planner", closed, step)
     tick_records = op.map("tick_records", records, lambda kv: kv[1][0])

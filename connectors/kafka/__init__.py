@@ -42,6 +42,7 @@ from connectors.kafka.decisions import (
     last_decision_messages,
     read_decision_messages,
     read_decisions,
+    read_messages,
 )
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTopicSource, KafkaTraceSource
@@ -69,4 +70,5 @@ __all__ = [
     "producer_config",
     "read_decision_messages",
     "read_decisions",
+    "read_messages",
 ]

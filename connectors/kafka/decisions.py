@@ -78,7 +78,8 @@ def read_decision_messages(
     bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
     starts = {p: bounds[p].first if from_beginning else bounds[p].end for p in partitions}
     ends = {p: b.end for p, b in bounds.items()}
-    return _read(bootstrap, topic, starts, None if follow else ends, config, timeout_s)
+    messages = _read(bootstrap, topic, starts, None if follow else ends, config, timeout_s)
+    return map(_decision_message, messages)
 
 
 def last_decision_messages(
@@ -94,7 +95,23 @@ def last_decision_messages(
     bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
     starts = {p: max(b.first, b.end - 1) for p, b in bounds.items()}
     ends = {p: b.end for p, b in bounds.items()}
-    return list(_read(bootstrap, topic, starts, ends, config, timeout_s))
+    return list(map(_decision_message, _read(bootstrap, topic, starts, ends, config, timeout_s)))
+
+
+def read_messages(
+    bootstrap: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Iterator[Message]:
+    """Every message of an existing topic, from its beginning up to its end offsets now (raises
+    if the broker makes no progress for ``timeout_s``)."""
+    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
+    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    starts = {p: b.first for p, b in bounds.items()}
+    ends = {p: b.end for p, b in bounds.items()}
+    return _read(bootstrap, topic, starts, ends, config, timeout_s)
 
 
 def _read(
@@ -104,7 +121,7 @@ def _read(
     ends: dict[int, int] | None,
     config: Mapping[str, Any] | None,
     timeout_s: float,
-) -> Iterator[DecisionMessage]:
+) -> Iterator[Message]:
     # ``ends`` None = follow forever from ``starts``; otherwise read up to ``ends``
     partitions = list(starts)
     if ends is not None:
@@ -140,7 +157,7 @@ def _consume(
     pending: set[int],
     timeout_s: float,
     watch: PartitionWatch | None = None,
-) -> Iterator[DecisionMessage]:
+) -> Iterator[Message]:
     # ``ends`` None = follow forever (and the partitions ``watch`` finds); otherwise stop once
     # every pending partition reached its end.
     warned: set[int] = set()
@@ -172,7 +189,7 @@ def _consume(
                     raise KafkaConnectorError(f"reading {where}: {error}")
                 if ends is None:
                     if error is None:
-                        yield _decision_message(message)
+                        yield message
                     continue
                 partition, offset = message_position(message)
                 if partition not in pending:
@@ -180,7 +197,7 @@ def _consume(
                 # An EOF event carries the high watermark as its offset.
                 next_offset = offset if error is not None else offset + 1
                 if error is None and offset < ends[partition]:
-                    yield _decision_message(message)
+                    yield message
                 if next_offset >= ends[partition]:
                     pending.discard(partition)
     finally:

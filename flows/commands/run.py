@@ -265,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
     reports = DiagnosticsReportSink(configs) if args.reports else None
     try:
         delivered, in_flight = wiring.delivered()
+        acknowledged = wiring.acknowledged()
     except USER_FACING_ERRORS as exc:
         print(f"flowplanner run: {user_facing_cause(exc)}", file=sys.stderr)
         return 1
@@ -334,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=warmup,
         delivered=delivered,
         in_flight=in_flight,
+        acknowledged=acknowledged,
     )
     try:
         status, stopped = run_until_stopped(flow, args.workers, "flowplanner run")

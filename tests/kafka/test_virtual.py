@@ -13,7 +13,7 @@ from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaDecisionSink, ensure_topic, read_decisions
-from connectors.virtual import AckSource, parse_ack, send_ack
+from connectors.virtual import AckSource, newest_acks, parse_ack, send_ack
 from operators.ack_gate import AckGate
 from schemas import MAX_RAW_CHARS, DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
@@ -230,3 +230,14 @@ def test_the_acknowledgement_topic_is_created_compacted(kafka_bootstrap: str, ka
     address = f"virtual+kafka://{kafka_bootstrap}/{kafka_topic}?acks={acks}"
     wire([], [address], {"llama": PlannerConfig(mode="decode")})
     assert topic_settings(kafka_bootstrap, acks)["cleanup.policy"] == "compact"
+
+
+def test_the_newest_acknowledgement_of_each_deployment_is_read_at_start(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    assert newest_acks(kafka_bootstrap, kafka_topic) == {}  # no topic yet: nothing acknowledged
+    ensure_topic(kafka_bootstrap, kafka_topic, partitions=2)
+    for deployment, decision_id in (("a", 1), ("b", 4), ("a", 2), ("b", 3)):
+        send_ack(kafka_bootstrap, kafka_topic, deployment, decision_id)
+    write_raw(kafka_bootstrap, kafka_topic, [b"not an acknowledgement"])
+    assert newest_acks(kafka_bootstrap, kafka_topic) == {"a": 2, "b": 4}
