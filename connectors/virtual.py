@@ -11,6 +11,7 @@ deployment). :func:`send_ack` (and ``flowplanner ack``) is the orchestrator's si
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,12 +23,12 @@ from connectors.kafka import (
     KafkaConnectorError,
     KafkaTopicSource,
     TopicNotFoundError,
-    last_decision_messages,
+    last_messages,
     message_position,
     produce_json,
     read_messages,
 )
-from schemas.decision import DeadLetter, DecisionAck
+from schemas.decision import DeadLetter, DecisionAck, ScalingDecision
 from schemas.errors import describe_validation_error
 
 
@@ -53,21 +54,49 @@ def send_ack(
     """
     ack = DecisionAck(deployment=deployment, acked_decision_id=decision_id, time=time)
     try:
-        last = last_decision_messages(bootstrap, topic, config=config, timeout_s=timeout_s)
+        last = last_messages(bootstrap, topic, config=config, timeout_s=timeout_s)
     except TopicNotFoundError as error:
         raise TopicNotFoundError(
             f"{error}; the planner creates its acknowledgement topic (the ?acks= of its "
             "virtual+kafka:// output) when it starts"
         ) from None
-    if any(message.decision is not None for message in last):
-        raise KafkaConnectorError(
-            f"Kafka topic {topic} at {bootstrap} holds scaling decisions: acknowledgements go "
-            "to the topic named by the output's ?acks="
-        )
+    for message in last:
+        held = _not_acknowledgements(message.value())
+        if held is not None:
+            raise KafkaConnectorError(
+                f"Kafka topic {topic} at {bootstrap} holds {held}: acknowledgements go to the "
+                "topic named by the output's ?acks="
+            )
     produce_json(
         bootstrap, topic, [(deployment, ack)], create=False, config=config, timeout_s=timeout_s
     )
     return ack
+
+
+def _not_acknowledgements(raw: bytes | None) -> str | None:
+    """What a topic whose last message is ``raw`` holds, if it is what the planner writes or
+    reads rather than acknowledgements (anything else is let be: a bad acknowledgement an
+    orchestrator wrote is the planner's dead letter, not a wrong topic).
+
+    >>> _not_acknowledgements(b'{"deployment": "d", "acked_decision_id": 4}') is None
+    True
+    >>> _not_acknowledgements(b'{"type": "clock", "deployment": "d", "time": 5.0}')
+    'planner input events'
+    """
+    if not raw or isinstance(parse_ack(raw, "", 0), DecisionAck):
+        return None
+    try:
+        ScalingDecision.model_validate_json(raw)
+        return "scaling decisions"
+    except ValidationError:
+        pass
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and {"type", "deployment", "time"} <= value.keys():
+        return "planner input events"
+    return None
 
 
 def parse_ack(raw: bytes | None, source: str, position: int) -> DecisionAck | DeadLetter:

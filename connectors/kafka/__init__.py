@@ -39,7 +39,7 @@ from connectors.kafka.client import (
 )
 from connectors.kafka.decisions import (
     DecisionMessage,
-    last_decision_messages,
+    last_messages,
     read_decision_messages,
     read_decisions,
     read_messages,
@@ -62,7 +62,7 @@ __all__ = [
     "TopicNotFoundError",
     "consumer_config",
     "ensure_topic",
-    "last_decision_messages",
+    "last_messages",
     "list_partitions",
     "message_position",
     "partition_bounds",

@@ -82,20 +82,18 @@ def read_decision_messages(
     return map(_decision_message, messages)
 
 
-def last_decision_messages(
+def last_messages(
     bootstrap: str,
     topic: str,
-    *,
     config: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> list[DecisionMessage]:
-    """The last message of each partition of an existing topic, parsed as a decision (none of
-    an empty partition)."""
+) -> list[Message]:
+    """The last message of each partition of an existing topic (none of an empty partition)."""
     partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
     bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
     starts = {p: max(b.first, b.end - 1) for p, b in bounds.items()}
     ends = {p: b.end for p, b in bounds.items()}
-    return list(map(_decision_message, _read(bootstrap, topic, starts, ends, config, timeout_s)))
+    return list(_read(bootstrap, topic, starts, ends, config, timeout_s))
 
 
 def read_messages(

@@ -132,6 +132,14 @@ def test_ack_command_refuses_a_missing_topic_and_a_decisions_topic(
     )
     assert [d.decision_id for d in read_decisions(kafka_bootstrap, kafka_topic)] == [1]
     assert "Traceback" not in missing.stderr + decisions.stderr
+    # an events topic too: the acknowledgement stayed in its history, a dead letter at every
+    # replay, and was reported acknowledged
+    events = f"{kafka_topic}-events"
+    ensure_topic(kafka_bootstrap, events)
+    write_raw(kafka_bootstrap, events, [b'{"type": "clock", "deployment": "llama", "time": 5}'])
+    wrong = flowplanner(*base, "--topic", events)
+    assert wrong.returncode == 1
+    assert f"Kafka topic {events} at {kafka_bootstrap} holds planner input events" in wrong.stderr
 
 
 def test_held_decision_goes_out_when_the_orchestrator_acknowledges(
