@@ -21,6 +21,7 @@ import msgspec
 import zmq
 
 from schemas import ForwardPassMetrics, FpmRow
+from schemas.events import row_request_fields
 
 _ENCODER = msgspec.msgpack.Encoder()
 
@@ -71,6 +72,7 @@ def encode_row(worker_id: str, dp_rank: int, row: FpmRow, counter_id: int | None
     True
     """
     r = row
+    scheduled, queued = row_request_fields(r)
     return _ENCODER.encode(
         {
             "version": 0,
@@ -78,23 +80,8 @@ def encode_row(worker_id: str, dp_rank: int, row: FpmRow, counter_id: int | None
             "dp_rank": dp_rank,
             "counter_id": r[1] if counter_id is None else counter_id,
             "wall_time": r[2],
-            "scheduled_requests": {
-                "num_prefill_requests": r[3],
-                "sum_prefill_tokens": r[4],
-                "var_prefill_length": r[5],
-                "sum_prefill_kv_tokens": r[6],
-                "num_decode_requests": r[7],
-                "sum_decode_kv_tokens": r[8],
-                "var_decode_kv_tokens": r[9],
-            },
-            "queued_requests": {
-                "num_prefill_requests": r[10],
-                "sum_prefill_tokens": r[11],
-                "var_prefill_length": r[12],
-                "num_decode_requests": r[13],
-                "sum_decode_kv_tokens": r[14],
-                "var_decode_kv_tokens": r[15],
-            },
+            "scheduled_requests": scheduled,
+            "queued_requests": queued,
         }
     )
 

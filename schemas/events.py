@@ -559,7 +559,7 @@ def row_problem(row: FpmRow) -> str | None:
 
 def fpm_from_row(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:
     """Build the ForwardPassMetrics of one :class:`FpmBatch` row (validated)."""
-    scheduled, queued = _row_request_fields(row)
+    scheduled, queued = row_request_fields(row)
     return ForwardPassMetrics(
         worker_id=worker_id,
         dp_rank=dp_rank,
@@ -581,7 +581,7 @@ def mean_fpm(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:
     >>> s.num_prefill_requests, s.sum_prefill_tokens / s.num_prefill_requests
     (0.25, 2048.0)
     """
-    scheduled, queued = _row_request_fields(row)
+    scheduled, queued = row_request_fields(row)
     return ForwardPassMetrics.model_construct(
         worker_id=worker_id,
         dp_rank=dp_rank,
@@ -592,8 +592,13 @@ def mean_fpm(worker_id: str, dp_rank: int, row: FpmRow) -> ForwardPassMetrics:
     )
 
 
-def _row_request_fields(row: FpmRow) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The scheduled and queued request fields of an FPM row, by name."""
+def row_request_fields(row: FpmRow) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The scheduled and queued request fields of an FPM row, by name.
+
+    >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
+    >>> row_request_fields(row)[0]["sum_decode_kv_tokens"]
+    4000
+    """
     r = row
     scheduled = {
         "num_prefill_requests": r[3],

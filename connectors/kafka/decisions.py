@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from connectors.kafka.client import (
     BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
+    Bounds,
     KafkaConnectorError,
     PartitionWatch,
     consumer_config,
@@ -74,9 +75,8 @@ def read_decision_messages(
     one). ``from_beginning=False`` skips what the topic holds now. Order is per partition,
     hence per deployment (the key).
     """
-    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
-    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
-    starts = {p: bounds[p].first if from_beginning else bounds[p].end for p in partitions}
+    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
+    starts = {p: b.first if from_beginning else b.end for p, b in bounds.items()}
     ends = {p: b.end for p, b in bounds.items()}
     messages = _read(bootstrap, topic, starts, None if follow else ends, config, timeout_s)
     return map(_decision_message, messages)
@@ -89,8 +89,7 @@ def last_messages(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Message]:
     """The last message of each partition of an existing topic (none of an empty partition)."""
-    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
-    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
     starts = {p: max(b.first, b.end - 1) for p, b in bounds.items()}
     ends = {p: b.end for p, b in bounds.items()}
     return list(_read(bootstrap, topic, starts, ends, config, timeout_s))
@@ -105,11 +104,18 @@ def read_messages(
 ) -> Iterator[Message]:
     """Every message of an existing topic, from its beginning up to its end offsets now (raises
     if the broker makes no progress for ``timeout_s``)."""
-    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
-    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
     starts = {p: b.first for p, b in bounds.items()}
     ends = {p: b.end for p, b in bounds.items()}
     return _read(bootstrap, topic, starts, ends, config, timeout_s)
+
+
+def _topic_bounds(
+    bootstrap: str, topic: str, config: Mapping[str, Any] | None, timeout_s: float
+) -> dict[int, Bounds]:
+    """First and end offsets of every partition of an existing topic."""
+    partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
+    return partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
 
 
 def _read(
