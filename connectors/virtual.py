@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Message
 from pydantic import ValidationError
@@ -147,8 +147,18 @@ def newest_acks(
     return newest
 
 
-class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):
-    """Acknowledgements from a Kafka topic: DecisionAck items, or DeadLetter for bad messages.
+class ReadAck(NamedTuple):
+    """An acknowledgement as read from its topic: where (``source``, ``position``) and the
+    message as text, so a refusal can name it."""
+
+    ack: DecisionAck
+    source: str
+    position: int
+    raw: str
+
+
+class AckSource(KafkaTopicSource[ReadAck | DeadLetter]):
+    """Acknowledgements from a Kafka topic: ReadAck items, or DeadLetter for bad messages.
 
     Same partitioning, resume state and modes as
     :class:`connectors.kafka.KafkaEventSource`. Reading from the beginning is the usual choice:
@@ -158,6 +168,10 @@ class AckSource(KafkaTopicSource[DecisionAck | DeadLetter]):
     'acks'
     """
 
-    def convert(self, message: Message) -> DecisionAck | DeadLetter:
+    def convert(self, message: Message) -> ReadAck | DeadLetter:
         partition, offset = message_position(message)
-        return parse_ack(message.value(), f"kafka:{message.topic()}/{partition}", offset)
+        source, raw = f"kafka:{message.topic()}/{partition}", message.value()
+        ack = parse_ack(raw, source, offset)
+        if isinstance(ack, DeadLetter):
+            return ack
+        return ReadAck(ack, source, offset, (raw or b"").decode(errors="replace").strip())

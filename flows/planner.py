@@ -39,6 +39,7 @@ from bytewax.outputs import FixedPartitionedSink, Sink
 
 from connectors.backlog import BACKLOG
 from connectors.pipeline_metrics import DEAD_LETTERS, DECISIONS_OUT, dead_letter_kind
+from connectors.virtual import ReadAck
 from flows.clock import EPOCH, PlannerClock
 from flows.horizon import (
     EventHorizon,
@@ -159,8 +160,9 @@ def _late(deployment_and_late: tuple[str, tuple[int, Event]]) -> DeadLetter:
     return late_letter(event)
 
 
-def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
-    """An acknowledgement from the virtual connector's topic as an input event.
+def ack_event(item: ReadAck | DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
+    """An acknowledgement from the virtual connector's topic as an input event (remembering the
+    message it was read from: :meth:`schemas.AckEvent.read_at`).
 
     It is a state snapshot timed at event time 0 (:func:`flows.horizon.untimed`), whatever its
     own ``time`` says: the event horizon places it at the planner's watermark, so it applies
@@ -173,10 +175,14 @@ def ack_event(item: DecisionAck | DeadLetter) -> AckEvent | DeadLetter:
     """
     if isinstance(item, DeadLetter):
         return item
-    return AckEvent(
-        deployment=item.deployment,
+    ack = item.ack if isinstance(item, ReadAck) else item
+    event = AckEvent(
+        deployment=ack.deployment,
         time=untimed(),
-        payload=Acknowledgement(acked_decision_id=item.acked_decision_id),
+        payload=Acknowledgement(acked_decision_id=ack.acked_decision_id),
+    )
+    return (
+        event.read_at(item.source, item.position, item.raw) if isinstance(item, ReadAck) else event
     )
 
 

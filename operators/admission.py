@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from schemas import (
+    AckEvent,
     DeadLetter,
     Event,
     FpmBatchEvent,
@@ -129,9 +130,12 @@ class Admission:
 
     @staticmethod
     def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:
+        position: int | None
         if isinstance(item, RawEvent):
             raw = item.data.decode(errors="replace") if isinstance(item.data, bytes) else item.data
             source, position = item.source, item.position
+        elif isinstance(item, AckEvent) and item.origin is not None:  # read from its topic
+            source, position, raw = item.origin
         else:
             raw, source, position = item.model_dump_json(), "typed", None
         return DeadLetter(

@@ -61,6 +61,7 @@ from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabili
 from schemas import (
     FPM_COLUMN,
     MAX_ACCEPT_LENGTH,
+    AckEvent,
     DeadLetter,
     DeliveredDecision,
     EngineCapabilities,
@@ -266,13 +267,14 @@ class DeploymentPlanner:
         if window.inventory is not None:
             self.inventory = window.inventory
         if self.gate is None:
-            for acked in window.acks:
-                self._refuse_ack(acked, f"ignored: {NO_GATE}")
+            for ack in window.acks:
+                self._refuse_ack(ack, f"ignored: {NO_GATE}")
         else:
-            for acked in window.acks:
+            for ack in window.acks:
+                acked = ack.payload.acked_decision_id
                 self._released = self.gate.acknowledge(acked, now=end_s) or self._released
                 for reason in self.gate.take_refused():  # an id never issued
-                    self._refuse_ack(acked, reason)
+                    self._refuse_ack(ack, reason)
         if window.capabilities is not None:
             merged = merge_capabilities(self.machine.capabilities, window.capabilities)
             self.machine.set_capabilities(merged)
@@ -371,11 +373,21 @@ class DeploymentPlanner:
             )
         )
 
-    def _refuse_ack(self, acked: int, reason: str) -> None:
-        raw = {"deployment": self.deployment, "acked_decision_id": acked}
+    def _refuse_ack(self, ack: AckEvent, reason: str) -> None:
+        """Dead-letter ``ack``, naming the message it was read from if it was read."""
+        acked = ack.payload.acked_decision_id
+        source, position, raw = ack.origin or (
+            "acks",
+            None,
+            json.dumps({"deployment": self.deployment, "acked_decision_id": acked}),
+        )
         self.dead_letters.append(
             DeadLetter(
-                source="acks", reason=reason, raw=json.dumps(raw), deployment=self.deployment
+                source=source,
+                position=position,
+                reason=reason,
+                raw=raw,
+                deployment=self.deployment,
             )
         )
 

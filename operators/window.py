@@ -59,7 +59,7 @@ class TickWindow:
     capabilities: WorkerCapabilities | None = None
     traffic: list[tuple[float, TrafficObservation]] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    acks: list[int] = field(default_factory=list)
+    acks: list[AckEvent] = field(default_factory=list)
     limits: list[Limits] = field(default_factory=list)
     events: int = 0
 
@@ -110,7 +110,7 @@ def fold_event(window: TickWindow, event: Event) -> TickWindow:
     elif isinstance(event, TrafficEvent):
         window.traffic.append((event.time, event.payload))
     elif isinstance(event, AckEvent):
-        window.acks.append(event.payload.acked_decision_id)
+        window.acks.append(event)
     elif isinstance(event, LimitsEvent):
         window.limits.append(event.payload)  # each is applied, or refused, on its own
     else:

@@ -27,6 +27,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     field_validator,
@@ -881,6 +882,23 @@ class AckEvent(_Envelope):
 
     type: Literal["ack"] = "ack"
     payload: Acknowledgement
+    _origin: tuple[str, int | None, str] | None = PrivateAttr(default=None)
+
+    def read_at(self, source: str, position: int | None, raw: str) -> AckEvent:
+        """This acknowledgement, remembering where it was read (``source``, ``position``) and
+        as what: a dead letter refusing it names that message, not the planner's copy of it.
+
+        >>> e = AckEvent(deployment="d", time=0, payload={"acked_decision_id": 3})
+        >>> e.read_at("kafka:acks/0", 41, '{"deployment": "d", "acked_decision_id": 3}').origin
+        ('kafka:acks/0', 41, '{"deployment": "d", "acked_decision_id": 3}')
+        """
+        self._origin = (source, position, raw)
+        return self
+
+    @property
+    def origin(self) -> tuple[str, int | None, str] | None:
+        """Where it was read (source, position, the message as text), if it was read."""
+        return self._origin
 
 
 class LimitsEvent(_Envelope):

@@ -11,8 +11,10 @@ import time
 import pytest
 from bytewax.testing import TestingSink, TestingSource
 
+from connectors.virtual import ReadAck
 from flows.planner import PlannerSinks, build_flow
 from schemas import AckEvent, DeliveredDecision, PlannerConfig, parse_event
+from schemas.decision import DecisionAck
 from tests.flow.cluster import run_flow
 from tests.flow.live_run import HostClock
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
@@ -68,3 +70,25 @@ def test_an_acknowledgement_the_topic_held_at_start_counts_before_any_tick(
     sent, dead = restarted([], workers, acknowledged)
     assert sent[:1] == ([(4, first)] if first is not None else [])
     assert dead == []
+
+
+def test_a_refused_acknowledgement_names_the_message_it_was_read_from(workers):
+    # its dead letter said source "acks" (or "typed"), no offset, and a raw line rebuilt by
+    # the planner: an orchestrator could not find the message it wrote
+    def read(deployment: str, acked: int, offset: int) -> ReadAck:
+        raw = json.dumps({"deployment": deployment, "acked_decision_id": acked})
+        return ReadAck(DecisionAck.model_validate_json(raw), "kafka:acks/0", offset, raw)
+
+    events = [parse_event(json.dumps(e)) for e in decode_ramp("alpha", engines=2, seconds=30)]
+    dead: list = []
+    flow = build_flow(
+        {"alpha": PlannerConfig(**DECODE_CONFIG)},
+        [TestingSource(events)],
+        PlannerSinks(dead_letters=[TestingSink(dead)]),
+        acks=TestingSource([read("alpha", 99, 7), read("nobody", 1, 8)]),
+    )
+    run_flow(flow, workers)
+    assert sorted((d.source, d.position, d.raw) for d in dead) == [
+        ("kafka:acks/0", 7, '{"deployment": "alpha", "acked_decision_id": 99}'),
+        ("kafka:acks/0", 8, '{"deployment": "nobody", "acked_decision_id": 1}'),
+    ]

@@ -16,10 +16,10 @@ from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import ensure_topic
-from connectors.virtual import AckSource
+from connectors.virtual import AckSource, ReadAck
 from flows.planner import PlannerSinks, build_flow
 from schemas import PlannerConfig, parse_event
-from schemas.decision import DecisionAck, DeliveredDecision
+from schemas.decision import DeliveredDecision
 from tests.flow.cluster import run_flow
 from tests.flow.runner import flowplanner
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
@@ -58,7 +58,7 @@ def test_default_cli_ack_leaves_event_time_to_the_data(
     (message,) = raw_values(kafka_bootstrap, acks, 1)
     assert message.get("time") is None, "no time given: the planner applies it from its next tick"
     (ack,) = acks_on(kafka_bootstrap, acks, workers)
-    assert isinstance(ack, DecisionAck)
+    assert isinstance(ack, ReadAck) and ack.position == 0
 
     # a recorded stream on its own event time (0 .. 60 s, as in the README), then a clock event
     events = decode_ramp("alpha", engines=2, seconds=60)

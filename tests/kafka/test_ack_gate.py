@@ -15,6 +15,7 @@ from operators.ack_gate import AckGate
 from operators.deployment import DeploymentPlanner
 from operators.window import TickWindow
 from schemas import (
+    AckEvent,
     DeadLetter,
     DecisionAck,
     DeliveredDecision,
@@ -299,7 +300,8 @@ def _planner_window(t: float, engines: int, kv_tokens: int, acks: tuple[int, ...
         for i in range(engines)
     }
     counts = WorkerCounts(ready_num_decode=engines, expected_num_decode=engines)
-    return TickWindow(rows=rows, inventory=counts, acks=list(acks))
+    acked = [AckEvent(deployment="d", time=t, payload={"acked_decision_id": n}) for n in acks]
+    return TickWindow(rows=rows, inventory=counts, acks=acked)
 
 
 @pytest.mark.parametrize(

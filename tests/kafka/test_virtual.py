@@ -13,7 +13,7 @@ from bytewax.testing import TestingSink, TestingSource
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaDecisionSink, ensure_topic, read_decisions
-from connectors.virtual import AckSource, newest_acks, parse_ack, send_ack
+from connectors.virtual import AckSource, ReadAck, newest_acks, parse_ack, send_ack
 from operators.ack_gate import AckGate
 from schemas import MAX_RAW_CHARS, DeadLetter, ScalingDecision
 from schemas.decision import DecisionAck
@@ -43,12 +43,13 @@ def ack_cli(bootstrap: str, topic: str, deployment: str, decision_id: int, at: f
 
 
 def read_acks(bootstrap: str, topic: str, workers: int) -> list[DecisionAck | DeadLetter]:
+    """What the AckSource hands on, each acknowledgement without where it was read."""
     out: list = []
     flow = Dataflow("acks_in")
     acks = op.input("acks", flow, AckSource(bootstrap, topic, until_end=True))
     op.output("out", acks, TestingSink(out))
     run_flow(flow, workers)
-    return out
+    return [item.ack if isinstance(item, ReadAck) else item for item in out]
 
 
 def test_ack_command_reaches_the_ack_source(
