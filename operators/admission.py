@@ -63,8 +63,9 @@ class Admission:
     >>> admit(RawEvent("in.jsonl", 3, b"\\xfe{}")).reason
     'invalid event: not UTF-8 text: byte 0xfe at offset 0 (invalid start byte)'
 
-    Calling it admits an input as a whole (a forward-pass batch by its shape, refused rows
-    and all); the flow admits with :meth:`admit`, which also splits refused rows off.
+    Calling it decodes and checks one input as a whole (a forward-pass batch by its shape);
+    the flow, and the scale bench, admit with :meth:`admit`, which also splits a batch's
+    refused rows off.
     """
 
     def __init__(self, configs: dict[str, PlannerConfig]) -> None:
