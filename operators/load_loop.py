@@ -127,10 +127,12 @@ class LoadLoop:
             self._set_reason(diag, "worker_count_mismatch")
             return None
         proposal = self._propose(role, fpms, n, diag) if fpms else LoadProposal(None, "no_fpm_data")
+        cfg = self.fleet.config
+        # agg's SLA combine holds at N and floors it (§4.7), as we do; a model not ready yet
+        # (§4.2 guard 4) and the threshold targets (§4.3) have no opinion in agg mode too
+        agg_holds = cfg.mode == "agg" and cfg.sla_mode and proposal.reason != "insufficient_data"
         if (
-            proposal.desired is None
-            and self.fleet.config.mode != "agg"  # agg holds at N and floors it (§4.7), as we do
-            and not self.fleet.config.load_hold_applies_floors
+            proposal.desired is None and not agg_holds and not cfg.load_hold_applies_floors
         ):  # the reference: no opinion, no decision
             self._set_reason(
                 diag, settle_reason(current=n, proposal=proposal, post_floor=n, final=n)

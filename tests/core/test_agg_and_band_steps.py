@@ -123,6 +123,29 @@ def test_band_lifts_a_role_at_zero_to_its_throughput_floor_not_just_its_min_endp
     assert (effects.scale_to.num_decode, effects.scale_to.reason) == (3, "scale_up")
 
 
+@pytest.mark.parametrize("target", ["sla", "throughput"])
+def test_agg_reference_variant_decides_nothing_without_an_opinion(target: str):
+    """§4.2 guard 4 and §4.3 hold in agg mode too: an untrained model (SLA target) and a
+    threshold rule between its bounds decide nothing, even below the minimum endpoint. Ours
+    (``load_hold_applies_floors``) lifts the engine to its minimum on the same tick."""
+    config = sla_config(mode="agg", min_endpoint=2, optimization_target=target)
+    counts = WorkerCounts(ready_num_decode=1, expected_num_decode=1)
+    busy = engines(1, decode_kv=30_000, decode_requests=10, prefill_tokens=100, wall_time=0.05)
+    caps = agg_caps(max_kv_tokens=100_000)  # the KV use is 0.3: between the bounds
+    reference = run_tick(
+        PlannerStateMachine(config.reference_variant(), caps),
+        load=True,
+        decode=busy,
+        counts=counts,
+    )
+    assert reference.scale_to is None
+    expected = "insufficient_data" if target == "sla" else "no_change"
+    assert reference.diagnostics.load_decision_reason == expected
+    ours = run_tick(PlannerStateMachine(config, caps), load=True, decode=busy, counts=counts)
+    assert ours.scale_to is not None
+    assert (ours.scale_to.num_decode, ours.scale_to.reason) == (2, "scale_up")
+
+
 # -- the reference with a disagg role at zero ---------------------------------------------------
 
 
