@@ -7,8 +7,8 @@ violations (wrong types, NaN or negative counts — the message names the field)
 forward pass can have (above ``schemas.fpm.FPM_CEILINGS``, checked while decoding; the message
 names the field), deployments the config does not know, and engine roles the deployment's mode
 does not have. A forward-pass batch of the right shape with rows no forward pass can have
-(``schemas.FpmBatch.refused_rows``) is admitted with its other rows, and each refused row is a
-dead letter of its own (:meth:`Admission.admit`): one bad pass costs no valid one.
+(``schemas.FpmBatch.refused_rows``) is admitted with its other rows, and the refused rows are
+one dead letter that names them (:meth:`Admission.admit`): one bad pass costs no valid one.
 """
 
 from __future__ import annotations
@@ -97,11 +97,14 @@ class Admission:
     def admit(self, item: RawEvent | Event | DeadLetter) -> list[Event | DeadLetter]:
         """What ``item`` admits: the event or its dead letter, as calling it; but a decoded
         forward-pass batch comes as the batch of its valid rows (none if no row is), then one
-        dead letter per refused row, in row order, naming the row.
+        dead letter for its refused rows: how many, and the first :data:`NAMED_ROWS` of them by
+        index with why. One letter per input line, however many rows it refuses, keeps the
+        dead letters (and their copies of the line) the size of the input.
 
         >>> from schemas import RawEvent, PlannerConfig
         >>> row = [1.0, 7, 0.02] + [0, 0, 0.0, 0, 4, 4000, 0.0] + [0, 0, 0.0, 0, 0, 0.0]
-        >>> rows = [row, row[:2] + [61.0] + row[3:], row[:1] + [8] + row[2:]]
+        >>> bad = row[:2] + [61.0] + row[3:]
+        >>> rows = [row, bad, row[:1] + [8] + row[2:]] + [bad] * 4
         >>> line = ('{"type": "fpm_batch", "deployment": "d", "time": 1, "payload": '
         ...         f'{{"role": "decode", "rows": {rows}}}}}')
         >>> batch, letter = Admission({"d": PlannerConfig(mode="decode")}).admit(
@@ -109,8 +112,9 @@ class Admission:
         >>> [row[1] for row in batch.payload.rows], letter.position
         ([7, 8], 4)
         >>> print(letter.reason)  # doctest: +NORMALIZE_WHITESPACE
-        invalid event: fpm_batch.payload: row 1: wall_time = 61.0 is implausible for one
-        forward pass (above MAX_FORWARD_PASS_SECONDS = 60.0)
+        invalid event: fpm_batch.payload: 5 of 7 rows refused: row 1: wall_time = 61.0 is
+        implausible for one forward pass (above MAX_FORWARD_PASS_SECONDS = 60.0); row 3: the
+        same; row 4: the same; and 2 more
         """
         event = self(item)
         if not isinstance(event, FpmBatchEvent) or not isinstance(item, RawEvent):
@@ -118,16 +122,13 @@ class Admission:
         refused = event.payload.refused_rows()
         if not refused:
             return [event]
-        letters: list[Event | DeadLetter] = [
-            self._reject(item, f"invalid event: fpm_batch.payload: row {i}: {problem}", event)
-            for i, problem in refused
-        ]
+        letter = self._reject(item, _refused_rows_reason(refused, len(event.payload.rows)), event)
         skip = {i for i, _ in refused}
         rows = [row for i, row in enumerate(event.payload.rows) if i not in skip]
         if not rows:
-            return letters
+            return [letter]
         payload = event.payload.model_copy(update={"rows": rows})
-        return [event.model_copy(update={"payload": payload}), *letters]
+        return [event.model_copy(update={"payload": payload}), letter]
 
     @staticmethod
     def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:
@@ -146,3 +147,23 @@ class Admission:
             raw=raw.strip(),
             deployment=event.deployment if event is not None else None,
         )
+
+
+NAMED_ROWS = 3
+"""A forward-pass batch's dead letter names this many of its refused rows (the first); it counts
+all of them."""
+
+
+def _refused_rows_reason(refused: list[tuple[int, str]], total: int) -> str:
+    """Why a batch's rows were refused: the first :data:`NAMED_ROWS` by index, with why (``the
+    same`` when it repeats the row before), then how many more."""
+    named: list[str] = []
+    last = ""
+    for i, problem in refused[:NAMED_ROWS]:
+        named.append(f"row {i}: {'the same' if problem == last else problem}")
+        last = problem
+    more = len(refused) - len(named)
+    if more:
+        named.append(f"and {more} more")
+    head = "" if len(refused) == 1 else f"{len(refused)} of {total} rows refused: "
+    return f"invalid event: fpm_batch.payload: {head}{'; '.join(named)}"

@@ -476,8 +476,8 @@ class FpmBatch(BaseModel):
     rows behind its watermark are late, as single forward passes would be.
 
     A row of the right shape that no forward pass can have (:func:`row_problem`) does not
-    refuse the batch: :meth:`refused_rows` names it, and admission dead-letters it alone and
-    keeps the other rows (``operators.admission``), as it would single forward passes.
+    refuse the batch: :meth:`refused_rows` names it, and admission dead-letters it (one letter
+    for all of a batch's refused rows) and keeps the other rows (``operators.admission``).
 
     >>> row = (1.0, 7, 0.02) + (0, 0, 0.0, 0, 4, 4000, 0.0) + (0, 0, 0.0, 0, 0, 0.0)
     >>> batch = FpmBatch(role="decode", worker_id="w1", rows=[row, row[:2] + (61.0,) + row[3:]])
