@@ -226,12 +226,15 @@ corrupt gzip stream (``zlib.error`` for a bad deflate block), an I/O error."""
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """The file's numbered lines, each decoded alone — so bad UTF-8 is named at its own line
     (a text wrapper decodes 8 KB ahead, and named a line before it); a byte-order mark at the
-    start (spreadsheet exports) is not part of line 1."""
+    start (spreadsheet exports) is not part of line 1. Lines end as in text mode: at ``\n``,
+    ``\r\n`` or a lone ``\r`` (old Mac and some spreadsheet exports)."""
     with _open_bytes(path) as fh:
         lineno = 0
         try:
-            for lineno, raw in enumerate(fh, start=1):
-                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            for chunk in fh:  # ends at b"\n", so a b"\r\n" is never split across two
+                for raw in chunk.splitlines(keepends=True):
+                    lineno += 1
+                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except _UNREADABLE as exc:
             at = lineno if isinstance(exc, UnicodeDecodeError) else lineno + 1
             raise TraceFormatError(path, at, f"unreadable: {exc}") from exc

@@ -985,8 +985,9 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
         raise ConfigError(
             f"{where}{_yaml_position(exc)}: config is not valid YAML: {_yaml_problem(exc)}"
         ) from exc
-    except ValueError as exc:  # a JSON integer of more than 4 300 digits (int's limit)
-        raise ConfigError(f"{where}: config is not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more than 4 300 digits (int's limit)
+        language = "JSON" if parse is _parse_json else "YAML"
+        raise ConfigError(f"{where}: config is not valid {language}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where}: config is nested too deeply to read") from None
     if data is None:

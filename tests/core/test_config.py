@@ -401,7 +401,8 @@ def test_zero_kalman_variances_are_the_reference_floors() -> None:
             '{"deployments": {"d": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}}",
             "nested",
         ),
-        ("big.json", '{"deployments": {"d": {"itl_ms": ' + "9" * 5000 + "}}}", "4300 digits"),
+        ("big.json", '{"deployments": {"d": {"itl_ms": ' + "9" * 5000 + "}}}", "JSON: .*4300"),
+        ("big.yaml", "deployments:\n  d: {itl_ms: " + "9" * 5000 + "}\n", "YAML: .*4300"),
     ],
 )
 def test_a_config_too_deep_or_too_long_to_read_is_a_config_error(tmp_path, name, text, problem):

@@ -99,6 +99,18 @@ def test_an_azure_csv_with_a_byte_order_mark_is_detected(tmp_path: Path) -> None
     assert [(r.isl, r.osl) for r in read_trace(path)] == [(10, 2)]
 
 
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_lines_may_end_as_in_text_mode(tmp_path: Path, end: str) -> None:
+    # protects: reading bytes split at "\n" only, a CR-only file was one line and refused
+    azure = tmp_path / "a.csv"
+    azure.write_bytes(f"{AZURE}2023-11-16 18:15:47.1,20,3\n".replace("\n", end).encode())
+    assert [(r.isl, r.osl) for r in read_trace(azure)] == [(10, 2), (20, 3)]
+    mooncake = tmp_path / "m.jsonl"
+    line = '{"timestamp": 0, "input_length": 5, "output_length": 1}'
+    mooncake.write_bytes(f"{line}{end}{line}{end}".encode())
+    assert [r.isl for r in read_trace(mooncake)] == [5, 5]
+
+
 def test_a_first_line_beyond_the_csv_field_limit_is_a_trace_format_error(tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
     path.write_text("x" * 200_000 + "\n")
