@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal, cast
 
 from schemas import RequestEvent, RequestRecord
-from schemas.events import MAX_REQUEST_TOKENS
+from schemas.events import MAX_REQUEST_ID, MAX_REQUEST_TOKENS
 from schemas.trace import TraceRequest
 
 TraceFormat = Literal["mooncake", "azure", "dynamo"]
@@ -411,6 +411,10 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
     request_id = request.get("request_id")
     if request_id is not None and not isinstance(request_id, str):
         raise TraceFormatError(path, lineno, "request.request_id must be a string")
+    if request_id is not None and len(request_id) > MAX_REQUEST_ID:
+        raise TraceFormatError(
+            path, lineno, f"request.request_id is longer than MAX_REQUEST_ID = {MAX_REQUEST_ID}"
+        )
     replay = request.get("replay")
     if replay is not None and not isinstance(replay, dict):
         raise TraceFormatError(path, lineno, "request.replay must be an object")

@@ -13,16 +13,21 @@ one dead letter that names them (:meth:`Admission.admit`): one bad pass costs no
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pydantic import ValidationError
 
 from schemas import (
     AckEvent,
+    CapabilitiesEvent,
     DeadLetter,
     Event,
     FpmBatchEvent,
     FpmEvent,
+    InventoryEvent,
     PlannerConfig,
     RawEvent,
+    Role,
     describe_validation_error,
     parse_event,
 )
@@ -92,6 +97,10 @@ class Admission:
         if isinstance(event, _ENGINE_EVENTS) and event.payload.role not in config.roles:
             reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
             return self._reject(item, reason, event)
+        foreign = [role for role in _roles_named(event) if role not in config.roles]
+        if foreign:
+            reason = f"{event.type} names role {foreign[0]!r}, not part of mode {config.mode!r}"
+            return self._reject(item, reason, event)
         return event
 
     def admit(self, item: RawEvent | Event | DeadLetter) -> list[Event | DeadLetter]:
@@ -147,6 +156,24 @@ class Admission:
             raw=raw.strip(),
             deployment=event.deployment if event is not None else None,
         )
+
+
+def _roles_named(event: Event) -> list[Role]:
+    """The roles an inventory or capabilities event says something about (an inventory of a
+    role the mode has not — 14 phantom prefill replicas of a decode deployment — went into
+    its decisions and GPU-hours)."""
+    if isinstance(event, InventoryEvent):
+        counts = event.payload
+        return [
+            role
+            for role in get_args(Role)
+            if getattr(counts, f"ready_num_{role}") is not None
+            or getattr(counts, f"expected_num_{role}") is not None
+            or getattr(counts, f"{role}_scaling_in_progress")
+        ]
+    if isinstance(event, CapabilitiesEvent):
+        return [role for role in get_args(Role) if getattr(event.payload, role) is not None]
+    return []
 
 
 NAMED_ROWS = 3

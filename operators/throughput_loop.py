@@ -78,6 +78,9 @@ class ThroughputLoop:
         diag.predicted_osl = forecast.osl
         diag.predicted_kv_hit_rate = fleet.metadata.kv_hit_rate
         demand_rps = forecast.num_req / traffic.duration_s
+        if not math.isfinite(demand_rps):  # a count over a window too short to divide by
+            self._set_reason(diag, "predict_failed")
+            return None
         isl, osl = sizing_lengths(
             forecast.isl,
             forecast.osl,

@@ -90,6 +90,16 @@ MAX_TRAFFIC_WINDOW_S = 7 * 86_400.0
 """*ours*: the longest window a traffic observation may cover (a week): a count over 1e300 s
 would read as no demand at all."""
 
+MAX_REQUEST_ID = 512
+"""*ours*: the longest ``request_id`` a request may carry (as ``worker_id``,
+``schemas.fpm.MAX_WORKER_ID``): real ids are UUIDs or short keys; the planner remembers recent
+ids to drop repeats, and a 1 MB id was echoed whole in a dead letter's reason."""
+
+MIN_TRAFFIC_WINDOW_S = 0.01
+"""*ours*: the shortest window a traffic observation may cover, unless it covers none (0 s: no
+traffic data): the resolution of tick intervals. The throughput loop divides the forecast count
+by the window, and a count over 1e-306 s was an infinite demand that crashed the run."""
+
 MAX_REPLICAS = 2**16
 """*ours*: the most replicas (ready or expected) of one role an inventory may report: 65 536
 engines, far beyond any one deployment. (``ready_num_decode=2**62`` froze the load loop.)"""
@@ -287,7 +297,7 @@ class RequestRecord(BaseModel):
 
     model_config = _PAYLOAD_CONFIG
 
-    request_id: str | None = None
+    request_id: Annotated[str, Field(max_length=MAX_REQUEST_ID)] | None = None
     isl: Count
     osl: Count
     kv_hit_rate: Fraction | None = None
@@ -392,11 +402,12 @@ def _quantile_above_mean(
 
 def traffic_implausibility(obs: TrafficObservation) -> str | None:
     """Why a traffic observation cannot be real, or ``None``: a window above
-    :data:`MAX_TRAFFIC_WINDOW_S`, a mean or quantile length above :data:`MAX_REQUEST_TOKENS`,
-    an accept length above :data:`MAX_ACCEPT_LENGTH`, a length quantile that its mean cannot
-    have (above ``mean / (1 - q)``, :func:`quantile_ceiling`; capacity sized for it multiplied
-    the forecast by an unbounded ratio), or more than :data:`MAX_REQUEST_RATE` requests per
-    second (any request in a 0 s window).
+    :data:`MAX_TRAFFIC_WINDOW_S` or below :data:`MIN_TRAFFIC_WINDOW_S` (but not 0 s), a mean or
+    quantile length above :data:`MAX_REQUEST_TOKENS`, an accept length above
+    :data:`MAX_ACCEPT_LENGTH`, a length quantile that its mean cannot have (above
+    ``mean / (1 - q)``, :func:`quantile_ceiling`; capacity sized for it multiplied the forecast
+    by an unbounded ratio), or more than :data:`MAX_REQUEST_RATE` requests per second (any
+    request in a 0 s window).
 
     >>> print(traffic_implausibility(TrafficObservation(duration_s=60, num_req=1e300, isl=1,
     ...                                                 osl=1)))  # doctest: +NORMALIZE_WHITESPACE
@@ -418,6 +429,11 @@ def traffic_implausibility(obs: TrafficObservation) -> str | None:
         + [(name, value, _REQUEST_TOKENS) for name, value in lengths]
         + [("accept_length", obs.accept_length, _ACCEPT)]
     )
+    if problem is None and 0 < obs.duration_s < MIN_TRAFFIC_WINDOW_S:
+        problem = (
+            f"duration_s = {obs.duration_s!r} is implausible (below MIN_TRAFFIC_WINDOW_S = "
+            f"{MIN_TRAFFIC_WINDOW_S} s, the tick intervals' resolution)"
+        )
     problem = problem or _quantile_above_mean("isl", obs.isl, obs.isl_quantiles)
     problem = problem or _quantile_above_mean("osl", obs.osl, obs.osl_quantiles)
     if problem is None and obs.num_req > MAX_REQUEST_RATE * obs.duration_s:

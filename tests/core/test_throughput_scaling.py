@@ -231,6 +231,19 @@ class TestCapacity:
         )
         assert effects.scale_to.num_prefill == 4
 
+    def test_a_demand_too_large_to_size_skips_the_tick(self):
+        # protects: a count over 1e-306 s was an infinite demand, and math.ceil raised in the
+        # flow (admission refuses such windows: schemas.events.MIN_TRAFFIC_WINDOW_S)
+        machine = core(mode="prefill", enable_load_scaling=False)
+        machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+        counts = WorkerCounts(ready_num_prefill=1)
+        run_tick(machine, now_s=60.0, traffic=window(100, 1000, 150), counts=counts)
+        effects = run_tick(
+            machine, now_s=120.0, traffic=window(1000, 1000, 150, duration_s=1e-306), counts=counts
+        )
+        assert effects.scale_to is None
+        assert effects.diagnostics.throughput_decision_reason == "predict_failed"
+
 
 class TestQuantileSizing:
     SHAPE = window(

@@ -1,8 +1,10 @@
 """Recorded events whose payloads are well typed but no real fleet's — an inventory of 4.6e18
 replicas, an engine of 4.6e18 GPUs, a prompt of 4.6e18 tokens, traffic of 1e300 requests or
-counted over 0 s, a 2 MB deployment name — are dead letters naming the field and the ceiling,
-and the run decides exactly as without them (the first three changed the decisions of
-``examples/decode_burst.jsonl`` when they were admitted). A UTF-8 byte order mark at the start
+counted over 0 s or 1e-306 s, a 2 MB deployment name or 1 MB request id, an inventory or
+capabilities of a role the deployment's mode has not — are dead letters naming the field and
+the ceiling, and the run decides exactly as without them (the first three, and the phantom
+role's inventory, changed the decisions of ``examples/decode_burst.jsonl`` when they were
+admitted; traffic over 1e-306 s crashed a throughput loop). A UTF-8 byte order mark at the start
 of a file does not cost its first line."""
 
 from __future__ import annotations
@@ -45,6 +47,22 @@ def absurd_lines(t: float) -> list[tuple[dict, str]]:
             event("traffic", {**traffic, "num_req": 10, "isl_quantiles": {"p99": 1e300}}),
             "isl_quantiles.p99 = 1e+300 is implausible",
         ),
+        (
+            event("traffic", {**traffic, "duration_s": 1e-306, "num_req": 0}),
+            "duration_s = 1e-306 is implausible (below MIN_TRAFFIC_WINDOW_S",
+        ),
+        (
+            event("request", {"request_id": "x" * 2**20, "isl": 10, "osl": 10}),
+            "request_id: String should have at most 512 characters",
+        ),
+        (
+            event("inventory", {"ready_num_prefill": 14, "ready_num_decode": 2}),
+            "inventory names role 'prefill', not part of mode 'decode'",
+        ),
+        (
+            event("capabilities", {"prefill": {"num_gpu": 8}}),
+            "capabilities names role 'prefill', not part of mode 'decode'",
+        ),
         ({"type": "clock", "deployment": "x" * 2_000_000, "time": t}, "at most 253 characters"),
     ]
 
@@ -59,7 +77,7 @@ def test_absurd_payloads_are_dead_letters_and_change_nothing(tmp_path):
             for event, words in absurd_lines(valid[i]["time"]):
                 mixed.append(json.dumps(event))
                 expected.append(words)
-    assert len(expected) >= 14
+    assert len(expected) >= 22
     config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
     (tmp_path / "clean.jsonl").write_text("\n".join(clean) + "\n")
     bom = codecs.BOM_UTF8.decode()

@@ -66,6 +66,12 @@ CASES = {
         dynamo_end() + dynamo_end(kind=["request_end"]),
         "event_type must be a string, got ['request_end']",
     ),
+    "dynamo 1 MB request_id": (
+        "d.jsonl",
+        dynamo_end()
+        + dynamo_end().replace('"input_tokens"', f'"request_id": "{"x" * 2**20}", "input_tokens"'),
+        "request.request_id is longer than MAX_REQUEST_ID = 512",
+    ),
 }
 
 
