@@ -614,3 +614,25 @@ def test_reference_arima_fits_once_then_only_updates() -> None:
     reference.forecast()
     assert reference.fits == 1 and ours.fits > 1
     assert reference.order is not None and len(reference._series) == 60  # all appended
+
+
+PMDARIMA_RAMP = [51.74, 63.19, 72.39, 83.63, 93.52, 104.34, 113.92, 124.48, 134.12, 144.56, 154.25]
+"""pmdarima 2.1.1's one-step forecasts of the ramp 10, 20, .., 150 from its fifth point on, as the
+reference drives it (``auto_arima`` with its defaults once, then ``model.update`` per point):
+order (1, 0, 1), chosen on five points."""
+
+
+def test_reference_arima_updates_its_parameters_as_pmdarima_does() -> None:
+    """pmdarima's ``update`` takes a few optimiser steps from the parameters in use, and its
+    search allows p, q ≤ ⌊n/3⌋ (from (1, 1) below ten points). The emulation appended with the
+    first fit's parameters and allowed only (0, 0, 0) on five points: it forecast 30.0 (the
+    mean of the first five) for every later point of a ramp to 150."""
+    reference = build_predictor(PlannerConfig(load_predictor="arima").reference_variant())
+    assert isinstance(reference, ArimaPredictor)
+    reference.plausible_factor = None
+    forecasts = []
+    for y in range(10, 160, 10):
+        reference.learn_one(y)
+        forecasts.append(reference.forecast())
+    assert reference.order == (1, 0, 1) and reference.fits == 1
+    assert forecasts[4:] == pytest.approx(PMDARIMA_RAMP, abs=0.01)
