@@ -203,8 +203,12 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
         missing = [str(p) for p in self.paths if not p.is_file()]
         if missing:
             raise FileNotFoundError(f"recorded stream not found: {', '.join(missing)}")
-        if len({str(p) for p in self.paths}) < len(self.paths):
-            raise ValueError("a recorded stream is given twice")
+        seen: dict[tuple[int, int], Path] = {}
+        for path in self.paths:  # the same file, however its path is spelled
+            stat = path.stat()
+            first = seen.setdefault((stat.st_dev, stat.st_ino), path)
+            if first is not path:
+                raise ValueError(f"a recorded stream is given twice: {first} and {path}")
 
     def list_parts(self) -> list[str]:
         return [PARTITION]

@@ -265,3 +265,15 @@ def test_a_bad_line_with_a_time_does_not_reorder_the_merged_files(tmp_path, bad)
     assert dead["reason"].startswith("invalid event") and dead["source"] == str(parts[0])
     assert want["decisions"], "the ramp must decide something"
     assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
+
+
+def test_one_file_under_two_spellings_is_refused(tmp_path, monkeypatch):
+    # protects: paths were compared as strings, so the file was read twice: its requests
+    # counted twice (twice the demand) and its forward passes came back as duplicates
+    path = write_stream(tmp_path / "s.jsonl", decode_ramp("llama", engines=1, seconds=5))
+    (tmp_path / "link.jsonl").symlink_to(path)
+    monkeypatch.chdir(tmp_path)
+    for other in (path.resolve(), tmp_path / "link.jsonl", Path("./s.jsonl")):
+        with pytest.raises(ValueError, match=r"a recorded stream is given twice: s\.jsonl and "):
+            RecordedSource([Path("s.jsonl"), other])
+    RecordedSource([Path("s.jsonl"), write_stream(tmp_path / "t.jsonl", [])])  # two files
