@@ -226,7 +226,10 @@ def _decode_from(path: Path, data: dict[str, Any]) -> DecodeProfile:
     _same_length(path, arrays)
     if "max_kv_tokens" not in data:
         raise ProfileError(f"{path}: missing key 'max_kv_tokens'")
-    raw = np.asarray(data["max_kv_tokens"])
+    try:
+        raw = np.asarray(data["max_kv_tokens"])
+    except (TypeError, ValueError) as exc:  # a ragged list: [1, [2]]
+        raise ProfileError(f"{path}: key 'max_kv_tokens' is not a number ({exc})") from exc
     if raw.dtype.kind not in "iuf" or raw.size == 0 or raw.ndim > 1:
         raise ProfileError(f"{path}: key 'max_kv_tokens' must be a number (or a 1-D array of one)")
     max_kv = float(raw.reshape(-1)[0])

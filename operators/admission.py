@@ -87,6 +87,8 @@ class Admission:
                 return self._reject(item, f"invalid event: {problem}")
             except Exception as exc:  # a validator's own failure must not stop the flow
                 return self._reject(item, f"invalid event: {type(exc).__name__}: {exc}")
+            if isinstance(event, AckEvent):  # its dead letter names this line, as written
+                event.read_at(item.source, item.position, _text(item).strip())
         else:
             event = item
         config = self.configs.get(event.deployment)
@@ -143,8 +145,7 @@ class Admission:
     def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:
         position: int | None
         if isinstance(item, RawEvent):
-            raw = item.data.decode(errors="replace") if isinstance(item.data, bytes) else item.data
-            source, position = item.source, item.position
+            raw, source, position = _text(item), item.source, item.position
         elif isinstance(item, AckEvent) and item.origin is not None:  # read from its topic
             source, position, raw = item.origin
         else:
@@ -156,6 +157,11 @@ class Admission:
             raw=raw.strip(),
             deployment=event.deployment if event is not None else None,
         )
+
+
+def _text(item: RawEvent) -> str:
+    """The input as text (bytes that are not UTF-8 with replacement characters)."""
+    return item.data.decode(errors="replace") if isinstance(item.data, bytes) else item.data
 
 
 def _roles_named(event: Event) -> list[Role]:

@@ -37,6 +37,10 @@ BAD_JSON = {
         json.dumps({**DECODE, "y_context_length": [1000, 1e12]}),
         r"'y_context_length'\[1\] = 1000000000000.0 must be finite and 0 or in \[1, MAX_REQUEST",
     ),
+    "ragged max_kv_tokens": (
+        json.dumps({**DECODE, "max_kv_tokens": [1, [2]]}),
+        "'max_kv_tokens' is not a number",
+    ),
     # a context of 0.4 tokens made each point a pass of 1.25 M decode requests (7 232 rps an
     # engine), and 1e-300 overflowed the request count with an error naming no file nor key
     "context length under one token": (
