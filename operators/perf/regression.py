@@ -25,6 +25,7 @@ Conventions shared by :class:`~operators.perf.PrefillPerfModel`,
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from operators.perf.basis import (
 )
 from operators.perf.samples import BucketedSampleStore, least_squares
 from schemas import ForwardPassMetrics
+
+log = logging.getLogger(__name__)
 
 MAX_KV_HIT_RATE_DISCOUNT = 0.95
 """The KV-cache hit rate discount on prefill work is clamped to ``[0, 0.95]`` (spec §3.3)."""
@@ -130,6 +133,16 @@ class FpmRegressor(base.Regressor):
     off. Before the first such fit nothing is screened. Benchmark FPMs and :meth:`learn_one`
     (river's interface, given curated samples) are never screened.
 
+    **A bootstrap the engine contradicts** (ours, with ``suspect_factor``) is dropped: once the
+    store holds ``min_observations`` live samples, the benchmark samples go — all of them —
+    when the live wall times are, by their median, more than ``suspect_factor`` times off what
+    the benchmark samples alone fitted (before the first live sample), or when those fitted
+    no model at all (a rejected fit: columns swapped, say). A profile in the wrong
+    unit (an ITL in ms read as seconds) or of another engine otherwise outvoted the engine's own
+    forward passes for as long as the store kept it, and its outer buckets kept it for ever.
+    The suspects held back against it are learned, and screening starts again from the next
+    fit. :attr:`bootstrap_contradicted` keeps that median ratio.
+
     Subclasses set ``feature_names`` (and ``relaxable_features``, ``piecewise_features``) and
     implement ``_features_of`` and ``_observe_averages``.
 
@@ -159,6 +172,9 @@ class FpmRegressor(base.Regressor):
     _screen: WallTimeFit | None = None  # the last accepted fit made from half the store or more
     rejected_kept: tuple[ForwardPassMetrics, ...] = ()
     """Benchmark FPMs the last :meth:`retire_benchmarks` rejected but kept (the floor)."""
+    bootstrap_contradicted: float | None = None
+    """Live wall time over the benchmark fit's (median) when that dropped the bootstrap."""
+    _bootstrap_fit: WallTimeFit | None = None  # the fit of the benchmark samples alone
 
     def __init__(
         self,
@@ -242,6 +258,18 @@ class FpmRegressor(base.Regressor):
             if fpm.wall_time != 0.0:
                 seq = self._add_sample(self._features_of(fpm), fpm.wall_time)
                 self.benchmark_samples[seq] = fpm
+        self._fit_bootstrap()
+
+    def _fit_bootstrap(self) -> None:
+        """Remember what the benchmark samples alone fit, while they are alone in the store
+        (live samples later retire some of them): the fit live ones are checked against."""
+        entries = self.samples.entries()
+        if all(seq in self.benchmark_samples for seq, _, _ in entries):
+            xs, ys = [x for _, x, _ in entries], [y for _, _, y in entries]
+            enough = len(entries) >= self.min_observations
+            self._bootstrap_fit = (
+                least_squares(xs, ys, self.relaxable_features).fit if enough else None
+            )
 
     def retire_benchmarks(
         self,
@@ -291,6 +319,7 @@ class FpmRegressor(base.Regressor):
         removed = self.samples.remove(drop)
         if removed:
             self._outcome = None
+            self._fit_bootstrap()
         return removed
 
     def has_sufficient_data(self) -> bool:
@@ -384,7 +413,46 @@ class FpmRegressor(base.Regressor):
         self._outcome = None
         return seq
 
+    def _drop_contradicted_bootstrap(self) -> None:
+        """Drop the benchmark samples when the live ones contradict them (class docstring)."""
+        factor = self.suspect_factor
+        if factor is None or not self.benchmark_samples:
+            return
+        fit = self._bootstrap_fit
+        entries = self.samples.entries()
+        live = [(x, y) for seq, x, y in entries if seq not in self.benchmark_samples]
+        if len(live) < self.min_observations:
+            return
+        median = None
+        if fit is not None:  # else no model of its own: nothing it could add to the engine's
+            ratios = sorted(y / fit.predict(x) for x, y in live)
+            median = ratios[len(ratios) // 2]
+            if 1 / factor <= median <= factor:
+                return
+        self.samples.remove(set(self.benchmark_samples))
+        self.benchmark_samples = {}
+        self.rejected_kept = ()
+        self.bootstrap_contradicted = median
+        self._screen = None
+        held, self.suspects = self.suspects, ()
+        for suspect in held:
+            self._add_sample(suspect.values, suspect.wall_time)
+        why = (
+            "its samples alone fit no model"
+            if median is None
+            else f"the engine's forward passes take {median:.3g}× what it says (median of "
+            f"{len(live)})"
+        )
+        log.warning(
+            "%s: the bootstrap profile is dropped, %s; the model learns from the engine alone "
+            "(a profile in the wrong unit, or of another engine?)",
+            type(self).__name__,
+            why,
+        )
+
     def _fit(self) -> WallTimeFit | None:
+        if self._outcome is None:
+            self._drop_contradicted_bootstrap()
         if not self.has_sufficient_data():
             return None
         if self._outcome is None:

@@ -82,10 +82,13 @@ class BucketedSampleStore:
             self._retire_one()
         return seq
 
+    def entries(self) -> list[Sample]:
+        """The retained samples with their sequence numbers, oldest first."""
+        return sorted(s for bucket in self.buckets.values() for s in bucket)
+
     def samples(self) -> list[tuple[Features, float]]:
         """The retained samples, oldest first."""
-        stored = sorted(s for bucket in self.buckets.values() for s in bucket)
-        return [(x, y) for _, x, y in stored]
+        return [(x, y) for _, x, y in self.entries()]
 
     def seqs(self) -> set[int]:
         """The sequence numbers of the retained samples."""
