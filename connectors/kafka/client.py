@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from time import monotonic
@@ -195,12 +196,18 @@ def _admin(bootstrap: str, extra: Mapping[str, Any] | None) -> AdminClient:
 
 def _topics(admin: AdminClient, bootstrap: str, timeout_s: float) -> dict[str, Any]:
     # Listing ALL topics never auto-creates one (naming a topic in a metadata request may).
-    try:
-        return admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as error:
-        raise KafkaConnectorError(
-            f"cannot reach Kafka at {bootstrap} within {timeout_s:g} s: {error}"
-        ) from error
+    # Asked a second at a time: a signal handler (a stop while the worker starts) runs between
+    # two calls, where one call of timeout_s held it back for all of it.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(min(left, 1.0), 0.001)).topics
+        except KafkaException as error:
+            if left <= 1.0:
+                raise KafkaConnectorError(
+                    f"cannot reach Kafka at {bootstrap} within {timeout_s:g} s: {error}"
+                ) from error
 
 
 def list_partitions(

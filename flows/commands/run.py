@@ -8,11 +8,12 @@ cleanly (sinks flush and close, the exit status is 0).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 
 from bytewax._bytewax import cli_main
@@ -91,6 +92,42 @@ class StopRequest:
         # an API server's answer to a DGD patch
         stop_waiting()
         signal.alarm(STOP_GRACE_S)
+
+
+class StoppedWhileStarting(Exception):
+    """SIGTERM or SIGINT came before the dataflow started (its name is the message)."""
+
+
+def stoppable_start(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """``command``, with SIGTERM and SIGINT that come while it starts (its config, its brokers,
+    the read-back of its outputs: before :func:`run_until_stopped` takes them over) ending it
+    with exit status 0 and a line, as they end a running one — their default killed it (exit
+    status 143: a pod stopped while starting reported a failure).
+
+    >>> def starting(args):
+    ...     signal.raise_signal(signal.SIGTERM)
+    ...     return 1
+    >>> stoppable_start(starting)(argparse.Namespace(command="run"))  # and a line on stderr
+    0
+    """
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise StoppedWhileStarting(signal.Signals(signum).name)
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return command(args)
+        except StoppedWhileStarting as stopped:
+            said = f"flowplanner {args.command}: stopped by {stopped} while starting"
+            print(said, file=sys.stderr)
+            return 0
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    return run
 
 
 def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, str | None]:
@@ -243,6 +280,7 @@ def jsonl_sink(path: str) -> JsonlFileSink | LineSink:
     return JsonlFileSink(path)
 
 
+@stoppable_start
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
