@@ -304,7 +304,7 @@ def run_steps(
     ``fold_window`` does not emit them.
     """
     times = StepTimes(len(raws))
-    window_s = window_seconds(configs)
+    windows_of = {name: window_seconds({name: config}) for name, config in configs.items()}
     admit = Admission(configs).admit  # as the flow admits: batches' refused rows split off
     open_windows: dict[str, tuple[int, TickWindow]] = {}
     planners: dict[str, DeploymentPlanner] = {}
@@ -318,6 +318,7 @@ def run_steps(
         start = time.process_time()
         closed: list[tuple[str, float, TickWindow]] = []
         for event in events:
+            window_s = windows_of[event.deployment]
             index = int(event.time // window_s)
             current = open_windows.get(event.deployment)
             if current is None or current[0] < index:
@@ -334,7 +335,7 @@ def run_steps(
         for deployment, end_s, window in closed:
             planner = planners.get(deployment)
             if planner is None:
-                planner = DeploymentPlanner(deployment, configs[deployment], window_s)
+                planner = DeploymentPlanner(deployment, configs[deployment], windows_of[deployment])
                 _instrument(planner, times)
                 planners[deployment] = planner
             inner = sum(times.seconds[s] for s in STEPS[2:6])

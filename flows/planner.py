@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TypeGuard, cast
 
 import bytewax.operators as op
@@ -73,7 +74,9 @@ LIVE_IDLE_SECONDS = 5.0
 
 
 def window_seconds(configs: dict[str, PlannerConfig]) -> float:
-    """The tick window: gcd of all enabled tick intervals, in seconds (ms resolution).
+    """The tick window of these deployments: gcd of all their enabled tick intervals, in
+    seconds (ms resolution). The flow gives each deployment its own (``{name: config}``), so a
+    deployment's ticks, training and lateness do not depend on what else a config holds.
 
     >>> window_seconds({"a": PlannerConfig(optimization_target="sla", enable_load_scaling=True)})
     5.0
@@ -114,7 +117,7 @@ class PlannerSinks:
 @dataclass(frozen=True)
 class _PlannerStep:
     configs: dict[str, PlannerConfig]
-    window_s: float
+    windows_of: dict[str, float]
     bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
     hold_for_acks: bool = False
     warmup: dict[str, list[TrafficObservation]] = field(default_factory=dict)
@@ -145,7 +148,7 @@ class _PlannerStep:
             planner = DeploymentPlanner(
                 deployment,
                 config,
-                self.window_s,
+                self.windows_of[deployment],
                 bootstrap=self.bootstrap.get(deployment),
                 gate=gate,
                 warmup=self.warmup.get(deployment),
@@ -251,7 +254,7 @@ def build_flow(
     valid = op.branch("valid", admitted, is_event)
     keyed = op.key_on("by_deployment", valid.trues, lambda event: event.deployment)
 
-    window_s = window_seconds(configs)
+    windows_of = {name: window_seconds({name: config}) for name, config in configs.items()}
     lateness = {name: timedelta(seconds=c.allowed_lateness_seconds) for name, c in configs.items()}
     idle_after = timedelta(seconds=LIVE_IDLE_SECONDS) if live else None
     clock = PlannerClock(
@@ -265,25 +268,10 @@ def build_flow(
     )
     if host_clock is not None:
         clock = replace(clock, now_getter=host_clock)
-    horizon = EventHorizon(clock, live, window_s, ordered).apply("event_horizon", keyed)
-    on_time = op.branch("on_time", horizon, _is_keyed_event)
-    windows = fold_window(
-        "tick_window",
-        on_time.trues,
-        clock,
-        TumblingWindower(length=timedelta(seconds=window_s), align_to=EPOCH),
-        TickWindow,
-        fold_event,
-        merge_windows,
-    )
-    closed = op.map(
-        "window_closed",
-        windows.down,
-        lambda kv: (kv[0], (kv[0], (kv[1][0] + 1) * window_s, kv[1][1])),
-    )
+    closed, late, horizon_refused = _tick_windows(keyed, windows_of, clock, live, ordered)
     step = _PlannerStep(
         configs,
-        window_s,
+        windows_of,
         bootstrap or {},
         hold_for_acks=acks is not None,
         warmup=warmup or {},
@@ -302,12 +290,11 @@ def build_flow(
     decisions = op.map("count_decisions", decisions, _count_decision)
     applied = op.filter("not_advisory", decisions, lambda d: not configs[d.deployment].advisory)
 
-    late = op.map("late_letters", windows.late, _late)
+    late_letters = op.map("late_letters", late, _late)
     # bytewax's branch narrows only its trues (a TypeGuard); its falses are the dead letters
     invalid = cast(op.Stream[DeadLetter], valid.falses)
-    horizon_refused = cast(op.Stream[tuple[str, DeadLetter]], on_time.falses)
     refused = op.map("refused_letters", horizon_refused, lambda kv: kv[1])
-    dead = op.merge("dead_letters", invalid, refused, late, beyond_limits)
+    dead = op.merge("dead_letters", invalid, refused, late_letters, beyond_limits)
     dead = op.map("count_dead_letters", dead, count_dead_letter)
 
     for kind, stream, kind_sinks in (
@@ -319,6 +306,66 @@ def build_flow(
         for i, sink in enumerate(kind_sinks):
             _output(f"{kind}_out_{i}", stream, sink)
     return flow
+
+
+def _tick_windows(
+    keyed: op.KeyedStream[Event],
+    windows_of: dict[str, float],
+    clock: PlannerClock,
+    live: bool,
+    ordered: bool,
+) -> tuple[
+    op.Stream[tuple[str, tuple[str, float, TickWindow]]],
+    op.Stream[tuple[str, tuple[int, Event]]],
+    op.Stream[tuple[str, DeadLetter]],
+]:
+    """Each deployment's events through the event horizon into tumbling tick windows of its
+    own length (one horizon and window step per length): the closed windows as ``(deployment,
+    (deployment, end_s, window))``, the late events, and the horizon's dead letters."""
+    closed, late, refused = [], [], []
+    lengths = sorted(set(windows_of.values()))
+    for window_s in lengths:
+        names = {name for name, length in windows_of.items() if length == window_s}
+        suffix = "" if len(lengths) == 1 else f"_{round(window_s * 1000)}ms"
+        mine = (
+            keyed
+            if len(lengths) == 1
+            else op.filter(f"window_of{suffix}", keyed, partial(_of_deployments, names))
+        )
+        horizon = EventHorizon(clock, live, window_s, ordered).apply(f"event_horizon{suffix}", mine)
+        on_time = op.branch(f"on_time{suffix}", horizon, _is_keyed_event)
+        windows = fold_window(
+            f"tick_window{suffix}",
+            on_time.trues,
+            clock,
+            TumblingWindower(length=timedelta(seconds=window_s), align_to=EPOCH),
+            TickWindow,
+            fold_event,
+            merge_windows,
+        )
+        closed.append(op.map(f"window_closed{suffix}", windows.down, partial(_closed, window_s)))
+        late.append(windows.late)
+        # bytewax's branch narrows only its trues (a TypeGuard); its falses are dead letters
+        refused.append(cast(op.Stream[tuple[str, DeadLetter]], on_time.falses))
+    if len(lengths) == 1:
+        return closed[0], late[0], refused[0]
+    return (
+        op.merge("windows_closed", *closed),
+        op.merge("windows_late", *late),
+        op.merge("horizons_refused", *refused),
+    )
+
+
+def _of_deployments(names: set[str], kv: tuple[str, Event]) -> bool:
+    return kv[0] in names
+
+
+def _closed(
+    window_s: float, kv: tuple[str, tuple[int, TickWindow]]
+) -> tuple[str, tuple[str, float, TickWindow]]:
+    """A closed window as the planner step takes it: its deployment and end time."""
+    deployment, (index, window) = kv
+    return deployment, (deployment, (index + 1) * window_s, window)
 
 
 def _route_key(record: ScalingDecision | TickRecord | DeadLetter) -> str:

@@ -191,7 +191,7 @@ class DeploymentPlanner:
     >>> caps = WorkerCapabilities(decode=EngineCapabilities(max_num_seqs=8))
     >>> rows = {("decode", "w0", 0): [fpm_to_row(7.0, too_big)]}
     >>> record = planner.on_window(10.0, TickWindow(capabilities=caps, rows=rows))
-    >>> planner.latest, planner.training
+    >>> planner.latest, planner.tick_rows
     ({}, {})
     >>> [letter.reason.split(" is ")[1] for letter in planner.take_dead_letters()]
     ["above the engine's max_num_seqs = 8"]
@@ -224,7 +224,7 @@ class DeploymentPlanner:
         self.next_tick: ScheduledTick | None = None
         self.latest: dict[EngineId, FpmRow] = {}
         self.inventory: WorkerCounts | None = None
-        self.training: dict[Role, list[ForwardPassMetrics]] = {}
+        self.tick_rows: dict[EngineId, list[FpmRow]] = {}  # each engine's since the load tick
         longest = max(
             config.throughput_adjustment_interval_seconds,
             config.load_rate_window_seconds,  # the load tick's rate window
@@ -238,6 +238,29 @@ class DeploymentPlanner:
         self.dead_letters: list[DeadLetter] = []
 
     # --- window intake -------------------------------------------------------------------
+    def _training(self) -> dict[Role, list[ForwardPassMetrics]]:
+        """The forward passes a load tick trains the perf models on: per engine, up to
+        ``fpm_samples_per_engine_per_tick`` evenly spaced over what it sent since the last
+        load tick (agg: their time-weighted mean pass) — over the tick, not over each tick
+        window, whose length other deployments' intervals set (the gcd of them all: a
+        deployment with a 1 s interval beside made a 5 s one train on 40 passes a tick).
+        Engine order, not arrival order: the samples' order decides which the perf models drop
+        first when full, and engines reporting at the same event time through different input
+        partitions arrive in either order."""
+        per_engine = self.config.fpm_samples_per_engine_per_tick
+        training: dict[Role, list[ForwardPassMetrics]] = {}
+        for (role, worker_id, dp_rank), rows in sorted(self.tick_rows.items()):
+            if self.config.mode == "agg":  # the mean pass (counts fractional: time_average)
+                average = time_average(rows)
+                picked = [] if average is None else [mean_fpm(worker_id, dp_rank, average)]
+            else:
+                spaced = evenly_spaced(rows, per_engine)
+                picked = [fpm_from_row(worker_id, dp_rank, row) for row in spaced]
+            if not picked:  # an idle engine: its heartbeat still feeds the moving averages
+                picked = [fpm_from_row(worker_id, dp_rank, rows[-1])]
+            training.setdefault(role, []).extend(picked)
+        return training
+
     def take_dead_letters(self) -> list[DeadLetter]:
         """The inputs refused since the last call (forward passes beyond the engine's limits)."""
         letters, self.dead_letters = self.dead_letters, []
@@ -282,32 +305,18 @@ class DeploymentPlanner:
             self._set_limits(limits)
         if window.capabilities is not None or window.limits:
             self._warn_unfunded_minimum()
-        per_engine = self.config.fpm_samples_per_engine_per_tick
-        # Engine order, not arrival order: the training samples' order decides which the perf
-        # models drop first when full, and engines reporting at the same event time through
-        # different input partitions arrive in either order.
         stats_ = RequestStats(end_s)
         for key, rows in sorted(window.rows.items()):
-            role, worker_id, dp_rank = key
             rows = self._first_copies(key, rows)
-            caps: EngineCapabilities | None = getattr(self.machine.capabilities, role)
+            caps: EngineCapabilities | None = getattr(self.machine.capabilities, key[0])
             if caps is not None and not within_scheduler_limits(rows, caps):
                 rows = self._within_limits(key, rows, caps)
                 if not rows:
                     continue
             self.latest[key] = rows[-1]
             stats_.prompt_tokens_scheduled += sum(int(row[_PROMPT_TOKENS]) for row in rows)
-            if per_engine == 1:
-                continue  # the reference: a load tick trains on each engine's latest FPM
-            if self.config.mode == "agg":  # the mean pass (counts fractional: time_average)
-                average = time_average(rows)
-                training = [] if average is None else [mean_fpm(worker_id, dp_rank, average)]
-            else:
-                spaced = evenly_spaced(rows, per_engine)
-                training = [fpm_from_row(worker_id, dp_rank, row) for row in spaced]
-            if not training:  # an idle engine: its heartbeat still feeds the moving averages
-                training = [fpm_from_row(worker_id, dp_rank, rows[-1])]
-            self.training.setdefault(role, []).extend(training)
+            if self.config.fpm_samples_per_engine_per_tick > 1:  # else the latest (reference)
+                self.tick_rows.setdefault(key, []).extend(rows)
         silent_since = end_s - self.config.engine_silence_seconds
         for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]
@@ -497,14 +506,14 @@ class DeploymentPlanner:
             # None: the core trains on the latest FPM of each engine, heartbeats too (the
             # reference, ``fpm_samples_per_engine_per_tick = 1``)
             training_fpms=(
-                self.training
+                self._training()
                 if tick.need_worker_fpm and self.config.fpm_samples_per_engine_per_tick > 1
                 else None
             ),
         )
         effects = self.machine.on_tick(tick, tick_input)
         if tick.need_worker_fpm:
-            self.training = {}
+            self.tick_rows = {}
         assert effects.next_tick is not None
         self.next_tick = effects.next_tick
         decision = None

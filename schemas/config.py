@@ -80,8 +80,8 @@ _BOOL = TypeAdapter(Annotated[bool, Strict()])
 
 DAY_SECONDS = 86400.0
 INTERVAL_LIMITS = (0.1, DAY_SECONDS, 0.01)
-"""Shortest and longest tick interval and its resolution, in seconds. The flow's tick window is
-the gcd of the configured intervals (``flows.planner.window_seconds``): at 10 ms resolution it
+"""Shortest and longest tick interval and its resolution, in seconds. A deployment's tick window
+is the gcd of its intervals (``flows.planner.window_seconds``): at 10 ms resolution it
 is never shorter than 10 ms (at most 100 windows per second of event time; an interval under a
 millisecond made it 0 and crashed the run), and 0.1 s is already shorter than a useful tick
 (an engine reports a forward pass every few to a hundred milliseconds, a load tick needs

@@ -159,3 +159,34 @@ def test_engines_reporting_at_the_same_time_train_the_same_model_in_any_arrival_
     first, reversed_ = run(("w1", "w2", "w3")), run(("w3", "w2", "w1"))
     assert first[0] is not None and len(first[1]) == 8  # fitted, and samples were dropped
     assert first == reversed_
+
+
+def test_ours_trains_on_passes_spread_over_the_tick_not_over_each_window():
+    """A 5 s load tick over 1 s windows (a 12 s throughput interval makes the window 1 s):
+    ``fpm_samples_per_engine_per_tick`` (8) passes spread over the tick's 20, not 8 of each
+    window's 4 (all 20); the window was another deployment's choice as well (its gcd)."""
+    config = PlannerConfig(
+        mode="decode",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=True,
+        throughput_adjustment_interval_seconds=12,
+        load_adjustment_interval_seconds=5,
+        max_gpu_budget=-1,
+    )
+    deployment = DeploymentPlanner("d", config, 1.0)
+    times = [t / 4 for t in range(20)]  # 4 passes a second
+    for second in range(1, 6):
+        rows = [
+            pass_row(t, 0.01 + t / 1000, decode_kv=1000, decode_n=4)
+            for t in times[: 4 * second]
+            if t >= second - 1
+        ]
+        window = TickWindow(
+            rows={("decode", "w0", 0): rows}, inventory=WorkerCounts(ready_num_decode=1)
+        )
+        record = deployment.on_window(float(second), window)
+    assert record.ran_load
+    walls = [wall for _, wall in deployment.machine.decode_model.samples.samples()]
+    assert len(walls) == 8
+    assert max(walls) - min(walls) > 0.004  # from the tick's first second to its last
