@@ -226,6 +226,8 @@ def guard_single_scaling_budget(
     (5, None)
     >>> guard_single_scaling_budget(2, 20, 1, -1, 16, 3)  # ... it does not: the funded part
     (16, 'gpu_budget_reconcile')
+    >>> guard_single_scaling_budget(2, 4, 2, -1, 5, 1)  # 5 GPUs fund 2 replicas of 2: held
+    (2, 'gpu_budget_guard_hold')
     """
     check_count("current", current, 0)
     check_count("proposed", proposed, 0)
@@ -250,8 +252,8 @@ def guard_single_scaling_budget(
     if max_gpus >= 0 and total >= max_gpus and proposed > current:
         return current, HOLD
     final = proportional_clamp_single(proposed, g, min_gpus, max_gpus, min_endpoint)
-    if not _between(current, proposed, final):
-        return current, HOLD
+    if final == current != proposed or not _between(current, proposed, final):
+        return current, HOLD  # (the first: a budget not a whole number of replicas' GPUs)
     return final, None
 
 
