@@ -3,12 +3,16 @@
 Each throughput tick feeds the traffic forecaster the tick's observation, forecasts the next
 interval and sizes every role for it with the perf models (:meth:`EngineFleet.capacity`). With
 load scaling on, the sizes only become the replica floors the load loop applies
-(:attr:`ThroughputLoop.lower_bounds`); otherwise they are a throughput decision.
+(:attr:`ThroughputLoop.lower_bounds`); otherwise they are a throughput decision, whose
+scale-downs (ours, ``scale_down_stabilization_seconds``, as Kubernetes' HPA) go no lower than
+the highest sizing of the ticks within that window: on a steady load whose need sits at a
+replica boundary, a throughput-only deployment went 3↔4 on every tick.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 
 from operators.engine_fleet import EngineFleet
@@ -37,6 +41,9 @@ class ThroughputLoop:
         self.forecaster = forecaster
         self.lower_bounds: dict[Role, int] = {"prefill": 1, "decode": 1}
         self._sized: dict[Role, int] = {}  # the step-capped sizing behind the lower bounds
+        window = fleet.config.scale_down_stabilization_seconds
+        ticks = math.ceil(window / fleet.config.throughput_adjustment_interval_seconds)
+        self._recent: deque[dict[Role, int]] = deque(maxlen=ticks)  # the window's sizings
 
     def bound_for(self, role: Role) -> int | None:
         """The replica floor of ``role``, or ``None`` for a role the deployment lacks."""
@@ -125,6 +132,7 @@ class ThroughputLoop:
             self.lower_bounds.update(bounds)
             self._set_reason(diag, budget_reason or "set_lower_bound")
             return None
+        targets, held = self._stabilized(targets)
         targets, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=False)
         in_effect = all(fleet.inventory.current_target(role) == n for role, n in targets.items())
         if budget_reason is not None and (
@@ -133,7 +141,30 @@ class ThroughputLoop:
         ):
             self._set_reason(diag, budget_reason)
             return None
-        return self._target(targets, budget_reason or "scale", diag)
+        if held and all(fleet.inventory.current_target(r) == n for r, n in targets.items()):
+            self._set_reason(diag, "no_change")
+            for role in held:
+                self._set_role_reason(diag, role, "scale_down_stabilizing")
+            diag.throughput_decision_reason = "scale_down_stabilizing"
+            return None
+        return self._target(targets, budget_reason or "scale", diag, held=held)
+
+    def _stabilized(self, targets: dict[Role, int]) -> tuple[dict[Role, int], set[Role]]:
+        """``targets`` with each scale-down lifted to the highest sizing of the window (never
+        above the count in effect), and the roles so held."""
+        window = list(self._recent)
+        if self._recent.maxlen:
+            self._recent.append(dict(targets))
+        stabilized, held = dict(targets), set()
+        for role, n in targets.items():
+            current = self.fleet.inventory.current_target(role)
+            if current is None or n >= current:
+                continue
+            highest = max([n, *(sized.get(role, n) for sized in window)])
+            stabilized[role] = min(current, highest)
+            if stabilized[role] > n:
+                held.add(role)
+        return stabilized, held
 
     def refit_lower_bounds(self) -> None:
         """The limits changed (:class:`schemas.Limits`): fit the last sizing's lower bounds to
@@ -177,9 +208,11 @@ class ThroughputLoop:
         diag: TickDiagnostics,
         *,
         keep_reasons: bool = False,
+        held: set[Role] | None = None,
     ) -> ScaleTarget | None:
         """A throughput decision, or ``None`` (``no_change``) when every target equals the
-        count already in effect (expected, else ready)."""
+        count already in effect (expected, else ready); the ``held`` roles' reason is
+        ``scale_down_stabilizing``."""
         inventory = self.fleet.inventory
         unchanged = all(inventory.current_target(r) == n for r, n in targets.items())
         if not targets or unchanged:
@@ -188,6 +221,8 @@ class ThroughputLoop:
             return None
         if not keep_reasons:
             self._set_reason(diag, reason)
+        for role in held or ():
+            self._set_role_reason(diag, role, "scale_down_stabilizing")
         return ScaleTarget(
             num_prefill=targets.get("prefill"),
             num_decode=targets.get("decode"),

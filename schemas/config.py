@@ -426,10 +426,11 @@ class PlannerConfig(BaseModel):
     scale_down_stabilization_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0
     """*ours*: an SLA load scale-down of a role needs this long in which every load tick wanted
     it and nothing changed the role (the window starts at the run's first load tick); the
-    recent-rate floor is the highest of this window. 300 s is Kubernetes HPA's default downscale
-    stabilization; against 120 s it cost 1–5 % more GPU-hours on smooth traffic and bought
-    4–13 points of SLA attainment on bursty traffic, with a fifth of the reversals (README,
-    closed-loop benchmark). Reference: 0."""
+    recent-rate floor is the highest of this window. A throughput-only deployment scales a role
+    down no lower than the highest sizing of the throughput ticks within this window. 300 s is
+    Kubernetes HPA's default downscale stabilization; against 120 s it cost 1–5 % more
+    GPU-hours on smooth traffic and bought 4–13 points of SLA attainment on bursty traffic, with
+    a fifth of the reversals (README, closed-loop benchmark). Reference: 0."""
     prefill_capacity_batching: bool = True
     """*ours*: a prefill engine's capacity counts the prompts it packs into one forward pass
     (up to ``max_num_batched_tokens`` / ``max_num_seqs``, within the TTFT SLA), as the

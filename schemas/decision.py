@@ -64,9 +64,10 @@ ThroughputReason = Literal[
     "gpu_budget_guard_hold",
     "gpu_budget_reconcile",
     "power_budget_clamp",
+    "scale_down_stabilizing",
 ]
 """Throughput-scaling decision reasons (spec §5.3, with the current tree's ``no_change`` and
-budget-band reasons of §8.2, and our ``power_budget_clamp``)."""
+budget-band reasons of §8.2, and our ``power_budget_clamp`` and ``scale_down_stabilizing``)."""
 
 LOAD_REASONS: tuple[str, ...] = LoadReason.__args__  # type: ignore[attr-defined]
 THROUGHPUT_REASONS: tuple[str, ...] = ThroughputReason.__args__  # type: ignore[attr-defined]

@@ -1074,3 +1074,35 @@ def test_a_silent_request_feed_while_the_engines_prefill_is_unknown_not_idle():
             obs = record.observed_traffic
             observed.append(None if obs is None else obs.num_req)
     assert observed == [120, None, 0]
+
+
+@pytest.mark.parametrize("stabilization", [0.0, 300.0])
+def test_throughput_only_scale_downs_wait_out_the_stabilization_window(stabilization):
+    """Ours (``scale_down_stabilization_seconds``, as an HPA): a throughput-only deployment's
+    scale-down goes no lower than the highest sizing of the window's ticks. A load whose need
+    sits at a replica boundary (2.7 then 1.7 replicas a minute) flapped 3↔2 on every tick; the
+    reference (0 s) still does."""
+    machine = core(
+        mode="prefill",
+        enable_load_scaling=False,
+        throughput_adjustment_interval_seconds=60,
+        scale_down_stabilization_seconds=stabilization,
+    )
+    machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+    ready, counts, reasons = 3, [], []
+    for i, num_req in enumerate([160, 100] * 4):  # 3 replicas, then 2, a minute each
+        effects = run_tick(
+            machine,
+            now_s=60.0 * (i + 1),
+            traffic=window(num_req, 1000, 150),
+            counts=WorkerCounts(ready_num_prefill=ready, expected_num_prefill=ready),
+        )
+        if effects.scale_to is not None:
+            ready = effects.scale_to.num_prefill
+        counts.append(ready)
+        reasons.append(effects.diagnostics.throughput_decision_reason_prefill)
+    if stabilization:
+        assert counts == [3] * 8
+        assert reasons[1::2] == ["scale_down_stabilizing"] * 4
+    else:
+        assert counts == [3, 2] * 4

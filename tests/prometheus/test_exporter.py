@@ -165,6 +165,7 @@ def test_real_prometheus_scrapes_the_planner_metrics(
             "unset", "disabled", "no_traffic_data", "predict_failed", "model_not_ready",
             "partner_not_ready", "set_lower_bound", "scale", "no_change",
             "gpu_budget_guard_hold", "gpu_budget_reconcile", "power_budget_clamp",
+            "scale_down_stabilizing",
         }  # fmt: skip
         on = [s for s in states if s["value"][1] == "1"]
         assert [s["metric"]["dynamo_planner_throughput_scaling_decision"] for s in on] == [
