@@ -165,20 +165,26 @@ def _text(item: RawEvent) -> str:
 
 
 def _roles_named(event: Event) -> list[Role]:
-    """The roles an inventory or capabilities event says something about (an inventory of a
-    role the mode has not — 14 phantom prefill replicas of a decode deployment — went into
-    its decisions and GPU-hours)."""
+    """The roles an inventory or capabilities event gives replicas or limits (an inventory of
+    a role the mode has not — 14 phantom prefill replicas of a decode deployment — went into
+    its decisions and GPU-hours). Zero replicas, or empty limits, name no role: the reference's
+    connector reports 0 prefill replicas of a deployment without a prefill service."""
     if isinstance(event, InventoryEvent):
         counts = event.payload
         return [
             role
             for role in get_args(Role)
-            if getattr(counts, f"ready_num_{role}") is not None
-            or getattr(counts, f"expected_num_{role}") is not None
+            if getattr(counts, f"ready_num_{role}")
+            or getattr(counts, f"expected_num_{role}")
             or getattr(counts, f"{role}_scaling_in_progress")
         ]
     if isinstance(event, CapabilitiesEvent):
-        return [role for role in get_args(Role) if getattr(event.payload, role) is not None]
+        return [
+            role
+            for role in get_args(Role)
+            if (caps := getattr(event.payload, role)) is not None
+            and caps.model_dump(exclude_none=True)
+        ]
     return []
 
 

@@ -98,3 +98,31 @@ def test_absurd_payloads_are_dead_letters_and_change_nothing(tmp_path):
     assert outputs["mixed"]["decisions"] == outputs["clean"]["decisions"]
     assert outputs["mixed"]["ticks"] == outputs["clean"]["ticks"]
     assert f"{len(dead)} dead-lettered" in outputs["mixed"]["stderr"]
+
+
+def test_no_replicas_of_a_role_the_mode_lacks_is_no_phantom(tmp_path):
+    # protects: an inventory that also said 0 prefill replicas (the reference's connector
+    # reports 0 for a service the deployment lacks) was refused whole: no decision ever
+    valid = decode_ramp("llama", engines=2, seconds=60)
+    zeros = [
+        e | {"payload": e["payload"] | {"ready_num_prefill": 0, "expected_num_prefill": 0}}
+        if e["type"] == "inventory"
+        else e
+        for e in valid
+    ]
+    zeros.insert(
+        1, {"type": "capabilities", "deployment": "llama", "time": 0.0, "payload": {"prefill": {}}}
+    )
+    config = write_config(tmp_path / "c.yaml", {"llama": DECODE_CONFIG})
+    (tmp_path / "clean.jsonl").write_text("".join(json.dumps(e) + "\n" for e in valid))
+    (tmp_path / "zeros.jsonl").write_text("".join(json.dumps(e) + "\n" for e in zeros))
+    clean = run_recorded(config, [tmp_path / "clean.jsonl"], tmp_path / "clean")
+    with_zeros = run_recorded(config, [tmp_path / "zeros.jsonl"], tmp_path / "zeros")
+    assert with_zeros["dead"] == [] and clean["decisions"]
+
+    def targets(run: dict) -> list[tuple]:  # (its inventory's 0 prefill is reported as given)
+        return [
+            (d["decision_id"], d["time"], d["num_decode"], d["reason"]) for d in run["decisions"]
+        ]
+
+    assert targets(with_zeros) == targets(clean)
