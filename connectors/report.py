@@ -140,8 +140,8 @@ def panels_from_timeline(
 def is_tick(record: TickRecord) -> bool:
     """Whether a tick record is a planner tick, not a window that closed without one.
 
-    The flow's window is the gcd of every deployment's intervals, so a deployment with a longer
-    interval sees windows in which none of its loops ran; their records carry only the time.
+    A deployment's window is the gcd of its intervals, so it has windows in which none of its
+    loops ran; their records carry only the time.
 
     >>> is_tick(TickRecord(deployment="d", time=5.0)), is_tick(TickRecord(
     ...     deployment="d", time=10.0, ran_load=True))

@@ -242,8 +242,8 @@ class DeploymentPlanner:
         """The forward passes a load tick trains the perf models on: per engine, up to
         ``fpm_samples_per_engine_per_tick`` evenly spaced over what it sent since the last
         load tick (agg: their time-weighted mean pass) — over the tick, not over each tick
-        window, whose length other deployments' intervals set (the gcd of them all: a
-        deployment with a 1 s interval beside made a 5 s one train on 40 passes a tick).
+        window, which is shorter when the throughput interval is not a multiple of the load
+        interval (5 s and 12 s make 1 s windows: 40 passes a tick were trained on).
         Engine order, not arrival order: the samples' order decides which the perf models drop
         first when full, and engines reporting at the same event time through different input
         partitions arrive in either order."""

@@ -207,7 +207,7 @@ class PlannerStateMachine:
 
         throughput_target = None
         if tick.run_throughput_scaling:
-            throughput_target = self._throughput_tick(traffic, diag)
+            throughput_target = self._throughput_tick(traffic, diag, tick_input.now_s)
 
         load_target = None
         if tick.run_load_scaling:
@@ -231,9 +231,9 @@ class PlannerStateMachine:
 
     # The loops' steps, as methods of the machine so a profiler (bench/scale.py) can time each.
     def _throughput_tick(
-        self, traffic: TrafficObservation | None, diag: TickDiagnostics
+        self, traffic: TrafficObservation | None, diag: TickDiagnostics, now_s: float
     ) -> ScaleTarget | None:
-        return self.throughput.tick(traffic, diag)
+        return self.throughput.tick(traffic, diag, now_s)
 
     def _train(self, tick_input: TickInput) -> None:
         self.load.train(tick_input)

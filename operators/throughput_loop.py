@@ -30,7 +30,7 @@ class ThroughputLoop:
     >>> config = PlannerConfig(mode="decode", optimization_target="sla")
     >>> loop = ThroughputLoop(EngineFleet(config), TrafficForecaster.from_config(config))
     >>> diag = TickDiagnostics()
-    >>> loop.tick(None, diag), diag.throughput_decision_reason
+    >>> loop.tick(None, diag, now_s=60.0), diag.throughput_decision_reason
     (None, 'no_traffic_data')
     >>> loop.lower_bounds, loop.bound_for("decode"), loop.bound_for("prefill")
     ({'prefill': 1, 'decode': 1}, 1, None)
@@ -41,9 +41,7 @@ class ThroughputLoop:
         self.forecaster = forecaster
         self.lower_bounds: dict[Role, int] = {"prefill": 1, "decode": 1}
         self._sized: dict[Role, int] = {}  # the step-capped sizing behind the lower bounds
-        window = fleet.config.scale_down_stabilization_seconds
-        ticks = math.ceil(window / fleet.config.throughput_adjustment_interval_seconds)
-        self._recent: deque[dict[Role, int]] = deque(maxlen=ticks)  # the window's sizings
+        self._recent: deque[tuple[float, dict[Role, int]]] = deque()  # (time, sizing)
 
     def bound_for(self, role: Role) -> int | None:
         """The replica floor of ``role``, or ``None`` for a role the deployment lacks."""
@@ -61,9 +59,11 @@ class ThroughputLoop:
         else:
             diag.throughput_decision_reason_decode = reason
 
-    def tick(self, traffic: TrafficObservation | None, diag: TickDiagnostics) -> ScaleTarget | None:
-        """One throughput tick on ``traffic``: a decision (throughput-only deployments) or
-        ``None``; the floors and ``diag`` are updated."""
+    def tick(
+        self, traffic: TrafficObservation | None, diag: TickDiagnostics, now_s: float
+    ) -> ScaleTarget | None:
+        """One throughput tick at ``now_s`` on ``traffic``: a decision (throughput-only
+        deployments) or ``None``; the floors and ``diag`` are updated."""
         fleet, config = self.fleet, self.fleet.config
         if not config.enable_throughput_scaling or self.forecaster is None:
             self._set_reason(diag, "disabled")
@@ -132,7 +132,7 @@ class ThroughputLoop:
             self.lower_bounds.update(bounds)
             self._set_reason(diag, budget_reason or "set_lower_bound")
             return None
-        targets, held = self._stabilized(targets)
+        targets, held = self._stabilized(targets, now_s)
         targets, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=False)
         in_effect = all(fleet.inventory.current_target(role) == n for role, n in targets.items())
         if budget_reason is not None and (
@@ -149,12 +149,18 @@ class ThroughputLoop:
             return None
         return self._target(targets, budget_reason or "scale", diag, held=held)
 
-    def _stabilized(self, targets: dict[Role, int]) -> tuple[dict[Role, int], set[Role]]:
-        """``targets`` with each scale-down lifted to the highest sizing of the window (never
-        above the count in effect), and the roles so held."""
-        window = list(self._recent)
-        if self._recent.maxlen:
-            self._recent.append(dict(targets))
+    def _stabilized(
+        self, targets: dict[Role, int], now_s: float
+    ) -> tuple[dict[Role, int], set[Role]]:
+        """``targets`` with each scale-down lifted to the highest sizing of the ticks within
+        the stabilization window before ``now_s`` (never above the count in effect), and the
+        roles so held."""
+        horizon = now_s - self.fleet.config.scale_down_stabilization_seconds
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        window = [sized for _, sized in self._recent]
+        if now_s > horizon:
+            self._recent.append((now_s, dict(targets)))
         stabilized, held = dict(targets), set()
         for role, n in targets.items():
             current = self.fleet.inventory.current_target(role)

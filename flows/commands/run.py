@@ -94,8 +94,9 @@ class StopRequest:
         signal.alarm(STOP_GRACE_S)
 
 
-class StoppedWhileStarting(Exception):
-    """SIGTERM or SIGINT came before the dataflow started (its name is the message)."""
+class StoppedWhileStarting(BaseException):
+    """SIGTERM or SIGINT came before the dataflow started (its name is the message); a
+    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows it."""
 
 
 def stoppable_start(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -133,7 +134,10 @@ def stoppable_start(command: Callable[[argparse.Namespace], int]) -> Callable[..
 def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, str | None]:
     """Run ``flow`` until its inputs end or SIGTERM/SIGINT stop it (:class:`StopRequest`):
     the exit status (1 after a failure a user can fix, said in one line on stderr) and the
-    signal that stopped it, if one did. Other failures are raised."""
+    signal that stopped it, if one did. Other failures are raised. Call it within a
+    :func:`stoppable_start` command: once the run is over, a signal is only said until the
+    command returns (its summary and clean-up still run), and the command puts back the
+    handlers it found."""
     stop = StopRequest()
     end_inputs(False)
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
@@ -149,9 +153,15 @@ def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, 
             return 1, None
     finally:
         signal.alarm(0)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.signal(signal.SIGALRM, previous[signal.SIGALRM])
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the run is over: a signal is only said
+            # (the command's own handlers come back as it returns: stoppable_start)
+            signal.signal(sig, functools.partial(_finishing, command))
     return 0, stop.signal
+
+
+def _finishing(command: str, signum: int, frame: FrameType | None) -> None:
+    print(f"{command}: {signal.Signals(signum).name}: already stopping", file=sys.stderr)
 
 
 def counter_total(name: str) -> int:

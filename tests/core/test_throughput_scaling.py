@@ -1106,3 +1106,24 @@ def test_throughput_only_scale_downs_wait_out_the_stabilization_window(stabiliza
         assert reasons[1::2] == ["scale_down_stabilizing"] * 4
     else:
         assert counts == [3, 2] * 4
+
+
+def test_a_sizing_older_than_the_window_holds_nothing():
+    # protects: the window was counted in sized ticks, so after an hour of ticks without
+    # traffic data a sizing 61 minutes old still held a scale-down
+    machine = core(
+        mode="prefill",
+        enable_load_scaling=False,
+        throughput_adjustment_interval_seconds=60,
+        scale_down_stabilization_seconds=300,
+    )
+    machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+    counts = WorkerCounts(ready_num_prefill=3, expected_num_prefill=3)
+    run_tick(machine, now_s=60.0, traffic=window(160, 1000, 150), counts=counts)  # sizes 3
+    for minute in range(2, 62):  # an hour without traffic data (its source was down)
+        effects = run_tick(
+            machine, now_s=60.0 * minute, traffic=window(0, 0, 0, 0.0), counts=counts
+        )
+        assert effects.diagnostics.throughput_decision_reason == "no_traffic_data"
+    effects = run_tick(machine, now_s=60.0 * 62, traffic=window(100, 1000, 150), counts=counts)
+    assert effects.scale_to is not None and effects.scale_to.num_prefill == 2

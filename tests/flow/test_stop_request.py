@@ -55,3 +55,34 @@ def test_a_worker_stopped_while_it_starts_exits_0(tmp_path: Path) -> None:
     _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "flowplanner run: stopped by SIGTERM while starting" in err
+
+
+def test_a_signal_after_the_run_is_only_said(monkeypatch, capsys, tmp_path: Path) -> None:
+    # protects: the start-up's handler came back with the run over, so a SIGTERM while the
+    # metrics server stopped was taken for a stop while starting: no summary line, no clean-up
+    import connectors.metrics
+    from flows.cli import main
+
+    stop = connectors.metrics.MetricsServer.stop
+    stopped = []
+
+    def stop_with_a_signal(server) -> None:
+        signal.raise_signal(signal.SIGTERM)  # a second Ctrl-C or SIGTERM as the run ends
+        stop(server)
+        stopped.append(server)
+
+    monkeypatch.setattr(connectors.metrics.MetricsServer, "stop", stop_with_a_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    examples = Path(__file__).parents[2] / "examples"
+    args = [
+        "--config",
+        str(examples / "decode.yaml"),
+        "--input",
+        str(examples / "decode_burst.jsonl"),
+    ]
+    status = main(["run", *args, "--output", str(tmp_path / "d.jsonl"), "--metrics-port", "0"])
+    err = capsys.readouterr().err
+    assert status == 0 and stopped
+    assert "flowplanner run: SIGTERM: already stopping" in err
+    assert "flowplanner run: 964 events in, 0 dead-lettered, 1 decisions" in err
+    assert signal.getsignal(signal.SIGTERM) == before
