@@ -250,7 +250,8 @@ def panels_from_ticks(
         return any(v is not None for v in values)
 
     def sparse(name: str, values: Sequence[float | None], **style: Any) -> Series:
-        # values known only on some ticks (e.g. every throughput interval): join those points
+        # values known only on some ticks (every throughput interval; the engines' estimates
+        # and loads on load ticks only): join those points
         kept = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
         return Series(name, [x for x, _ in kept], [v for _, v in kept], **style)
 
@@ -290,7 +291,7 @@ def panels_from_ticks(
         if some(est) or sla is not None:
             out[key] = Panel(
                 f"Estimated {label} vs SLA",
-                [Series(f"estimated {label}", t, est)],
+                [sparse(f"estimated {label}", est)],  # load ticks only
                 y_label="ms",
                 hlines=[("SLA", sla)] if sla is not None else [],
             )
@@ -298,7 +299,7 @@ def panels_from_ticks(
     pf = col(_engine_sum(prefilling, "queued_prefill_tokens"))
     if some(pf):
         out["prefill_load"] = Panel(
-            "Prefill engine load", [Series("queued prefill tokens", t, pf)], y_label="tokens"
+            "Prefill engine load", [sparse("queued prefill tokens", pf)], y_label="tokens"
         )
     dq = col(_engine_sum("decode", "queued_decode_kv_tokens"))
     di = col(_engine_sum("decode", "inflight_decode_kv_tokens"))
@@ -306,7 +307,7 @@ def panels_from_ticks(
         cap = [("KV capacity per engine", float(max_kv_tokens))] if max_kv_tokens else []
         out["decode_load"] = Panel(
             "Decode engine load (sum over engines)",
-            [Series("queued KV", t, dq), Series("in-flight KV", t, di)],
+            [sparse("queued KV", dq), sparse("in-flight KV", di)],
             y_label="tokens",
             hlines=cap,
         )

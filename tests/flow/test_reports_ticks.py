@@ -42,13 +42,15 @@ def run_with_reports(tmp_path: Path, deployments: dict[str, dict], events: list[
 
 
 def test_a_deployment_ticking_slower_than_the_window_gets_a_drawn_report(tmp_path):
-    # "fast" ticks every 5 s, "slow" every 10 s: the flow's window is 5 s, so every other window
-    # of "slow" closes without a tick (a bare record). Those are not ticks: counting them made
-    # the page claim twice the ticks, and their empty values cut every line into one-point
-    # pieces, so the replicas, ITL and engine-load panels drew nothing at all.
+    # "slow" ticks its load loop every 10 s and its throughput loop every 15 s: its window is
+    # 5 s, so some of its windows close without a tick (a bare record). Those are not ticks:
+    # counting them made the page claim more ticks, and their empty values cut every line into
+    # one-point pieces, so the replicas, ITL and engine-load panels drew nothing at all; and the
+    # throughput ticks, which have no engine estimates, cut the ITL line the same way.
+    slow = {"load_adjustment_interval_seconds": 10, "enable_throughput_scaling": True}
     deployments = {
         "fast": dict(DECODE_CONFIG),
-        "slow": {**DECODE_CONFIG, "load_adjustment_interval_seconds": 10},
+        "slow": {**DECODE_CONFIG, **slow, "throughput_adjustment_interval_seconds": 15},
     }
     events = merge_streams(
         decode_ramp("fast", engines=2, seconds=40), decode_ramp("slow", engines=2, seconds=40)
