@@ -13,6 +13,7 @@ one dead letter that names them (:meth:`Admission.admit`): one bad pass costs no
 
 from __future__ import annotations
 
+import json
 from typing import get_args
 
 from pydantic import ValidationError
@@ -84,9 +85,10 @@ class Admission:
                 event = parse_event(item.data)
             except ValidationError as exc:
                 problem = not_utf8(item.data) or describe_validation_error(exc)
-                return self._reject(item, f"invalid event: {problem}")
+                return self._reject(item, f"invalid event: {problem}", owner=self._owner(item))
             except Exception as exc:  # a validator's own failure must not stop the flow
-                return self._reject(item, f"invalid event: {type(exc).__name__}: {exc}")
+                reason = f"invalid event: {type(exc).__name__}: {exc}"
+                return self._reject(item, reason, owner=self._owner(item))
             if isinstance(event, AckEvent):  # its dead letter names this line, as written
                 event.read_at(item.source, item.position, _text(item).strip())
         else:
@@ -141,8 +143,22 @@ class Admission:
         payload = event.payload.model_copy(update={"rows": rows})
         return [event.model_copy(update={"payload": payload}), letter]
 
+    def _owner(self, item: RawEvent) -> str | None:
+        """The configured deployment a refused input names, if it names one (with several
+        deployments on one input, whose bad input it was)."""
+        try:
+            named = json.loads(item.data).get("deployment")
+        except (ValueError, RecursionError, AttributeError):  # not JSON, too deep, no object
+            return None
+        return named if isinstance(named, str) and named in self.configs else None
+
     @staticmethod
-    def _reject(item: RawEvent | Event, reason: str, event: Event | None = None) -> DeadLetter:
+    def _reject(
+        item: RawEvent | Event,
+        reason: str,
+        event: Event | None = None,
+        owner: str | None = None,
+    ) -> DeadLetter:
         position: int | None
         if isinstance(item, RawEvent):
             raw, source, position = _text(item), item.source, item.position
@@ -155,7 +171,7 @@ class Admission:
             position=position,
             reason=reason,
             raw=raw.strip(),
-            deployment=event.deployment if event is not None else None,
+            deployment=event.deployment if event is not None else owner,
         )
 
 

@@ -94,6 +94,11 @@ def test_absurd_payloads_are_dead_letters_and_change_nothing(tmp_path):
         matching = [d for d in dead if words in d["reason"]]
         assert len(matching) == expected.count(words), (words, [d["reason"] for d in dead])
     assert all(len(d["reason"]) < 400 for d in dead)  # nothing huge is echoed
+    # each names the deployment it was for (with several on one input: whose bad input it
+    # was), but for the one whose name is no configured deployment's
+    owners = [d["deployment"] for d in dead if "at most 253 characters" not in d["reason"]]
+    assert set(owners) == {"llama"}
+    assert all(d["deployment"] is None for d in dead if "at most 253" in d["reason"])
     assert outputs["clean"]["decisions"]  # the ramp scales up
     assert outputs["mixed"]["decisions"] == outputs["clean"]["decisions"]
     assert outputs["mixed"]["ticks"] == outputs["clean"]["ticks"]
