@@ -420,6 +420,9 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
     _decoder: FpmWireDecoder = field(default_factory=FpmWireDecoder)
     _next_awake: datetime | None = None
     _next_expiry_check: float = 0.0
+    _last_now: float = 0.0  # the newest stamp: a clock stepped back stamps no earlier
+    _publisher_of: dict[EngineKey, str] = field(default_factory=dict)  # the first endpoint
+    _claims_warned: set[tuple[EngineKey, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -442,6 +445,9 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         now = options.clock()  # after the poll: what it found had arrived by now
         if not (now >= 0 and math.isfinite(now)):
             raise ValueError(f"clock gave {now!r}; event time must be finite and >= 0")
+        # the host clock stepped back (NTP): stamp no earlier than before, or every pass until
+        # it caught up would be behind the watermark, late (472 of 8 s at 200 a second)
+        now = self._last_now = max(now, self._last_now)
         items: list[ZmqItem] = []
         for socket, _event in ready:
             self._drain(self._subscriptions[socket], now, items)
@@ -595,6 +601,9 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
         deployment, role = spec.deployment, spec.role
         for (worker_id, dp_rank), rows in groups.items():
             key = (deployment, role, worker_id, dp_rank)
+            first = self._publisher_of.setdefault(key, spec.url)
+            if first != spec.url:
+                self._claimed_twice(key, first, spec.url)
             if engines.seen(key, now):
                 FPM_ENGINES.labels(deployment=deployment, role=role).inc()
                 log.info(
@@ -635,10 +644,26 @@ class _ZmqPartition(StatelessSourcePartition[ZmqItem]):
             deployment=sub.spec.deployment,
         )
 
+    def _claimed_twice(self, key: EngineKey, first: str, second: str) -> None:
+        """Two publishers send one engine's passes (the same worker id and rank, a copied
+        config): they are read as one engine, whose load is whichever sent last, so warn once
+        per pair — the load loop would otherwise report a worker count mismatch for ever."""
+        if (key, second) in self._claims_warned:
+            return
+        self._claims_warned.add((key, second))
+        log.warning(
+            "engine %s/%s worker %r dp_rank %d is published by %s and by %s: one engine to the "
+            "planner (give each engine its own worker id)",
+            *key,
+            first,
+            second,
+        )
+
     def _expire(self, now: float) -> None:
         engines = self._engines
         assert engines is not None
         for deployment, role, worker_id, dp_rank in engines.expire(now):
+            self._publisher_of.pop((deployment, role, worker_id, dp_rank), None)
             FPM_ENGINES.labels(deployment=deployment, role=role).dec()
             FPM_ENGINES_EXPIRED.labels(deployment=deployment, role=role).inc()
             log.warning(

@@ -402,3 +402,41 @@ def test_a_silence_mapping_must_name_every_endpoints_deployment() -> None:
             {"tcp://127.0.0.1:20380": ("a", "decode"), "tcp://127.0.0.1:20381": ("b", "decode")},
             engine_silence_seconds={"a": 3.0},
         )
+
+
+def test_a_clock_stepped_back_stamps_no_earlier_than_before(new_url: Callable[[], str]) -> None:
+    # protects: passes are stamped on receipt; when the host clock stepped back (NTP) they were
+    # stamped behind the watermark and every one was late until the clock caught up
+    steps = [
+        ("clock", 1000.0),
+        ("fpm", 0, fpm_fields("w1", step=0)),
+        ("await_seen", 1),
+        ("clock", 995.0),  # stepped back 5 s
+        ("fpm", 0, fpm_fields("w1", step=1)),
+        ("await_seen", 2),
+        ("clock", 1001.0),
+        ("fpm", 0, fpm_fields("w1", step=2)),
+    ]
+    publisher = PublisherProcess([new_url()], steps).start()
+    (url,) = publisher.urls
+    source = ZmqFpmSource({url: ("llama", "decode")}, stop_after=3, clock=publisher.now)
+    items = run_source(source, publisher, workers=1)
+    assert [item.time for item in items] == [1000.0, 1000.0, 1001.0]
+
+
+def test_two_publishers_of_one_engine_are_warned_of(
+    new_url: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # protects: two engines publishing one worker id (a copied config) were silently read as
+    # one, and the load loop reported a worker count mismatch for ever
+    steps = [("clock", 10.0)] + [
+        ("fpm", index, fpm_fields("w0", 0, step)) for step in range(2) for index in range(2)
+    ]
+    publisher = PublisherProcess([new_url(), new_url()], steps).start()
+    first, second = publisher.urls
+    endpoints = {first: ("llama", "decode"), second: ("llama", "decode")}
+    source = ZmqFpmSource(endpoints, stop_after=2, clock=publisher.now)  # each endpoint's
+    with caplog.at_level(logging.WARNING, logger="connectors.zmq_source"):
+        run_source(source, publisher, workers=1)
+    (warning,) = [r.getMessage() for r in caplog.records if "published by" in r.getMessage()]
+    assert f"worker 'w0' dp_rank 0 is published by {first} and by {second}" in warning
