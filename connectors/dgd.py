@@ -405,7 +405,8 @@ def _overrides(
         if host:
             cfg.host = host
         bearer = Path(token_file).read_text().strip() if token_file else token
-        if bearer:
+        if bearer or token_file:  # a token file empty now is still read before each request:
+            # the client runs its refresh hook only while a token is set
             cfg.api_key = {"BearerToken": f"Bearer {bearer}"}
             cfg.api_key_prefix = {}
         if ca_cert:

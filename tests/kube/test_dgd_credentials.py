@@ -109,6 +109,16 @@ def test_a_token_file_is_read_again_for_every_request(guarded: ApiServer, tmp_pa
     assert planner.read_inventory().ready_num_decode == 1
 
 
+def test_a_token_file_empty_at_start_is_read_once_it_is_written(guarded: ApiServer, tmp_path: Path):
+    # protects: the client refreshes its token only while one is set, so a file empty when the
+    # client was built (a projected volume not filled yet) was never read again: 401 for good
+    token_file = tmp_path / "token"
+    token_file.write_text("")
+    planner = actuator(host=guarded.url, token_file=str(token_file))
+    token_file.write_text(TOKEN)
+    assert planner.validate() == EXPECTED
+
+
 def in_cluster(monkeypatch: pytest.MonkeyPatch, folder: Path, server: str) -> None:
     """Simulate a pod: a service-account token (:data:`TOKEN`) and CA, and ``server`` as the
     ``KUBERNETES_SERVICE_*`` address (the loader makes it ``https://``), read by the
