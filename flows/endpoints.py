@@ -243,6 +243,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             f"{virtual[1]!r}: only one virtual+kafka:// output per run (the acknowledgement gate "
             "of a deployment reads one acknowledgement topic)"
         )
+    dgds: dict[tuple[str, str, str | None], str] = {}  # the DGDs named, by which output
     for address in outputs or ["-"]:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if address == "-":
@@ -269,6 +270,13 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.acks = AckSource(url.bootstrap, acks)
             wiring.live = True
         elif scheme == "dgd":
+            dgd = (netloc, path, query.get("host"))
+            if dgd in dgds:  # one restart mark a DGD: each would overwrite the other's
+                raise EndpointError(
+                    f"{address!r}: {dgds[dgd]!r} scales the same DGD; a DGD's prefill and "
+                    "decode are one deployment of mode disagg"
+                )
+            dgds[dgd] = address
             _dgd(address, netloc, path, query, configs, wiring)
         else:
             raise EndpointError(f"unsupported output {address!r}")

@@ -259,3 +259,13 @@ def test_two_followed_topics_without_the_lateness_their_skew_needs_are_warned_of
     (record,) = caplog.records
     assert "2 followed Kafka topics" in record.message
     assert "at least 1 s (deployment(s) llama, split have less)" in record.message
+
+
+def test_two_outputs_scaling_one_dgd_are_refused():
+    # protects: each keeps its restart mark in the DGD's one annotation, so a restarted worker
+    # took one deployment's decisions for none and re-applied its history over a hand edit
+    other = "dgd://ns/graph?deployment=split&host=http://127.0.0.1:1"
+    with pytest.raises(EndpointError, match="scales the same DGD; a DGD's prefill and decode"):
+        wire([], [DGD, other], CONFIGS)
+    elsewhere = "dgd://ns/other?deployment=split&host=http://127.0.0.1:1"
+    assert len(wire([], [DGD, elsewhere], CONFIGS).actuators) == 2
