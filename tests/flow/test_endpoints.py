@@ -264,8 +264,10 @@ def test_two_followed_topics_without_the_lateness_their_skew_needs_are_warned_of
 def test_two_outputs_scaling_one_dgd_are_refused():
     # protects: each keeps its restart mark in the DGD's one annotation, so a restarted worker
     # took one deployment's decisions for none and re-applied its history over a hand edit
-    other = "dgd://ns/graph?deployment=split&host=http://127.0.0.1:1"
-    with pytest.raises(EndpointError, match="scales the same DGD; a DGD's prefill and decode"):
-        wire([], [DGD, other], CONFIGS)
+    for spelling in ("dgd://ns/graph", "dgd://ns/graph/", "dgd://ns//graph"):
+        for host in ("http://127.0.0.1:1", "http://127.0.0.1:1/"):
+            other = f"{spelling}?deployment=split&host={host}"
+            with pytest.raises(EndpointError, match="scales the same DGD; a DGD's prefill"):
+                wire([], [DGD, other], CONFIGS)
     elsewhere = "dgd://ns/other?deployment=split&host=http://127.0.0.1:1"
     assert len(wire([], [DGD, elsewhere], CONFIGS).actuators) == 2
