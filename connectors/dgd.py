@@ -405,9 +405,12 @@ def _overrides(
         if host:
             cfg.host = host
         bearer = Path(token_file).read_text().strip() if token_file else token
-        if bearer or token_file:  # a token file empty now is still read before each request:
-            # the client runs its refresh hook only while a token is set
+        if bearer:
             cfg.api_key = {"BearerToken": f"Bearer {bearer}"}
+            cfg.api_key_prefix = {}
+        elif token_file and not cfg.api_key:  # empty now, and no other credential: the client
+            # runs its refresh hook (which reads the file again) only while a token is set
+            cfg.api_key = {"BearerToken": "Bearer"}
             cfg.api_key_prefix = {}
         if ca_cert:
             cfg.ssl_ca_cert = ca_cert
