@@ -60,7 +60,7 @@ from bytewax.outputs import Sink
 
 from connectors.address import address_options, has_host_port
 from connectors.console import JsonlFileSink, LineSink
-from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE
+from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE, pod_namespace
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from connectors.dgd_graph import check_backend
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic
@@ -394,7 +394,7 @@ def _check_dgd_target(address: str, target: str) -> tuple[str, str]:
             f"{address!r}: give the namespace too (dgd://NAMESPACE/NAME); it may be left out "
             "only in a pod, whose service account names it"
         )
-    return namespace or SERVICE_ACCOUNT_NAMESPACE.read_text().strip(), name
+    return namespace or pod_namespace(SERVICE_ACCOUNT_NAMESPACE), name  # as the connector does
 
 
 def _dgd(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from time import monotonic
 from typing import Any, NamedTuple
 
@@ -75,9 +75,8 @@ def read_decision_messages(
     one). ``from_beginning=False`` skips what the topic holds now. Order is per partition,
     hence per deployment (the key).
     """
-    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
-    starts = {p: b.first if from_beginning else b.end for p, b in bounds.items()}
-    ends = {p: b.end for p, b in bounds.items()}
+    start = _first if from_beginning else _end
+    starts, ends = _ranges(bootstrap, topic, start, config, timeout_s)
     messages = _read(bootstrap, topic, starts, None if follow else ends, config, timeout_s)
     return map(_decision_message, messages)
 
@@ -89,9 +88,7 @@ def last_messages(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Message]:
     """The last message of each partition of an existing topic (none of an empty partition)."""
-    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
-    starts = {p: max(b.first, b.end - 1) for p, b in bounds.items()}
-    ends = {p: b.end for p, b in bounds.items()}
+    starts, ends = _ranges(bootstrap, topic, _last, config, timeout_s)
     return list(_read(bootstrap, topic, starts, ends, config, timeout_s))
 
 
@@ -104,18 +101,34 @@ def read_messages(
 ) -> Iterator[Message]:
     """Every message of an existing topic, from its beginning up to its end offsets now (raises
     if the broker makes no progress for ``timeout_s``)."""
-    bounds = _topic_bounds(bootstrap, topic, config, timeout_s)
-    starts = {p: b.first for p, b in bounds.items()}
-    ends = {p: b.end for p, b in bounds.items()}
+    starts, ends = _ranges(bootstrap, topic, _first, config, timeout_s)
     return _read(bootstrap, topic, starts, ends, config, timeout_s)
 
 
-def _topic_bounds(
-    bootstrap: str, topic: str, config: Mapping[str, Any] | None, timeout_s: float
-) -> dict[int, Bounds]:
-    """First and end offsets of every partition of an existing topic."""
+def _first(bounds: Bounds) -> int:
+    return bounds.first
+
+
+def _end(bounds: Bounds) -> int:
+    return bounds.end
+
+
+def _last(bounds: Bounds) -> int:
+    return max(bounds.first, bounds.end - 1)
+
+
+def _ranges(
+    bootstrap: str,
+    topic: str,
+    start: Callable[[Bounds], int],
+    config: Mapping[str, Any] | None,
+    timeout_s: float,
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Where to start reading each partition of an existing topic (``start`` of its first and
+    end offsets), and its end offset now."""
     partitions = list_partitions(bootstrap, topic, config=config, timeout_s=timeout_s)
-    return partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    bounds = partition_bounds(bootstrap, topic, partitions, config=config, timeout_s=timeout_s)
+    return {p: start(b) for p, b in bounds.items()}, {p: b.end for p, b in bounds.items()}
 
 
 def _read(

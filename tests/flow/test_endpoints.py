@@ -16,6 +16,7 @@ from connectors.merged import MergedSource
 from connectors.prometheus import PrometheusTrafficInput
 from connectors.recorded import RecordedSource
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
+from flows import endpoints
 from flows.endpoints import EndpointError, wire
 from schemas import PlannerConfig
 
@@ -261,7 +262,7 @@ def test_two_followed_topics_without_the_lateness_their_skew_needs_are_warned_of
     assert "at least 1 s (deployment(s) llama, split have less)" in record.message
 
 
-def test_two_outputs_scaling_one_dgd_are_refused():
+def test_two_outputs_scaling_one_dgd_are_refused(tmp_path: Path, monkeypatch):
     # protects: each keeps its restart mark in the DGD's one annotation, so a restarted worker
     # took one deployment's decisions for none and re-applied its history over a hand edit
     for spelling in ("dgd://ns/graph", "dgd://ns/graph/", "dgd://ns//graph"):
@@ -269,5 +270,10 @@ def test_two_outputs_scaling_one_dgd_are_refused():
             other = f"{spelling}?deployment=split&host={host}"
             with pytest.raises(EndpointError, match="scales the same DGD; a DGD's prefill"):
                 wire([], [DGD, other], CONFIGS)
+    in_pod = tmp_path / "namespace"
+    in_pod.write_text("ns")
+    monkeypatch.setattr(endpoints, "SERVICE_ACCOUNT_NAMESPACE", in_pod)
+    with pytest.raises(EndpointError, match="scales the same DGD"):  # the pod's namespace
+        wire([], [DGD, "dgd://graph?deployment=split&host=http://127.0.0.1:1"], CONFIGS)
     elsewhere = "dgd://ns/other?deployment=split&host=http://127.0.0.1:1"
     assert len(wire([], [DGD, elsewhere], CONFIGS).actuators) == 2
