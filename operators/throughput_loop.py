@@ -155,11 +155,11 @@ class ThroughputLoop:
         """``targets`` with each scale-down lifted to the highest sizing of the ticks within
         the stabilization window before ``now_s`` (never above the count in effect), and the
         roles so held."""
-        horizon = now_s - self.fleet.config.scale_down_stabilization_seconds
-        while self._recent and self._recent[0][0] < horizon:
+        window_s = self.fleet.config.scale_down_stabilization_seconds
+        while self._recent and self._recent[0][0] < now_s - window_s:
             self._recent.popleft()
         window = [sized for _, sized in self._recent]
-        if now_s > horizon:
+        if window_s > 0:
             self._recent.append((now_s, dict(targets)))
         stabilized, held = dict(targets), set()
         for role, n in targets.items():
