@@ -31,6 +31,9 @@ from typing import Any
 
 import urllib3
 
+CLOCK_SLACK_S = 0.01
+"""A request that failed this close to its deadline failed of it (timer and poll rounding)."""
+
 
 class Deadline:
     """Shuts down the sockets of one request once ``seconds`` have passed (a timer thread).
@@ -49,10 +52,20 @@ class Deadline:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._over = False
-        self.expired = False
+        self._cut = False
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
         self._timer.start()
+
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline has passed: the sockets were shut down, or are about to be.
+
+        By the clock too, not only by the timer: a socket timeout set to the time left fires
+        as the deadline does, often before the timer thread has run, and that request was cut
+        off by the deadline all the same.
+        """
+        return self._cut or time.monotonic() >= self._at - CLOCK_SLACK_S
 
     def remaining(self) -> float:
         """Seconds left (a millisecond at least: a socket timeout of 0 means non-blocking)."""
@@ -63,7 +76,7 @@ class Deadline:
         with self._lock:
             if self._over:
                 return
-            if not self.expired:
+            if not self._cut:
                 self._sockets.append(sock)
                 return
             _shut(sock)
@@ -72,7 +85,7 @@ class Deadline:
         with self._lock:
             if self._over:
                 return
-            self.expired = True
+            self._cut = True
             for sock in self._sockets:
                 _shut(sock)
 

@@ -29,6 +29,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink
 from prometheus_client import REGISTRY
 
+from connectors.http_deadline import Deadline
 from connectors.prometheus import (
     PrometheusClient,
     PrometheusSettings,
@@ -409,6 +410,20 @@ def test_an_answer_trickling_in_is_cut_off_at_the_request_timeout(
 
     prometheus.responder = frontend()  # the next query gets a fresh deadline
     assert source.observe(60.0, at=1000.0) == GOOD
+
+
+def test_a_request_failing_as_its_deadline_passes_was_cut_off_by_it() -> None:
+    """A socket timeout set to the time left fires as the deadline does, often before the
+    timer thread runs: such a failure read as "TimeoutError: timed out" instead of "took
+    longer than 4 s" (CI, the start-up probe of a blackholed Prometheus)."""
+    deadline = Deadline(0.02)
+    deadline._timer.cancel()  # its thread not yet scheduled when the socket timeout fires
+    time.sleep(0.03)
+    deadline.cancel()  # the request is over
+    assert deadline.expired
+    deadline = Deadline(60.0)
+    deadline.cancel()
+    assert not deadline.expired
 
 
 def test_the_startup_probe_reports_an_integer_beyond_a_float(
