@@ -50,13 +50,13 @@ def test_a_stalled_client_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     served = ControlApi(["llama"], clock=lambda: 0.0)
     host, port = served.serve(0).removeprefix("http://").split(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=10) as client:
+        with socket.create_connection((host, int(port)), timeout=60) as client:
             client.sendall(
                 b"PUT /deployments/llama/limits HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{"
             )
             started = time.monotonic()
             assert client.recv(1024) == b""  # the server closed the connection
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < 30  # on its timeout (0.5 s), not ours
         assert served.take() == []
     finally:
         served.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import bytewax.operators as op
@@ -20,7 +21,7 @@ import flows.horizon
 from connectors.backlog import Backlog
 from connectors.zmq_source import ReceivedFpmBatch
 from flows.clock import PlannerClock
-from flows.horizon import EventHorizon, event_time
+from flows.horizon import SETTLE_S, EventHorizon, event_time
 from schemas import ClockEvent, DeadLetter, Event, FpmBatch
 from tests.flow.cluster import run_flow
 
@@ -128,7 +129,16 @@ def test_past_the_bound_the_oldest_held_passes_are_dead_letters(workers, monkeyp
     ]
 
 
-Step = list[Event] | Callable[[], None] | float
+@dataclass
+class Until:
+    """A pause that ends once ``done()`` holds (asked every 50 ms), or after ``at_most_s``."""
+
+    done: Callable[[], bool]
+    at_most_s: float
+    ends: float | None = None
+
+
+Step = list[Event] | Callable[[], None] | float | Until
 
 
 class _Scripted(StatelessSourcePartition[Event]):
@@ -141,7 +151,15 @@ class _Scripted(StatelessSourcePartition[Event]):
         if not self.steps:
             self.ended_at.append(time.monotonic())
             raise StopIteration
-        step = self.steps.pop(0)
+        step = self.steps[0]
+        if isinstance(step, Until):
+            step.ends = step.ends or time.monotonic() + step.at_most_s
+            if not step.done() and time.monotonic() < step.ends:
+                self.awake = datetime.now(UTC) + timedelta(seconds=0.05)
+                return []
+        self.steps.pop(0)
+        if isinstance(step, Until):
+            return []
         if isinstance(step, float):  # a pause
             self.awake = datetime.now(UTC) + timedelta(seconds=step)
             return []
@@ -168,14 +186,21 @@ class Scripted(DynamicSource[Event]):
 def test_once_the_history_has_settled_a_timer_releases_them(workers):
     backlog, reader = Backlog(), Reader()
     backlog.behind(reader)
+    out: list = []
+    caught_up_at: list[float] = []
+
+    def catch_up() -> None:
+        backlog.caught_up(reader)
+        caught_up_at.append(time.monotonic())
+
     source = Scripted(
         [
             [history(100), received(1.0), history(99)],
-            lambda: backlog.caught_up(reader),
-            4.0,  # nothing comes: the passes go out SETTLE_S after the history caught up
+            catch_up,
+            # nothing comes: the passes go out SETTLE_S after the history caught up
+            Until(lambda: len(out) == 3, at_most_s=60.0),
         ]
     )
-    out: list = []
 
     run_flow(horizon_flow(source, backlog, out), workers)
 
@@ -185,4 +210,6 @@ def test_once_the_history_has_settled_a_timer_releases_them(workers):
         ("ReceivedFpmBatch", pytest.approx(1.0)),
     ]
     released_at = out[-1][1]
-    assert released_at < max(source.ended_at) - 1.0  # not at the end of the input: on the timer
+    # on the timer, while the input was still open (not at its end, the fallback)
+    assert released_at - caught_up_at[0] >= SETTLE_S - 0.05
+    assert released_at < max(source.ended_at)

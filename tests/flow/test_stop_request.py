@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import signal
-import time
+import socket
 from pathlib import Path
 
 import pytest
@@ -47,14 +47,19 @@ def test_a_worker_stopped_while_it_starts_exits_0(tmp_path: Path) -> None:
     # (up to 30 s against a broker that is away): SIGTERM then killed the worker, status 143
     config = tmp_path / "c.json"
     config.write_text('{"deployments": {"d": {"mode": "decode"}}}')
-    away = "kafka://127.0.0.1:1"  # nothing listens: the start waits for the broker for 30 s
-    worker = start_flowplanner(
-        "run", "--config", str(config), "--input", f"{away}/events", "--output", f"{away}/dec"
-    )
-    time.sleep(8)  # past loading Python modules (about 1 s), well within the 30 s
-    assert worker.poll() is None
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=20)
+    with socket.socket() as hole:  # a "broker" that accepts connections and never answers
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        hole.settimeout(120)
+        away = f"kafka://127.0.0.1:{hole.getsockname()[1]}"
+        worker = start_flowplanner(
+            "run", "--config", str(config), "--input", f"{away}/events", "--output", f"{away}/dec"
+        )
+        connection, _ = hole.accept()  # the worker is in its start-up's broker requests
+        with connection:
+            assert worker.poll() is None
+            worker.send_signal(signal.SIGTERM)
+            _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err
     assert "flowplanner run: stopped by SIGTERM while starting" in err
 

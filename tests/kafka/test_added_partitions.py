@@ -507,13 +507,14 @@ def test_a_closed_watch_says_nothing_of_the_request_it_had_in_flight(
     # longer than close waits for it, and fails after
     caplog.set_level(logging.INFO, logger="connectors.kafka.client")
     bootstrap = f"127.0.0.1:{free_port()}"
-    watch = PartitionWatch(bootstrap, "t", known=[], interval_s=0.05, timeout_s=3.0).start()
+    # (a timeout well beyond the sleep: a stall of the test's thread must not outlast it)
+    watch = PartitionWatch(bootstrap, "t", known=[], interval_s=0.05, timeout_s=8.0).start()
     time.sleep(0.3)  # its first listing is under way
     watch.close()
     assert "cannot list the partitions" not in caplog.text
     wait_until(
         lambda: not [t for t in threading.enumerate() if t.name == "partitions of t"],
         "the watch's thread to end",
-        timeout_s=10,
+        timeout_s=30,
     )
     assert [r.getMessage() for r in caplog.records if r.name == "connectors.kafka.client"] == []
