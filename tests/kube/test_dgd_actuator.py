@@ -695,7 +695,7 @@ def test_a_patch_whose_answer_is_lost_is_reported_applied(dgd, make_actuator, sl
         released.set()
 
     dgd.server.on_write(answer_late)
-    actuator = make_actuator(request_timeout_s=0.5)
+    actuator = make_actuator(request_timeout_s=3.0)
     actuator.sleep = backoff
     result = actuator.apply(decision(num_decode=3))
     assert result.outcome == "applied" and result.ok
@@ -718,7 +718,7 @@ def test_a_patch_whose_answer_is_lost_on_the_last_attempt_is_read_back(dgd, make
 
     dgd.server.on_write(answer_late)
     dgd.server.inject(dgd.path, 503, 503, method="PATCH")
-    actuator = make_actuator(request_timeout_s=0.5, max_attempts=3)
+    actuator = make_actuator(request_timeout_s=3.0, max_attempts=3)
     try:
         result = actuator.apply(decision(num_decode=3))
     finally:

@@ -236,7 +236,7 @@ def test_a_lost_scale_answer_that_committed_is_applied(adapted: DgdFixture, make
         released.set()
 
     server.on_write(answer_late)
-    actuator = make_actuator(request_timeout_s=0.5)
+    actuator = make_actuator(request_timeout_s=3.0)
     actuator.sleep = backoff
     result = actuator.apply(decision(num_decode=3))
 

@@ -26,6 +26,7 @@ from connectors.dgd import (
 from connectors.dgd_dataflow import DgdSink
 from tests.decisions import decision
 from tests.flow.cluster import run_flow
+from tests.services.process import wait_until
 
 from .conftest import DgdFixture, Sleeps, poll_inventory
 from .scripted_server import HANG, Reply, ScriptedServer
@@ -135,15 +136,18 @@ def test_a_hung_read_is_sent_once_per_actuator_attempt(dgd: DgdFixture):
     reached the server. (The read timeout and the whole-request deadline end at the same
     time here: either may report it.)"""
     sleeps = Sleeps()
-    timed_out = "timed out|cut off after 0.3 s"
+    timed_out = "timed out|cut off after 2 s"
     with ScriptedServer(Reply.json(dgd.get()), default=HANG) as server:
-        planner = actuator(server, sleep=sleeps, request_timeout_s=0.3, max_attempts=2)
+        # (2 s: the validation must be answered within it on a loaded machine)
+        planner = actuator(server, sleep=sleeps, request_timeout_s=2.0, max_attempts=2)
         planner.validate()
         with pytest.raises(DgdUnavailableError, match=timed_out):
             planner.read_inventory(retry=False)
         assert len(server.requests) == 2  # the validation, and one poll
         result = planner.apply(decision(num_decode=2))
         assert result.outcome == "failed" and re.search(timed_out, result.reason)
+        # the server records a request once its thread has read it
+        wait_until(lambda: len(server.requests) >= 4, "the fourth request", timeout_s=30)
         assert len(server.requests) == 4 and sleeps == [0.5]
 
 

@@ -71,11 +71,18 @@ class FleetExporter:
 
 @contextlib.contextmanager
 def scraped_frontend(
-    labels: tuple[str, str], period_s: float, isl: float, osl: float
+    labels: tuple[str, str],
+    period_s: float,
+    isl: float,
+    osl: float,
+    scrape_interval: str = "250ms",
 ) -> Iterator[tuple[PrometheusServer, list[float]]]:
     """A Prometheus scraping a frontend that serves one request (started and completed, of
     ``isl``/``osl`` tokens) every ``period_s`` on a thread from its second scrape on; yields
     the server and the host times the requests were served at (growing while the block runs).
+
+    A scrape times out at ``scrape_interval``, and a read right after a failed one finds the
+    series stale: tests that read at Prometheus' now, on a loaded machine, want 1 s.
     """
     exporter = FleetExporter()
     for metric in (exporter.started, exporter.completed, exporter.isl, exporter.osl):
@@ -94,7 +101,7 @@ def scraped_frontend(
     target = exporter.serve()
     thread = threading.Thread(target=serve, daemon=True)
     try:
-        with prometheus_server({"frontend": [target]}) as prometheus:
+        with prometheus_server({"frontend": [target]}, scrape_interval) as prometheus:
             prometheus.wait_for_scrapes("frontend", count=2)
             thread.start()
             yield prometheus, served

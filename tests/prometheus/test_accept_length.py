@@ -8,6 +8,7 @@ started (counters start at 0, gauges hold one value throughout).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -90,8 +91,7 @@ def engines() -> Iterator[Engines]:
                 'vllm:spec_decode_num_drafts_total{dynamo_namespace="ns",worker_id="w2",'
                 'dynamo_endpoint="generate"}'
             )
-            prometheus.wait_for_value(newest, 10)
-            yield Engines(prometheus, prometheus.last_scrape_time(newest))
+            yield Engines(prometheus, prometheus.scrape_after(newest, since=time.time()))
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -50,7 +50,8 @@ class SteadyFrontend:
 @pytest.fixture(scope="module")
 def frontend() -> Iterator[SteadyFrontend]:
     """A frontend serving a request every 20 ms, for more than a window before the tests."""
-    with scraped_frontend(LABELS, REQUEST_PERIOD_S, 1000, 100) as (prometheus, served):
+    scraped = scraped_frontend(LABELS, REQUEST_PERIOD_S, 1000, 100, scrape_interval="1s")
+    with scraped as (prometheus, served):
         time.sleep(WINDOW_S + 2)  # a whole window of steady traffic in the TSDB
         yield SteadyFrontend(prometheus, served)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from prometheus_client import REGISTRY
@@ -10,6 +11,8 @@ from connectors.prometheus import PrometheusClient, PrometheusSettings, Promethe
 from schemas import TrafficObservation
 from tests.prometheus.fleet_exporter import FleetExporter
 from tests.services.prometheus import prometheus_server
+
+STARTED = 'dynamo_frontend_requests_started_total{model="m",dynamo_namespace="ns"}'
 
 
 def unknown_count(deployment: str, reason: str) -> float:
@@ -36,8 +39,10 @@ def test_a_frontend_that_stops_answering_is_unknown_not_idle() -> None:
             )  # fmt: skip
             prometheus.wait_for_scrapes("fleet", count=4)
 
-            # alive and quiet: a confirmed idle window, NaN lengths normalised
-            assert frontend.observe(30.0) == TrafficObservation(
+            # alive and quiet: a confirmed idle window, NaN lengths normalised (read at a
+            # scrape that succeeded: one that timed out on a loaded machine makes it stale)
+            at = prometheus.scrape_after(STARTED, since=time.time())
+            assert frontend.observe(30.0, at=at) == TrafficObservation(
                 duration_s=30.0, num_req=0, isl=0, osl=0
             )
 

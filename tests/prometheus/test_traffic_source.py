@@ -83,7 +83,9 @@ def fleet() -> Iterator[Fleet]:
     exporter.kv_hit_rate.labels("dynamo_prod_abc123")
     target = exporter.serve()
     try:
-        with prometheus_server({"fleet": [target]}) as prometheus:
+        # 1 s scrapes (and timeouts): the bytewax input reads at now, and a read right after
+        # a scrape that timed out on a loaded machine finds the series stale
+        with prometheus_server({"fleet": [target]}, "1s") as prometheus:
             prometheus.wait_for_scrapes("fleet", count=2)  # zeros are in the TSDB first
 
             exporter.started.labels("Llama-3", prod).inc(30)
@@ -115,8 +117,7 @@ def fleet() -> Iterator[Fleet]:
                 exporter.kv_hit_rate.labels("dynamo_prod_abc123").observe(rate)  # mean 0.25
 
             newest = 'dynamo_component_router_kv_hit_rate_count{dynamo_namespace="dynamo_prod"}'
-            prometheus.wait_for_value(newest, 3)
-            at = prometheus.last_scrape_time(newest)
+            at = prometheus.scrape_after(newest, since=time.time())
             yield Fleet(exporter, prometheus, at)
     finally:
         exporter.stop()

@@ -131,12 +131,13 @@ class PrometheusServer:
             timeout,
         )
 
-    def last_scrape_time(self, promql: str) -> float:
-        """Timestamp of the newest sample of a single-series selector (``timestamp()``)."""
-        value = self.scalar(f"timestamp({promql})")
-        if value is None:
-            raise RuntimeError(f"no sample for {promql!r}")
-        return value
+    def scrape_after(self, promql: str, since: float, timeout: float = WAIT_TIMEOUT_S) -> float:
+        """Wait for a sample of the single-series ``promql`` scraped after Unix time ``since``
+        and return its timestamp: that scrape saw every change made before ``since``. (A
+        scrape that only shows the last change may have read the metrics before it earlier:
+        a client's scrape is not atomic across metric families.)"""
+        result = self.wait_for(f"timestamp({promql}) > {since:.3f}", lambda r: len(r) == 1, timeout)
+        return float(result[0]["value"][1])
 
 
 def _ready(url: str) -> bool:

@@ -429,9 +429,11 @@ def test_two_publishers_of_one_engine_are_warned_of(
 ) -> None:
     # protects: two engines publishing one worker id (a copied config) were silently read as
     # one, and the load loop reported a worker count mismatch for ever
-    steps = [("clock", 10.0)] + [
-        ("fpm", index, fpm_fields("w0", 0, step)) for step in range(2) for index in range(2)
-    ]
+    # the first endpoint's first pass is taken in before the second publishes: which socket
+    # a poll drains first is otherwise up to ZMQ's I/O thread
+    steps: list = [("clock", 10.0), ("fpm", 0, fpm_fields("w0", 0, 0)), ("await_seen", 1)]
+    steps += [("fpm", 1, fpm_fields("w0", 0, 0))]
+    steps += [("fpm", index, fpm_fields("w0", 0, 1)) for index in range(2)]
     publisher = PublisherProcess([new_url(), new_url()], steps).start()
     first, second = publisher.urls
     endpoints = {first: ("llama", "decode"), second: ("llama", "decode")}
