@@ -137,8 +137,12 @@ class Until:
     at_most_s: float
     ends: float | None = None
 
+    def waiting(self) -> bool:
+        self.ends = self.ends or time.monotonic() + self.at_most_s
+        return not self.done() and time.monotonic() < self.ends
 
-Step = list[Event] | Callable[[], None] | float | Until
+
+Step = list[Event] | Callable[[], None] | Until
 
 
 class _Scripted(StatelessSourcePartition[Event]):
@@ -152,16 +156,11 @@ class _Scripted(StatelessSourcePartition[Event]):
             self.ended_at.append(time.monotonic())
             raise StopIteration
         step = self.steps[0]
-        if isinstance(step, Until):
-            step.ends = step.ends or time.monotonic() + step.at_most_s
-            if not step.done() and time.monotonic() < step.ends:
-                self.awake = datetime.now(UTC) + timedelta(seconds=0.05)
-                return []
+        if isinstance(step, Until) and step.waiting():
+            self.awake = datetime.now(UTC) + timedelta(seconds=0.05)
+            return []
         self.steps.pop(0)
         if isinstance(step, Until):
-            return []
-        if isinstance(step, float):  # a pause
-            self.awake = datetime.now(UTC) + timedelta(seconds=step)
             return []
         if callable(step):
             step()
@@ -173,7 +172,7 @@ class _Scripted(StatelessSourcePartition[Event]):
 
 
 class Scripted(DynamicSource[Event]):
-    """Batches of events, actions and pauses, on the first worker."""
+    """Batches of events, actions and waits, on the first worker."""
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
