@@ -19,7 +19,7 @@ from schemas import RawEvent
 from tests.flow.cluster import run_flow
 from tests.kafka.samples import event_line, write_raw
 from tests.services.kafka import tansu_process
-from tests.services.process import free_port, pause
+from tests.services.process import free_port, pause, wait_until
 
 
 def read_all(source: KafkaEventSource, workers: int, recovery: Path | None = None) -> list:
@@ -218,7 +218,12 @@ def test_a_broker_away_while_the_topic_is_awaited_is_asked_again(
             "kafka", kafka_topic, None
         )
         try:
-            assert part.next_batch() == []  # the broker says: no such topic yet
+            # until the broker has said: no such topic yet (a first answer slower than 1 s,
+            # on a loaded machine, reads as "cannot reach", the reason the pause must bring)
+            wait_until(
+                lambda: part.next_batch() == [] and "to be created" in caplog.text,
+                "the broker to say the topic does not exist yet",
+            )
             pause(broker)
             try:
                 caplog.clear()
