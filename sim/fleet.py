@@ -350,8 +350,8 @@ class FleetSim:
                 for rep in reps
                 if rep.engine
             ),
-            max_replicas={
-                role: int(max((s[f"total_{role}"] for s in self.samples), default=len(reps)))
+            max_replicas={  # the fleet now too: a decision applied since the last sample
+                role: int(max([*(s[f"total_{role}"] for s in self.samples), _live(reps)]))
                 for role, reps in self._replicas.items()
             },
         )
@@ -640,7 +640,7 @@ class FleetSim:
         qp = qd = kv = 0
         for role, reps in self._replicas.items():
             s[f"ready_{role}"] = sum(1 for r in reps if r.state == "ready")
-            s[f"total_{role}"] = sum(1 for r in reps if r.state != "stopped")
+            s[f"total_{role}"] = _live(reps)
             for rep in reps:
                 eng = rep.engine
                 if eng is not None and not eng.stopped:
@@ -654,6 +654,11 @@ class FleetSim:
         s["queued_decode_kv_tokens"] = qd
         s["kv_in_use"] = kv
         self.samples.append(s)
+
+
+def _live(replicas: list[Replica]) -> int:
+    """Replicas not stopped: starting, ready or draining."""
+    return sum(1 for r in replicas if r.state != "stopped")
 
 
 def _event_time(event: Event) -> float:

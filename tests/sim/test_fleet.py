@@ -210,6 +210,17 @@ def test_cancelled_start_costs_gpu_time_but_never_serves(h200: PerformanceProfil
     assert sim.result().gpu_hours * 3600 == pytest.approx(sim.now_s + 2 * 20.0)
 
 
+def test_max_replicas_counts_a_decision_applied_since_the_last_step(
+    h200: PerformanceProfile,
+) -> None:
+    # protects: `flowplanner fleet` stopped right after applying a decision printed the
+    # fleet before it ("max replicas prefill 1" with prefill 2 applied)
+    sim = FleetSim(FleetSpec(profile=h200), poisson_load(1.0, 60.0, seed=3))
+    sim.advance(5.0)
+    sim.apply(decision(deployment="sim", time=5.0, num_prefill=2, reason="test"))
+    assert sim.result().max_replicas == {"prefill": 2, "decode": 1}
+
+
 def test_requests_wait_for_a_replica(h200: PerformanceProfile) -> None:
     reqs = [TraceRequest(arrival_s=1.0 + i, isl=500, osl=5) for i in range(5)]
     sim = FleetSim(
