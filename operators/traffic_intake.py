@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from operators.predictors import Predictor, build_predictor
 from schemas import PlannerConfig, TrafficObservation
 
+SCORED_WARM_UP_WINDOWS = 192
+"""Windows of a warm-up the selector scores: eight half-lives of its loss memory (24
+windows), four of its margins' window (48)."""
+
 
 @dataclass(frozen=True)
 class LoadForecast:
@@ -90,24 +94,43 @@ class TrafficForecaster:
     def warm_up(self, observations: Iterable[TrafficObservation]) -> int:
         """Pre-train from historical windows (e.g. a trace), then skip leading idle again.
 
+        Only the last :data:`SCORED_WARM_UP_WINDOWS` are scored (the selector weighs its
+        options by them); the windows before only train the models. Scoring every window
+        forecast with every candidate at each: a week of 3-minute windows took minutes of
+        the first window's time, for weights that forget a window in a few dozen.
+
         Returns the number of windows fed. Warm-up never touches the runtime metadata.
         """
-        count = 0
-        for obs in observations:
+        history = list(observations)
+        predictors = (self.num_req, self.isl, self.osl)
+        for index, obs in enumerate(history):
+            for predictor in predictors:
+                predictor.scored = index >= len(history) - SCORED_WARM_UP_WINDOWS
             self.observe(obs)
-            count += 1
-        for predictor in (self.num_req, self.isl, self.osl):
+        for predictor in predictors:
+            predictor.scored = True
             predictor.reset_idle_skip()
         self.live_traffic_seen = False
-        return count
+        return len(history)
 
     def forecast(self) -> LoadForecast:
-        """One-step-ahead forecasts (may raise if a predictor fails; callers handle it)."""
-        return LoadForecast(
-            num_req=float(self.num_req.forecast()),
-            isl=float(self.isl.forecast()),
-            osl=float(self.osl.forecast()),
-        )
+        """One-step-ahead forecasts (may raise if a predictor fails; callers handle it).
+
+        Requests forecast with a length forecast at 0 (a trend model overshooting a fall in
+        ISL, clamped at 0) get the last observed length instead: a request has tokens, and a
+        length of 0 sized nothing (the tick held as if the model were not ready).
+
+        >>> f = TrafficForecaster.from_config(PlannerConfig(load_predictor="constant"))
+        >>> f.observe(TrafficObservation(duration_s=60, num_req=10, isl=512, osl=128))
+        >>> f.isl.learn_one(0.0)  # as a clamped overshoot would forecast
+        >>> f.forecast()
+        LoadForecast(num_req=10.0, isl=512.0, osl=128.0)
+        """
+        num_req = float(self.num_req.forecast())
+        isl, osl = float(self.isl.forecast()), float(self.osl.forecast())
+        if num_req > 0:
+            isl, osl = isl or self.last_isl, osl or self.last_osl
+        return LoadForecast(num_req=num_req, isl=isl, osl=osl)
 
 
 @dataclass

@@ -47,6 +47,9 @@ class Predictor(ABC):
 
     max_values: int | None = None
     """Keep at most this many stored values (``None`` = all); subclasses bound their memory."""
+    scored: bool = True
+    """Whether learning a value scores the forecasts made for it (only the selector scores:
+    its weights and margins). A warm-up learns all but its last windows unscored."""
     plausible_factor: float | None = PLAUSIBLE_FACTOR
     """Ours: a forecast above this many times the largest recent value is a model failure
     (``None``: no such check, the reference). Set after construction; :meth:`clone` keeps it."""

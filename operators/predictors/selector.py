@@ -209,9 +209,9 @@ class SelectorPredictor(Predictor):
         return [s / total for s in scores]
 
     def _learn(self, value: float) -> None:
-        first = len(self.values) == 1  # nothing was known before: the forecasts were not models
-        raw = self._raw_forecasts()
-        if not first:
+        # after the first value only: before it, the forecasts were not models
+        if len(self.values) > 1 and self.scored:
+            raw = self._raw_forecasts()
             losses = [asymmetric_loss(value, f, self.under_weight) for f in self.option_forecasts()]
             finite = [loss for loss in losses if math.isfinite(loss)]
             # an overflowing loss (values near 1e308) counts as the worst finite one, not as 0

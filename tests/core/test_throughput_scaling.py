@@ -1127,3 +1127,29 @@ def test_a_sizing_older_than_the_window_holds_nothing():
         assert effects.diagnostics.throughput_decision_reason == "no_traffic_data"
     effects = run_tick(machine, now_s=60.0 * 62, traffic=window(100, 1000, 150), counts=counts)
     assert effects.scale_to is not None and effects.scale_to.num_prefill == 2
+
+
+def test_a_length_forecast_overshooting_to_zero_still_sizes_the_requests():
+    """Kalman's trend overshoots a fall in ISL (8000 → 1000 while the request count triples)
+    and is clamped at 0: with a demand forecast and a ready model, the tick held as
+    ``model_not_ready`` for four minutes. The last observed length stands in for it."""
+    machine = core(
+        mode="prefill",
+        enable_load_scaling=False,
+        throughput_adjustment_interval_seconds=60,
+        load_predictor="kalman",
+    )
+    machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
+    ticks = []
+    for i, (num_req, isl) in enumerate([(600, 8000)] * 20 + [(1800, 1000)] * 8):
+        effects = run_tick(
+            machine,
+            now_s=60.0 * (i + 1),
+            traffic=window(num_req, isl, 150),
+            counts=WorkerCounts(ready_num_prefill=2, expected_num_prefill=2),
+        )
+        diag = effects.diagnostics
+        ticks.append((diag.predicted_isl, diag.throughput_decision_reason_prefill))
+    after_the_fall = ticks[20:]
+    assert all(reason != "model_not_ready" for _, reason in after_the_fall), after_the_fall
+    assert any(isl == 1000 for isl, _ in after_the_fall)  # the forecast did collapse

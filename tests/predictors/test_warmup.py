@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from connectors.traces import read_trace
-from operators.predictors import KalmanPredictor, SelectorPredictor, build_predictor
+from operators.predictors import KalmanPredictor, Predictor, SelectorPredictor, build_predictor
 from operators.predictors.warmup import bucket_requests, trace_observations
-from operators.traffic_intake import TrafficForecaster
+from operators.traffic_intake import SCORED_WARM_UP_WINDOWS, TrafficForecaster
 from schemas import PlannerConfig, TrafficObservation
 from schemas.trace import TraceRequest
 
@@ -116,6 +116,32 @@ def test_selector_warm_start_propagates_idle_skip_to_candidates() -> None:
     stored = [list(c.values) for c in selector.candidates]
     selector.learn_one(0.0)
     assert [list(c.values) for c in selector.candidates] == stored
+
+
+class CountingMean(Predictor):
+    """The mean, counting how often it was asked to forecast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forecasts = 0
+
+    def _forecast(self) -> float:
+        self.forecasts += 1
+        return sum(self.values) / len(self.values)
+
+
+def test_a_long_warm_up_scores_only_its_last_windows() -> None:
+    """Scoring a window forecasts with every candidate (ARIMA, Holt-Winters, ...): 40-60 ms a
+    window, minutes for a week of 3-minute windows, all inside the first window's tick."""
+    candidates = [CountingMean() for _ in range(3)]
+    forecaster = TrafficForecaster(*(SelectorPredictor((c,)) for c in candidates))
+    history = [
+        TrafficObservation(duration_s=60, num_req=10 + i % 7, isl=100, osl=10) for i in range(5000)
+    ]
+    assert forecaster.warm_up(history) == 5000
+    assert [c.forecasts for c in candidates] == [SCORED_WARM_UP_WINDOWS] * 3
+    assert [len(c.values) for c in candidates] == [5000] * 3  # every window trained them
+    assert all(p.scored for p in (forecaster.num_req, forecaster.isl, forecaster.osl))
 
 
 @pytest.mark.parametrize(
