@@ -356,7 +356,11 @@ def _prometheus(
     _only(query, {"deployment", "model", "namespace", "spec_decode"}, address)
     deployment = query.get("deployment") or (next(iter(configs)) if len(configs) == 1 else None)
     if deployment not in configs:
-        raise EndpointError(f"{address!r}: say which deployment it observes (?deployment=NAME)")
+        known = ", ".join(sorted(configs))
+        raise EndpointError(
+            f"{address!r}: say which configured deployment it observes "
+            f"(?deployment=NAME, one of {known})"
+        )
     backend = query.get("spec_decode")
     if backend is not None and backend not in get_args(SpecDecodeBackend):
         known = ", ".join(get_args(SpecDecodeBackend))

@@ -201,6 +201,8 @@ def test_an_option_without_a_value_is_refused():
         ([], ["virtual+kafka://127.0.0.1:1/d?acks=a&start=end"], "start do not apply here"),
         (["kafka://127.0.0.1:1/events?deployment=llama"], ["-"], "only with format=dynamo-trace"),
         (["kafka://127.0.0.1:1/r?format=dynamo-trace"], ["-"], "say which configured deployment"),
+        # a name given but not configured: the message names the configured ones
+        (["prometheus://127.0.0.1:9?deployment=nope"], ["-"], r"one of llama, split\)$"),
     ],
 )
 def test_a_kafka_option_that_does_not_apply_is_refused(inputs, outputs, message):
