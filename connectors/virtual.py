@@ -61,8 +61,8 @@ def send_ack(
             "virtual+kafka:// output) when it starts"
         ) from None
     for message in last:
-        held = _not_acknowledgements(message.value())
-        if held is not None:
+        held = planner_messages(message.value())
+        if held not in (None, "acknowledgements"):
             raise KafkaConnectorError(
                 f"Kafka topic {topic} at {bootstrap} holds {held}: acknowledgements go to the "
                 "topic named by the output's ?acks="
@@ -73,18 +73,23 @@ def send_ack(
     return ack
 
 
-def _not_acknowledgements(raw: bytes | None) -> str | None:
-    """What a topic whose last message is ``raw`` holds, if it is what the planner writes or
-    reads rather than acknowledgements (anything else is let be: a bad acknowledgement an
-    orchestrator wrote is the planner's dead letter, not a wrong topic).
+def planner_messages(raw: bytes | None) -> str | None:
+    """What a topic whose last message is ``raw`` holds, if it is one the planner writes or
+    reads: acknowledgements, scaling decisions or planner input events; None for anything
+    else (let be: a bad message someone wrote is a dead letter or an ERROR row, not a wrong
+    topic). ``ack`` and ``decisions`` refuse a topic that holds another kind.
 
-    >>> _not_acknowledgements(b'{"deployment": "d", "acked_decision_id": 4}') is None
-    True
-    >>> _not_acknowledgements(b'{"type": "clock", "deployment": "d", "time": 5.0}')
+    >>> planner_messages(b'{"deployment": "d", "acked_decision_id": 4}')
+    'acknowledgements'
+    >>> planner_messages(b'{"type": "clock", "deployment": "d", "time": 5.0}')
     'planner input events'
+    >>> planner_messages(b'not json') is None
+    True
     """
-    if not raw or isinstance(parse_ack(raw, "", 0), DecisionAck):
+    if not raw:
         return None
+    if isinstance(parse_ack(raw, "", 0), DecisionAck):
+        return "acknowledgements"
     try:
         ScalingDecision.model_validate_json(raw)
         return "scaling decisions"

@@ -14,7 +14,13 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 
-from connectors.kafka import DecisionMessage, KafkaConnectorError, read_decision_messages
+from connectors.kafka import (
+    DecisionMessage,
+    KafkaConnectorError,
+    last_messages,
+    read_decision_messages,
+)
+from connectors.virtual import planner_messages
 from flows.display import format_step, format_time
 from schemas import ScalingDecision
 
@@ -120,6 +126,7 @@ def format_decisions_table(items: Iterable[ScalingDecision | DecisionMessage]) -
 
 def run(args: argparse.Namespace) -> int:
     try:
+        _refuse_other_planner_topics(args.bootstrap, args.topic, args.timeout)
         messages = read_decision_messages(
             args.bootstrap,
             args.topic,
@@ -141,6 +148,18 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _refuse_other_planner_topics(bootstrap: str, topic: str, timeout_s: float) -> None:
+    """Refuse a topic whose last messages are the planner's input events or acknowledgements
+    (an ERROR row for every message of it said the same, less plainly)."""
+    for message in last_messages(bootstrap, topic, timeout_s=timeout_s):
+        held = planner_messages(message.value())
+        if held not in (None, "scaling decisions"):
+            raise KafkaConnectorError(
+                f"Kafka topic {topic} at {bootstrap} holds {held}, not scaling decisions: "
+                "decisions are in the topic named by the planner's output"
+            )
 
 
 def _reading_order(message: DecisionMessage) -> tuple[int, float, str, int, int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from connectors.kafka import KafkaDecisionSink
-from tests.kafka.samples import sample_decision, write_raw
+from tests.kafka.samples import event_line, sample_decision, write_raw
 from tests.services.process import free_port
 
 FLOWPLANNER = str(Path(sys.executable).with_name("flowplanner"))
@@ -204,3 +204,14 @@ def test_timeout_must_be_a_positive_number_of_seconds(command: str, timeout: str
     assert result.returncode == 2
     assert f"--timeout: expected a number of seconds > 0, got {timeout!r}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_topic_of_planner_input_events_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
+    # protects: pointed at the planner's events topic, it printed an ERROR row per event and
+    # exited 0 (ack refuses the same topic in one line)
+    write_raw(kafka_bootstrap, kafka_topic, [event_line("llama", 1.0), event_line("llama", 2.0)])
+    result = flowplanner("decisions", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"Kafka topic {kafka_topic} at {kafka_bootstrap} holds planner input events" in (
+        result.stderr
+    )
