@@ -95,20 +95,21 @@ class TrafficForecaster:
         """Pre-train from historical windows (e.g. a trace), then skip leading idle again.
 
         Only the last :data:`SCORED_WARM_UP_WINDOWS` are scored (the selector weighs its
-        options by them); the windows before only train the models. Scoring every window
-        forecast with every candidate at each: a week of 3-minute windows took minutes of
-        the first window's time, for weights that forget a window in a few dozen.
+        options by them); the windows before only train the models. Scoring a window
+        forecasts with every candidate: a week of 3-minute windows, all scored, took minutes
+        of the first window's time, for weights that forget a window within a few dozen.
 
         Returns the number of windows fed. Warm-up never touches the runtime metadata.
         """
         history = list(observations)
+        split = max(0, len(history) - SCORED_WARM_UP_WINDOWS)
         predictors = (self.num_req, self.isl, self.osl)
-        for index, obs in enumerate(history):
+        for scored, part in ((False, history[:split]), (True, history[split:])):
             for predictor in predictors:
-                predictor.scored = index >= len(history) - SCORED_WARM_UP_WINDOWS
-            self.observe(obs)
+                predictor.scored = scored
+            for obs in part:
+                self.observe(obs)
         for predictor in predictors:
-            predictor.scored = True
             predictor.reset_idle_skip()
         self.live_traffic_seen = False
         return len(history)
