@@ -23,13 +23,14 @@ __all__ = ["old_kafka"]
 
 ON_KAFKA_09 = f"""
 import functools, sys
-from connectors.kafka import read_decision_messages
+from connectors.kafka import last_messages, read_decision_messages
 from flows import cli
 from flows.commands import decisions
 decisions.read_decision_messages = functools.partial(read_decision_messages, config={OLD_BROKER!r})
+decisions.last_messages = functools.partial(last_messages, config={OLD_BROKER!r})
 sys.exit(cli.main(sys.argv[1:]))
 """
-"""``flowplanner`` with the decisions command's reader set up for a Kafka 0.9 broker."""
+"""``flowplanner`` with the decisions command's readers set up for a Kafka 0.9 broker."""
 
 FOUND_WITHIN_S = 10 + 4 * source_module.PARTITION_REFRESH_S
 """A decision written to an added partition is printed within this (the follower lists the
