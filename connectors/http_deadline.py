@@ -49,6 +49,7 @@ class Deadline:
 
     def __init__(self, seconds: float) -> None:
         self._at = time.monotonic() + seconds
+        self._slack = min(CLOCK_SLACK_S, seconds / 10)  # a few ms' deadline is not over at once
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._over = False
@@ -65,7 +66,7 @@ class Deadline:
         as the deadline does, often before the timer thread has run, and that request was cut
         off by the deadline all the same.
         """
-        return self._cut or time.monotonic() >= self._at - CLOCK_SLACK_S
+        return self._cut or time.monotonic() >= self._at - self._slack
 
     def remaining(self) -> float:
         """Seconds left (a millisecond at least: a socket timeout of 0 means non-blocking)."""
