@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from operators.predictors import Predictor, build_predictor
 from schemas import PlannerConfig, TrafficObservation
 
+LENGTH_FLOOR_WINDOWS = 10
+"""A length forecast with requests is no shorter than the shortest of this many windows."""
 SCORED_WARM_UP_WINDOWS = 192
 """Windows of a warm-up the selector scores: eight half-lives of its loss memory (24
 windows), four of its margins' window (48)."""
@@ -117,9 +119,11 @@ class TrafficForecaster:
     def forecast(self) -> LoadForecast:
         """One-step-ahead forecasts (may raise if a predictor fails; callers handle it).
 
-        Requests forecast with a length forecast at 0 (a trend model overshooting a fall in
-        ISL, clamped at 0) get the last observed length instead: a request has tokens, and a
-        length of 0 sized nothing (the tick held as if the model were not ready).
+        When requests are forecast, a length forecast is at least the shortest of the last
+        :data:`LENGTH_FLOOR_WINDOWS` observed: a trend model overshooting a fall in ISL (8000
+        to 1000) forecast 16 tokens, then 0 — sizing prefill for 16-token prompts (10
+        replicas to 1), then nothing (the tick held as if the model were not ready).
+        Overshooting a rise only costs GPUs, and is left.
 
         >>> f = TrafficForecaster.from_config(PlannerConfig(load_predictor="constant"))
         >>> f.observe(TrafficObservation(duration_s=60, num_req=10, isl=512, osl=128))
@@ -130,8 +134,18 @@ class TrafficForecaster:
         num_req = float(self.num_req.forecast())
         isl, osl = float(self.isl.forecast()), float(self.osl.forecast())
         if num_req > 0:
-            isl, osl = isl or self.last_isl, osl or self.last_osl
+            isl, osl = (
+                _floored(isl, self.isl, self.last_isl),
+                _floored(osl, self.osl, self.last_osl),
+            )
         return LoadForecast(num_req=num_req, isl=isl, osl=osl)
+
+
+def _floored(forecast: float, lengths: Predictor, last: float) -> float:
+    """``forecast`` raised to the shortest recent positive length ``lengths`` learned (to
+    ``last`` when it learned none)."""
+    recent = [value for value in lengths.values[-LENGTH_FLOOR_WINDOWS:] if value > 0]
+    return max(forecast, min(recent, default=last))
 
 
 @dataclass

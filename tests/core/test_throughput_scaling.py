@@ -1129,10 +1129,10 @@ def test_a_sizing_older_than_the_window_holds_nothing():
     assert effects.scale_to is not None and effects.scale_to.num_prefill == 2
 
 
-def test_a_length_forecast_overshooting_to_zero_still_sizes_the_requests():
-    """Kalman's trend overshoots a fall in ISL (8000 → 1000 while the request count triples)
-    and is clamped at 0: with a demand forecast and a ready model, the tick held as
-    ``model_not_ready`` for four minutes. The last observed length stands in for it."""
+def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests():
+    """Kalman's trend overshoots a fall in ISL (8000 → 1000 while the request count triples):
+    16 tokens (prefill sized for those, 10 replicas to 1), then 0, clamped (the tick held as
+    ``model_not_ready`` for four minutes). The shortest recent length is the floor."""
     machine = core(
         mode="prefill",
         enable_load_scaling=False,
@@ -1149,7 +1149,10 @@ def test_a_length_forecast_overshooting_to_zero_still_sizes_the_requests():
             counts=WorkerCounts(ready_num_prefill=2, expected_num_prefill=2),
         )
         diag = effects.diagnostics
-        ticks.append((diag.predicted_isl, diag.throughput_decision_reason_prefill))
+        target = None if effects.scale_to is None else effects.scale_to.num_prefill
+        ticks.append((diag.predicted_isl, diag.throughput_decision_reason_prefill, target))
     after_the_fall = ticks[20:]
-    assert all(reason != "model_not_ready" for _, reason in after_the_fall), after_the_fall
-    assert any(isl == 1000 for isl, _ in after_the_fall)  # the forecast did collapse
+    assert all(reason != "model_not_ready" for _, reason, _ in after_the_fall), after_the_fall
+    assert all(isl >= 1000 for isl, _, _ in after_the_fall), after_the_fall
+    targets = [target for _, _, target in after_the_fall if target is not None]
+    assert targets == sorted(targets), after_the_fall  # up with the demand, never cut
