@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from operators.predictors import Predictor, build_predictor
 from schemas import PlannerConfig, TrafficObservation
 
-LENGTH_FLOOR_WINDOWS = 10
-"""A length forecast with requests is no shorter than the shortest of this many windows."""
 SCORED_WARM_UP_WINDOWS = 192
 """Windows of a warm-up the selector scores: eight half-lives of its loss memory (24
 windows), four of its margins' window (48)."""
@@ -70,11 +68,18 @@ class TrafficForecaster:
     last_osl: float = 0.0
     last_shape: TrafficObservation | None = None
     """The latest observation that carried requests (its length quantiles size capacity)."""
+    length_floor_windows: int | None = 10
+    """``PlannerConfig.length_forecast_floor_windows`` (:meth:`forecast`)."""
 
     @classmethod
     def from_config(cls, config: PlannerConfig) -> TrafficForecaster:
         """Fresh predictors of the configured kind."""
-        return cls(build_predictor(config), build_predictor(config), build_predictor(config))
+        return cls(
+            build_predictor(config),
+            build_predictor(config),
+            build_predictor(config),
+            length_floor_windows=config.length_forecast_floor_windows,
+        )
 
     def observe(self, obs: TrafficObservation) -> None:
         """Feed one window's count, ISL and OSL (with the idle carry-forward)."""
@@ -120,10 +125,10 @@ class TrafficForecaster:
         """One-step-ahead forecasts (may raise if a predictor fails; callers handle it).
 
         When requests are forecast, a length forecast is at least the shortest of the last
-        :data:`LENGTH_FLOOR_WINDOWS` observed: a trend model overshooting a fall in ISL (8000
-        to 1000) forecast 16 tokens, then 0 — sizing prefill for 16-token prompts (10
-        replicas to 1), then nothing (the tick held as if the model were not ready).
-        Overshooting a rise only costs GPUs, and is left.
+        ``length_floor_windows`` observed (ours; ``None``: the reference): a trend model
+        overshooting a fall in ISL (8000 to 1000) forecast 16 tokens, then 0 — sizing prefill
+        for 16-token prompts (10 replicas to 1), then nothing (the tick held as if the model
+        were not ready). Overshooting a rise only costs GPUs, and is left.
 
         >>> f = TrafficForecaster.from_config(PlannerConfig(load_predictor="constant"))
         >>> f.observe(TrafficObservation(duration_s=60, num_req=10, isl=512, osl=128))
@@ -133,19 +138,16 @@ class TrafficForecaster:
         """
         num_req = float(self.num_req.forecast())
         isl, osl = float(self.isl.forecast()), float(self.osl.forecast())
-        if num_req > 0:
-            isl, osl = (
-                _floored(isl, self.isl, self.last_isl),
-                _floored(osl, self.osl, self.last_osl),
-            )
+        windows = self.length_floor_windows
+        if num_req > 0 and windows is not None:
+            isl = _floored(isl, self.isl.values[-windows:], self.last_isl)
+            osl = _floored(osl, self.osl.values[-windows:], self.last_osl)
         return LoadForecast(num_req=num_req, isl=isl, osl=osl)
 
 
-def _floored(forecast: float, lengths: Predictor, last: float) -> float:
-    """``forecast`` raised to the shortest recent positive length ``lengths`` learned (to
-    ``last`` when it learned none)."""
-    recent = [value for value in lengths.values[-LENGTH_FLOOR_WINDOWS:] if value > 0]
-    return max(forecast, min(recent, default=last))
+def _floored(forecast: float, lengths: list[float], last: float) -> float:
+    """``forecast`` raised to the shortest positive one of ``lengths`` (``last`` if none)."""
+    return max(forecast, min((value for value in lengths if value > 0), default=last))
 
 
 @dataclass

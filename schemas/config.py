@@ -169,6 +169,7 @@ REFERENCE_BEHAVIOUR: dict[str, Any] = {
     "load_hold_applies_floors": False,
     "forecast_plausibility_factor": None,
     "arima_refits": False,
+    "length_forecast_floor_windows": None,
     "gpu_budget_rule": "pair_clamp",
     "zero_demand_to_min_endpoint": False,
     "capacity_isl_quantile": None,
@@ -321,6 +322,11 @@ class PlannerConfig(BaseModel):
     history fills, every 48 points, and when its one-step errors grow fourfold), on its last
     200 points. Reference: ``False`` (spec §7.3: one fit on the first five points, then every
     new point is only appended to that model)."""
+    length_forecast_floor_windows: Annotated[int, Field(ge=1, le=10_000)] | None = 10
+    """*ours*: when requests are forecast, an ISL or OSL forecast is at least the shortest of
+    the last this many observed (a trend model overshooting a fall in prompt length forecast
+    16 tokens, then 0: prefill sized for 16-token prompts, then a tick held as
+    ``model_not_ready``). Reference: ``None`` (the forecast as it is, clamped at 0)."""
     forecast_plausibility_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = 3.0
     """*ours*: a load predictor's forecast above this many times the largest of its last 48
     values is taken for a model failure (an exploding fit) and the last value is forecast

@@ -1129,7 +1129,8 @@ def test_a_sizing_older_than_the_window_holds_nothing():
     assert effects.scale_to is not None and effects.scale_to.num_prefill == 2
 
 
-def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests():
+@pytest.mark.parametrize("floor", [10, None])
+def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests(floor):
     """Kalman's trend overshoots a fall in ISL (8000 → 1000 while the request count triples):
     16 tokens (prefill sized for those, 10 replicas to 1), then 0, clamped (the tick held as
     ``model_not_ready`` for four minutes). The shortest recent length is the floor."""
@@ -1138,6 +1139,7 @@ def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests():
         enable_load_scaling=False,
         throughput_adjustment_interval_seconds=60,
         load_predictor="kalman",
+        length_forecast_floor_windows=floor,
     )
     machine.load_benchmark_fpms("prefill", PREFILL_TRAINING)
     ticks = []
@@ -1152,6 +1154,9 @@ def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests():
         target = None if effects.scale_to is None else effects.scale_to.num_prefill
         ticks.append((diag.predicted_isl, diag.throughput_decision_reason_prefill, target))
     after_the_fall = ticks[20:]
+    if floor is None:  # the reference: held, as the overshoot reached 0
+        assert [reason for _, reason, _ in after_the_fall][4:] == ["model_not_ready"] * 4
+        return
     assert all(reason != "model_not_ready" for _, reason, _ in after_the_fall), after_the_fall
     assert all(isl >= 1000 for isl, _, _ in after_the_fall), after_the_fall
     targets = [target for _, _, target in after_the_fall if target is not None]
