@@ -54,23 +54,37 @@ def send_ack(
     """
     ack = DecisionAck(deployment=deployment, acked_decision_id=decision_id, time=time)
     try:
-        last = last_messages(bootstrap, topic, config=config, timeout_s=timeout_s)
+        held = held_instead(bootstrap, topic, "acknowledgements", config, timeout_s)
     except TopicNotFoundError as error:
         raise TopicNotFoundError(
             f"{error}; the planner creates its acknowledgement topic (the ?acks= of its "
             "virtual+kafka:// output) when it starts"
         ) from None
-    for message in last:
-        held = planner_messages(message.value())
-        if held not in (None, "acknowledgements"):
-            raise KafkaConnectorError(
-                f"Kafka topic {topic} at {bootstrap} holds {held}: acknowledgements go to the "
-                "topic named by the output's ?acks="
-            )
+    if held is not None:
+        raise KafkaConnectorError(
+            f"Kafka topic {topic} at {bootstrap} holds {held}: acknowledgements go to the "
+            "topic named by the output's ?acks="
+        )
     produce_json(
         bootstrap, topic, [(deployment, ack)], create=False, config=config, timeout_s=timeout_s
     )
     return ack
+
+
+def held_instead(
+    bootstrap: str,
+    topic: str,
+    expected: str,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> str | None:
+    """What an existing topic holds, judged by each partition's last message, when that is
+    another kind of the planner's messages than ``expected`` (:func:`planner_messages`)."""
+    for message in last_messages(bootstrap, topic, config=config, timeout_s=timeout_s):
+        held = planner_messages(message.value())
+        if held not in (None, expected):
+            return held
+    return None
 
 
 def planner_messages(raw: bytes | None) -> str | None:

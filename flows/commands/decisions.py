@@ -14,13 +14,8 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 
-from connectors.kafka import (
-    DecisionMessage,
-    KafkaConnectorError,
-    last_messages,
-    read_decision_messages,
-)
-from connectors.virtual import planner_messages
+from connectors.kafka import DecisionMessage, KafkaConnectorError, read_decision_messages
+from connectors.virtual import held_instead
 from flows.display import format_step, format_time
 from schemas import ScalingDecision
 
@@ -151,15 +146,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse_other_planner_topics(bootstrap: str, topic: str, timeout_s: float) -> None:
-    """Refuse a topic whose last messages are the planner's input events or acknowledgements
-    (an ERROR row for every message of it said the same, less plainly)."""
-    for message in last_messages(bootstrap, topic, timeout_s=timeout_s):
-        held = planner_messages(message.value())
-        if held not in (None, "scaling decisions"):
-            raise KafkaConnectorError(
-                f"Kafka topic {topic} at {bootstrap} holds {held}, not scaling decisions: "
-                "decisions are in the topic named by the planner's output"
-            )
+    """Refuse a topic of the planner's input events or acknowledgements (an ERROR row for
+    every message of it said the same, less plainly)."""
+    held = held_instead(bootstrap, topic, "scaling decisions", timeout_s=timeout_s)
+    if held is not None:
+        raise KafkaConnectorError(
+            f"Kafka topic {topic} at {bootstrap} holds {held}, not scaling decisions: "
+            "decisions are in the topic named by the planner's output"
+        )
 
 
 def _reading_order(message: DecisionMessage) -> tuple[int, float, str, int, int]:

@@ -23,11 +23,12 @@ __all__ = ["old_kafka"]
 
 ON_KAFKA_09 = f"""
 import functools, sys
-from connectors.kafka import last_messages, read_decision_messages
+from connectors.kafka import read_decision_messages
+from connectors.virtual import held_instead
 from flows import cli
 from flows.commands import decisions
 decisions.read_decision_messages = functools.partial(read_decision_messages, config={OLD_BROKER!r})
-decisions.last_messages = functools.partial(last_messages, config={OLD_BROKER!r})
+decisions.held_instead = functools.partial(held_instead, config={OLD_BROKER!r})
 sys.exit(cli.main(sys.argv[1:]))
 """
 """``flowplanner`` with the decisions command's readers set up for a Kafka 0.9 broker."""
