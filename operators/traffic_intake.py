@@ -68,7 +68,9 @@ class TrafficForecaster:
     last_osl: float = 0.0
     last_shape: TrafficObservation | None = None
     """The latest observation that carried requests (its length quantiles size capacity)."""
-    length_floor_windows: int | None = 10
+    length_floor_windows: int | None = PlannerConfig.model_fields[
+        "length_forecast_floor_windows"
+    ].default
     """``PlannerConfig.length_forecast_floor_windows`` (:meth:`forecast`)."""
 
     @classmethod
