@@ -11,6 +11,12 @@ by namespace, ``-`` → ``_``) as ``throughput_metrics_source`` says — and ret
 * A series that took part in the window but is stale at evaluation time (its scrape target
   stopped answering, so Prometheus marked it stale) makes the count unknown as well: a dead
   frontend would otherwise read as a quiet one and fabricate a "confirmed idle" window.
+* A window Prometheus does not hold from its start makes the count unknown too
+  (``partial_window``): when every series that took part begins late in the window
+  (:func:`late_series`) — Prometheus started without its saved storage, or was away, within the
+  window — ``increase()`` would read the part it holds as the whole window's demand. A series
+  born in the window at 0 (a new frontend scraped before its first request) has missed nothing,
+  and one late series beside others held from the start is a frontend that joined: both count.
 * A failed query (connection refused, timeout, HTTP or PromQL error, a truncated or malformed
   response: wrong shape, a non-string label value, a value that is not a number or too large for
   a float, several series where an aggregation has one) → unknown. No retries. The request
@@ -390,6 +396,54 @@ def _stale_count(count: float | None, metric: str) -> None:
     )
 
 
+LATE_SPACINGS = 1.5
+"""A series begins late in a window when its first sample there comes more than this many of
+its own sample intervals after the window's start (Prometheus' ``increase()`` extrapolates a
+gap of up to 1.1 intervals back to the start; a little more allows for scrape jitter) ..."""
+LATE_SHARE = 0.1
+"""... and after this share of the window (with many samples a window, a gap of a few is a
+small part of its demand: a scrape missed at the start does not make it unknown)."""
+FIRST_SAMPLE_STEPS = 1000
+"""Steps of the subquery that finds a series' first sample in the window (at least 100 ms)."""
+
+
+def late_series(metric: str, window_s: float, at: float) -> str:
+    """PromQL: the series of the counter ``metric`` that Prometheus holds only from late in the
+    ``window_s`` seconds before ``at`` (:data:`LATE_SPACINGS`, :data:`LATE_SHARE`), their value
+    then above 0.
+
+    The first sample in the window is found by a subquery of ``timestamp()`` (to within its
+    step, which the threshold allows for); a counter's lowest value in the window is its first
+    (barring a reset); its sample interval is its mean spacing in the window.
+
+    >>> print(late_series("m", 10, 1000.0))  # doctest: +NORMALIZE_WHITESPACE
+    (((min_over_time((timestamp(m) >= 990.000)[10s:100ms]) - 990.000)
+      > 1.5 * (timestamp(m) - min_over_time((timestamp(m) >= 990.000)[10s:100ms]))
+        / (count_over_time(m[10s]) - 1) + 0.1) > 1)
+    and (min_over_time(m[10s]) > 0)
+    """
+    start = f"{at - window_s:.3f}"
+    window = window_literal(window_s)
+    step_s = max(window_s / FIRST_SAMPLE_STEPS, 0.1)
+    first = f"min_over_time((timestamp({metric}) >= {start})[{window}:{window_literal(step_s)}])"
+    spacing = f"(timestamp({metric}) - {first}) / (count_over_time({metric}[{window}]) - 1)"
+    return (
+        f"((({first} - {start}) > {LATE_SPACINGS:g} * {spacing} + {step_s:g})"
+        f" > {LATE_SHARE * window_s:g})"
+        f" and (min_over_time({metric}[{window}]) > 0)"
+    )
+
+
+def _held_from_start(covered: float, metric: str) -> None:
+    """Raise unknown when no series of ``metric`` that took part is held from the window's start."""
+    if covered == 0:
+        raise _Unknown(
+            "partial_window",
+            f"Prometheus holds no {metric} series from the window's start "
+            "(it started, or was away, within the window)",
+        )
+
+
 class _Unknown(Exception):
     """Traffic is unknown; ``kind`` is the metric label, the message the explanation."""
 
@@ -455,14 +509,14 @@ class PrometheusTrafficSource:
         ``increase()`` s, extrapolated alike only over the same window, and the stale-series
         check must look at the window the count came from.
         """
-        window = window_literal(window_s)
+        window_literal(window_s)  # validates the window
         try:
             if at is None:
                 at = self.client.now()
             if self.metrics_source == "frontend":
-                num_req, isl, osl = self._frontend(window, at)
+                num_req, isl, osl = self._frontend(window_s, at)
             else:
-                num_req, isl, osl = self._router(window, at)
+                num_req, isl, osl = self._router(window_s, at)
             if not (math.isfinite(num_req) and num_req >= 0):
                 raise _Unknown("bad_count", f"request count is {_number(num_req)}, not a count")
             if num_req == 0:  # confirmed idle: NaN or missing lengths mean "no request"
@@ -504,7 +558,8 @@ class PrometheusTrafficSource:
 
     # --- frontend ----------------------------------------------------------------------------
 
-    def _frontend(self, window: str, at: float | None) -> tuple[float, float | None, float | None]:
+    def _frontend(self, window_s: float, at: float) -> tuple[float, float | None, float | None]:
+        window = window_literal(window_s)
         num_req = None
         for counter in ("requests_started_total", "requests_total"):
             metric = f"dynamo_frontend_{counter}"
@@ -514,6 +569,11 @@ class PrometheusTrafficSource:
                     f"increase({metric}[{window}]) unless {metric}", at, count=True
                 )
                 _stale_count(stale, metric)
+                late = late_series(metric, window_s, at)
+                covered = self._frontend_sum(
+                    f"increase({metric}[{window}]) unless ({late})", at, count=True
+                )
+                _held_from_start(covered or 0.0, metric)
                 break
         if num_req is None:
             raise _Unknown("no_data", "no dynamo_frontend request counter series match")
@@ -555,8 +615,8 @@ class PrometheusTrafficSource:
             return ""
         return f'{{dynamo_namespace="{namespace_label(namespace)}"}}'
 
-    def _router(self, window: str, at: float | None) -> tuple[float, float | None, float | None]:
-        sel = self._selector()
+    def _router(self, window_s: float, at: float) -> tuple[float, float | None, float | None]:
+        window, sel = window_literal(window_s), self._selector()
         started = f"dynamo_component_router_requests_started_total{sel}"
         total = f"dynamo_component_router_requests_total{sel}"
         num_req = self._scalar(
@@ -567,9 +627,13 @@ class PrometheusTrafficSource:
             num_req = self._scalar(f"sum(increase({total}[{window}]))", at)
         if num_req is None:
             raise _Unknown("no_data", f"no router request counter series for {sel or 'any'}")
+        covered = 0.0
         for metric in (started, total):
             stale = self._scalar(f"count(increase({metric}[{window}]) unless {metric})", at)
             _stale_count(stale, metric)
+            late = late_series(metric, window_s, at)
+            covered += self._scalar(f"count(increase({metric}[{window}]) unless ({late}))", at) or 0
+        _held_from_start(covered, "router request counter")
         return (
             num_req,
             self._router_mean("input_sequence_tokens", window, at),
