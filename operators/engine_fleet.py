@@ -152,11 +152,21 @@ class EngineFleet:
                 )
 
     def budget(self) -> GpuBudget:
-        """The GPU budget (and the power budget, when on) as this tick sees the fleet."""
+        """The GPU budget (and the power budget, when on) as this tick sees the fleet.
+
+        A replica whose GPUs neither the engines nor the config give counts as 1 GPU, the
+        fewest it can have (the reference's defaults class; the config's own check at start
+        assumes the same): ``max_gpu_budget`` is a ceiling from the first tick, not only once
+        a count is known (spec §8.1 leaves an unknown count unclamped).
+
+        >>> fleet = EngineFleet(PlannerConfig(mode="decode", max_gpu_budget=2))
+        >>> fleet.gpus_per_replica("decode"), fleet.budget().gpus["decode"]
+        (None, 1)
+        """
         roles: tuple[Role, Role] = ("prefill", "decode")
         return GpuBudget(
             self.config,
-            {role: self.gpus_per_replica(role) for role in roles},
+            {role: self.gpus_per_replica(role) or 1 for role in roles},
             {role: self.inventory.ready(role) for role in roles},
             power=self.power_budget(),
             in_effect={role: self.inventory.current_target(role) for role in roles},

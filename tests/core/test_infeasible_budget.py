@@ -184,6 +184,19 @@ def test_a_throughput_tick_never_scales_below_the_minimum_endpoint():
         assert effects.scale_to.num_decode == expected, rule
 
 
+def test_without_a_gpu_count_a_replica_counts_as_one_gpu_of_the_budget() -> None:
+    # protects: with neither the engines nor the config giving GPUs per replica, the budget
+    # that the config check accepted at 1 GPU a replica was never applied at run time
+    unknown = WorkerCapabilities(decode=EngineCapabilities(max_num_batched_tokens=2048))
+    hot = engines(2, decode_kv=30_000, decode_requests=30, wall_time=0.3)
+    for budget_gpus, expected in ((2, (2, HOLD)), (3, (3, "scale_up")), (-1, (3, "scale_up"))):
+        machine = core(unknown, mode="decode", max_gpu_budget=budget_gpus, itl_ms=5.0)
+        machine.load_benchmark_fpms("decode", DECODE_TRAINING)
+        effects = run_tick(machine, decode=hot, counts=WorkerCounts(ready_num_decode=2))
+        decided = effects.scale_to.num_decode if effects.scale_to else 2
+        assert (decided, effects.diagnostics.load_decision_reason) == expected, budget_gpus
+
+
 # --- the warning ------------------------------------------------------------------------------
 
 
