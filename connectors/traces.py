@@ -14,7 +14,8 @@ directory of traces (spec §7.6).
   as ``{"timestamp": ..., "event": {...}}``): only ``request_end`` rows are requests. Arrival is
   ``request.request_received_ms``, else ``event_time_unix_ms - request.total_time_ms``; ISL is
   ``request.replay.input_length`` else ``request.input_tokens``; OSL is
-  ``request.output_tokens``. A repeated ``request_id`` keeps its first row.
+  ``request.output_tokens``. A repeated ``request_id`` keeps its first row (an empty one is
+  no id: every such row is kept).
 
 Malformed input raises :class:`TraceFormatError` naming the file and line (a token count above
 ``schemas.events.MAX_REQUEST_TOKENS`` included); nothing is skipped silently except blank lines
@@ -415,6 +416,7 @@ def _dynamo_row(path: Path, lineno: int, event: dict[str, Any]) -> _Row:
         raise TraceFormatError(
             path, lineno, f"request.request_id is longer than MAX_REQUEST_ID = {MAX_REQUEST_ID}"
         )
+    request_id = request_id or None  # an empty id is a field left unset, not an id
     replay = request.get("replay")
     if replay is not None and not isinstance(replay, dict):
         raise TraceFormatError(path, lineno, "request.replay must be an object")

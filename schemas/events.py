@@ -291,8 +291,14 @@ class TrafficObservation(BaseModel):
 class RequestRecord(BaseModel):
     """One finished request, as seen by the frontend (e.g. ``dynamo.request.trace.v1``).
 
+    ``request_id`` names the request for the duplicate check (a repeat within a window is a dead
+    letter); an empty one is no id — what a producer sends for a field it left unset — so such
+    requests are all kept, as requests without one are.
+
     >>> RequestRecord(isl=3000, osl=150, kv_hit_rate=0.25).osl
     150
+    >>> print(RequestRecord(request_id="", isl=3000, osl=150).request_id)
+    None
     """
 
     model_config = _PAYLOAD_CONFIG
@@ -302,6 +308,11 @@ class RequestRecord(BaseModel):
     osl: Count
     kv_hit_rate: Fraction | None = None
     accept_length: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
+
+    @field_validator("request_id")
+    @classmethod
+    def _empty_id_is_none(cls, request_id: str | None) -> str | None:
+        return request_id or None
 
 
 def inventory_implausibility(counts: WorkerCounts) -> str | None:

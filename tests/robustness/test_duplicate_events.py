@@ -97,7 +97,11 @@ def test_counter_ids_reused_in_later_windows_or_left_at_zero_are_not_copies():
 
 def test_requests_repeated_in_a_later_window_or_without_an_id_are_used():
     ramp = decode_ramp("llama", engines=2, seconds=60)
-    plain = [{"type": "request", "deployment": "llama", "time": 30.1, "payload": REQUEST}] * 2
+    # protects: an empty id (a field a producer left unset) made every such request of a
+    # window but the first a duplicate
+    unset = REQUEST | {"request_id": ""}
+    plain = [{"type": "request", "deployment": "llama", "time": 30.1, "payload": p}
+             for p in (REQUEST, REQUEST, unset, unset)]  # fmt: skip
     again = [
         {
             "type": "request",
@@ -110,7 +114,7 @@ def test_requests_repeated_in_a_later_window_or_without_an_id_are_used():
     outputs = run_lines({"llama": CONFIG}, sorted(ramp + plain + again, key=lambda e: e["time"]))
     assert not outputs.dead
     traffic = next(r.observed_traffic for r in outputs.ticks if r.time == 45.0)
-    assert traffic is not None and traffic.num_req == 4  # the load tick's 30 s window
+    assert traffic is not None and traffic.num_req == 6  # the load tick's 30 s window
 
 
 def test_identical_passes_of_an_engine_that_does_not_count_are_not_copies():

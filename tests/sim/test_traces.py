@@ -85,6 +85,8 @@ def test_dynamo_arrival_fallback_and_duplicates(tmp_path: Path) -> None:
             _dynamo_end("a", 5_000),
             _dynamo_end("b", None, total_time_ms=2_500.0),  # arrival 10000 - 2500
             _dynamo_end("a", 9_000),  # duplicate id: the first row wins
+            _dynamo_end("", 6_000),  # an empty id is none: both rows are requests
+            _dynamo_end("", 7_000),
             json.dumps({"schema": "dynamo.request.trace.v1", "event_type": "tool_end"}),
             "",
         ]
@@ -93,6 +95,8 @@ def test_dynamo_arrival_fallback_and_duplicates(tmp_path: Path) -> None:
         rows = read_trace(_write(tmp_path, name, text))
         assert [(r.request_id, r.arrival_s, r.isl, r.osl) for r in rows] == [
             ("a", 0.0, 120, 7),
+            (None, 1.0, 120, 7),
+            (None, 2.0, 120, 7),
             ("b", 2.5, 120, 7),
         ]
         assert rows[0].hash_ids == (5, 9)
