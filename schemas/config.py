@@ -67,6 +67,7 @@ from schemas.events import (
     WorkerCapabilities,
     capabilities_implausibility,
 )
+from schemas.fpm import MAX_FPM_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,15 @@ Interval = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_on_inter
 
 EngineGpus = Annotated[int, Field(ge=1, le=MAX_ENGINE_GPUS)]
 """GPUs of one replica: 1 to ``MAX_ENGINE_GPUS``, as a ``capabilities`` event's ``num_gpu``."""
+
+MAX_MODEL_SAMPLES = 100_000
+"""The most forward passes a perf model may keep, need or take from an engine a tick, and the
+most points a predictor may wait for (``max_num_fpm_samples``, ``fpm_sample_bucket_size``,
+``load_min_observations``, ``fpm_samples_per_engine_per_tick``, ``kalman_min_points``): far
+above any useful setting (the defaults are 5–64), and a bound on the memory they hold."""
+
+ModelSamples = Annotated[int, Field(ge=1, le=MAX_MODEL_SAMPLES)]
+"""A count of samples or points: 1 to :data:`MAX_MODEL_SAMPLES`."""
 
 ReplicaStep = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
 """The most replicas one decision may move a role (``max_load_step``,
@@ -315,7 +325,7 @@ class PlannerConfig(BaseModel):
     kalman_r: NonNegative = 10.0
     """The Kalman variances; 0 is allowed, as in the reference, which floors them at 1e-12
     (``q_level``, ``q_trend``) and 1e-9 (``r``) (spec §7.4)."""
-    kalman_min_points: Annotated[int, Field(ge=1)] = 5
+    kalman_min_points: ModelSamples = 5
     """Points the Kalman predictor needs before it forecasts (until then: the last value)."""
     arima_refits: bool = True
     """*ours*: the ARIMA predictor searches its order again from time to time (while its
@@ -365,21 +375,21 @@ class PlannerConfig(BaseModel):
     )
     """Seconds between load ticks (spec §9.4): 0.1 s to one day, a whole number of 10 ms
     (:data:`INTERVAL_LIMITS`)."""
-    max_num_fpm_samples: Annotated[int, Field(ge=1)] = 64
+    max_num_fpm_samples: ModelSamples = 64
     """Forward passes each perf model keeps (spec §3.1), spread over its buckets."""
-    fpm_sample_bucket_size: Annotated[int, Field(ge=1)] = 16
+    fpm_sample_bucket_size: ModelSamples = 16
     """Buckets the perf model spreads its samples over; a perfect square (spec §3.1)."""
     load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 80
     """A scale-down needs the latency estimates under this percent of the SLA (spec §4.5,
     §4.6); 0 never scales down."""
-    load_min_observations: Annotated[int, Field(ge=1)] = 5
+    load_min_observations: ModelSamples = 5
     """Forward passes a perf model needs before the load loop uses it (else
     ``insufficient_data``); at most ``max_num_fpm_samples``, which is all a model keeps."""
-    prefill_scale_up_queue_tokens: Annotated[int, Field(ge=0)] | None = None
+    prefill_scale_up_queue_tokens: Annotated[int, Field(ge=0, le=MAX_FPM_TOKENS)] | None = None
     """``optimization_target: load`` (spec §4.3): a prefill replica is added when ANY engine
     has at least this many prompt tokens queued. Required with that target when the mode has
     a prefill role; must be above ``prefill_scale_down_queue_tokens``."""
-    prefill_scale_down_queue_tokens: Annotated[int, Field(ge=0)] | None = None
+    prefill_scale_down_queue_tokens: Annotated[int, Field(ge=0, le=MAX_FPM_TOKENS)] | None = None
     """``optimization_target: load``: a prefill replica is removed when ALL engines have at
     most this many prompt tokens queued (and there are at least two)."""
     decode_scale_up_kv_rate: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = (
@@ -407,7 +417,7 @@ class PlannerConfig(BaseModel):
     agree (the design's rule, spec §4.7). The reference treats a TTFT rule that holds without
     a consolidation refusal — a TTFT between ``sens × SLA`` and the SLA — as a missing signal
     and lets the ITL rule scale down alone, into a TTFT over its target."""
-    fpm_samples_per_engine_per_tick: Annotated[int, Field(ge=1)] = 8
+    fpm_samples_per_engine_per_tick: ModelSamples = 8
     """*ours*: how many of an engine's forward passes in a tick window train the perf model
     (evenly spaced; an aggregated engine trains on the window's mean pass instead). Reference:
     ``1``, which means what the reference does: each load tick trains on every engine's latest
@@ -469,13 +479,13 @@ class PlannerConfig(BaseModel):
     its floors, as here)."""
 
     # --- budget / endpoints (§9.5) ---
-    max_gpu_budget: Annotated[int, Field(le=MAX_GPU_BUDGET)] = 8
-    """Most GPUs the deployment may use (replicas × GPUs per replica over its roles); a
-    negative value is off. A hard ceiling under either ``gpu_budget_rule``. At most
+    max_gpu_budget: Annotated[int, Field(ge=-1, le=MAX_GPU_BUDGET)] = 8
+    """Most GPUs the deployment may use (replicas × GPUs per replica over its roles); -1 is
+    off. A hard ceiling under either ``gpu_budget_rule``. At most
     ``MAX_GPU_BUDGET`` (every replica at its most GPUs), as in a ``limits`` event."""
-    min_gpu_budget: Annotated[int, Field(le=MAX_GPU_BUDGET)] = -1
-    """Fewest GPUs the deployment should keep (spec §8.2, the current reference tree); a
-    negative value (the default, -1) is off. Only ``gpu_budget_rule="band"`` reads it: it holds
+    min_gpu_budget: Annotated[int, Field(ge=-1, le=MAX_GPU_BUDGET)] = -1
+    """Fewest GPUs the deployment should keep (spec §8.2, the current reference tree); -1
+    (the default) is off. Only ``gpu_budget_rule="band"`` reads it: it holds
     load scale-downs at the floor and reconciles a fleet below it, relaxed by the largest GPUs
     per replica (whole replicas cannot always land on it); it never raises a throughput lower
     bound."""
@@ -922,12 +932,26 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1 (PyYAML) reads a number with an exponent but no dot or no exponent sign (``1e-3``,
-# ``1.5e3``) as a string; YAML 1.2 and JSON read a number. With strict number fields that
-# string would be refused as "not a number", so such a plain scalar is read as its float.
+# Numbers are read as YAML 1.2 and JSON write them, not as YAML 1.1 (PyYAML) does. 1.1 reads
+# ``010`` as octal 8, ``0b11`` as 3, ``0x1F`` as 31, ``1:30`` as 90 and ``1_000`` as 1000 —
+# values nobody meant to write there — and ``1e-3`` or ``1.5e3`` (an exponent without a dot or
+# a sign) as strings. Here an integer is decimal, without leading zeros, and a float is decimal
+# with an optional exponent (or ``.inf`` / ``.nan``, which the fields refuse by name); any other
+# spelling is a string, which a number field refuses showing the text as written.
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)[eE][-+]?[0-9]+$"),
+    _INT, re.compile(r"^[-+]?(0|[1-9][0-9]*)$"), list("-+0123456789")
+)
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
     list("-+.0123456789"),
 )
 

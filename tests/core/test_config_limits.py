@@ -102,6 +102,31 @@ def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):
     assert (config.ttft_ms, config.load_adjustment_interval_seconds) == (1500.0, 10.0)
 
 
+@pytest.mark.parametrize("text", ["010", "0b11", "0x1F", "0o17", "1:30", "1_000", "00.5"])
+def test_yaml_1_1_number_spellings_are_refused_as_written(tmp_path, text):
+    # YAML 1.1 would read these as 8, 3, 31, 15, 90, 1000 and 0.5: values nobody meant
+    path = write(
+        tmp_path, f"deployments:\n  d:\n    optimization_target: sla\n    itl_ms: {text}\n"
+    )
+    message = config_error(path)
+    assert "deployments.d.itl_ms: " in message and repr(text) in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("max_num_fpm_samples", 2**63, "less than or equal to 100000"),
+        ("kalman_min_points", 10**9, "less than or equal to 100000"),
+        ("prefill_scale_up_queue_tokens", 2**63, "less than or equal to"),
+        ("max_gpu_budget", -2, "greater than or equal to -1"),
+        ("min_gpu_budget", -2, "greater than or equal to -1"),
+    ],
+)
+def test_counts_and_budgets_are_bounded(tmp_path, field, value, needle):
+    message = one_field(tmp_path, field, value)
+    assert f"deployments.llama.{field}: " in message and needle in message
+
+
 def test_the_cli_refuses_a_sub_microsecond_interval_before_running(tmp_path):
     # before: a ZeroDivisionError traceback from inside bytewax's tumbling window
     config = write(
