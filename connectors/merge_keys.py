@@ -8,7 +8,8 @@ exception: one stray timestamp must not move it. Keyed at its own time, a single
 an hour (or a century) ahead would hold the rest of its input back behind every other input's
 events, which would then all be late; in one input read alone it costs one dead letter (the
 event-time step, :mod:`flows.horizon`, refuses it as ``stray``), and merged with others it
-must cost no more.
+must cost no more. (An item that is no event the flow admits — a line cut short, an unknown
+deployment — has no time here: its source gives ``None``.)
 
 So an item more than :data:`flows.horizon.REPLAY_JUMP_S` past its input's previous key waits
 for the input's next item with a time, and keeps the previous key unless that one confirms the

@@ -12,7 +12,9 @@ recording is ordered by event time, and the files are merged on ``(time, file in
 number)``, where the time is the line's merge key (:class:`connectors.merge_keys.MergeKeys`):
 the event time of the line. A line that is not a valid event keeps the key of the line before
 it in its file, even when it has a ``"time"`` field (a producer writing milliseconds, a line cut
-short), and so does a valid one stamped more than a minute past that key unless the next line
+short); so does a valid event the flow's admission refuses (its deployment or role is not
+configured: given as ``refusal``), which never moves the event time read alone either; and so
+does a valid one stamped more than a minute past that key unless the next line
 with a time confirms the jump (a stray timestamp): it stays with its neighbours and admission
 or the event-time step dead-letters it there, instead of holding the rest of its file back
 behind the other files. Merging matters because the planner's watermark follows the newest
@@ -30,12 +32,13 @@ inputs, the run's clock keeps to its data while it is read, however slowly the h
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import heapq
 import io
 import itertools
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from pathlib import Path
 
@@ -45,7 +48,7 @@ from connectors.backlog import BACKLOG
 from connectors.merge_keys import MergeKeys
 from connectors.pipeline_metrics import EVENTS_IN
 from connectors.stopping import inputs_ended
-from schemas import DeadLetter, RawEvent, parse_event
+from schemas import DeadLetter, Event, RawEvent, parse_event
 
 BATCH_LINES = 1000
 """Lines per source batch (bytewax throughput collapses with tiny batches)."""
@@ -59,6 +62,10 @@ ResumeState = dict[str, int]
 MergeKey = tuple[float, int, int]
 """``(event time, file index, line number)``: the merge order of several recordings."""
 
+Refusal = Callable[[Event], "str | None"]
+"""Why admission refuses a decoded event, ``None`` if it admits it
+(:meth:`operators.admission.Admission.refusal`)."""
+
 _UNREADABLE = (EOFError, zlib.error, gzip.BadGzipFile)
 """What reading a cut or corrupt ``.gz`` file raises."""
 
@@ -70,8 +77,9 @@ def open_recording(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def line_time(line: str | bytes) -> float | None:
-    """The event time of a valid event line, else ``None`` (it keeps the key before it).
+def line_time(line: str | bytes, refusal: Refusal | None = None) -> float | None:
+    """The event time of a valid event line that ``refusal`` (if given) has no reason to
+    refuse, else ``None`` (it keeps the key before it).
 
     >>> line_time(b'{"type": "clock", "deployment": "d", "time": 12.5}')
     12.5
@@ -79,11 +87,14 @@ def line_time(line: str | bytes) -> float | None:
     True
     >>> line_time(b'{"type": "clock", "time": "soon"}'), line_time(b"{oops")
     (None, None)
+    >>> line_time(b'{"type": "clock", "deployment": "x", "time": 3}', lambda e: "unknown") is None
+    True
     """
     try:
-        return parse_event(line).time
+        event = parse_event(line)
     except Exception:  # any reason the line is not an event: admission names it
         return None
+    return event.time if refusal is None or refusal(event) is None else None
 
 
 def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
@@ -102,7 +113,7 @@ def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
 
 
 def _read_file(
-    path: Path, index: int, skip: int, timed: bool
+    path: Path, index: int, skip: int, timed: Callable[[bytes], float | None] | None
 ) -> Generator[tuple[MergeKey, RawEvent | DeadLetter], None, None]:
     """The non-blank lines of one file after line ``skip``, with their merge keys (those of the
     lines before ``skip`` are computed too: a key depends on the lines before it)."""
@@ -120,10 +131,10 @@ def _read_file(
 
 
 def _read_lines(
-    path: Path, timed: bool
+    path: Path, timed: Callable[[bytes], float | None] | None
 ) -> Generator[tuple[float | None, int, RawEvent | DeadLetter], None, None]:
-    """The non-blank lines of one file: event time (when ``timed`` and the line is a valid
-    event), line number and the line."""
+    """The non-blank lines of one file: event time (by ``timed``, if given), line number and
+    the line."""
     source, line_no = str(path), 0
     with open_recording(path) as file:
         while True:
@@ -140,14 +151,18 @@ def _read_lines(
                 line = line[len(codecs.BOM_UTF8) :]  # an editor's byte order mark, not data
             if not line.strip():
                 continue
-            yield (line_time(line) if timed else None), line_no, RawEvent(source, line_no, line)
+            yield (timed(line) if timed else None), line_no, RawEvent(source, line_no, line)
 
 
 class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeState]):
-    def __init__(self, paths: list[Path], resume_state: ResumeState | None) -> None:
+    def __init__(
+        self, paths: list[Path], resume_state: ResumeState | None, refusal: Refusal | None
+    ) -> None:
         self._paths = [str(p) for p in paths]
         self._consumed = {p: (resume_state or {}).get(p, 0) for p in self._paths}
-        timed = len(paths) > 1  # one file needs no merge, so no parsing here
+        timed = None  # one file needs no merge, so no parsing here
+        if len(paths) > 1:
+            timed = functools.partial(line_time, refusal=refusal)
         self._files = [_read_file(p, i, self._consumed[str(p)], timed) for i, p in enumerate(paths)]
         self._merged = heapq.merge(*self._files, key=lambda keyed: keyed[0])
         BACKLOG.behind(self)
@@ -176,6 +191,9 @@ class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeSt
 class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState]):
     """Replay recorded JSONL(.gz) event files as one stream, merged on event time.
 
+    ``refusal`` is the flow's admission (:meth:`operators.admission.Admission.refusal`): an
+    event it refuses is merged at the key before it, not at its own time.
+
     >>> import tempfile, os
     >>> from bytewax.testing import run_main
     >>> from bytewax.dataflow import Dataflow
@@ -193,8 +211,9 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
     b'{"type": "clock", "deployment": "d", "time": 1}\\n'
     """
 
-    def __init__(self, paths: Sequence[str | Path]) -> None:
+    def __init__(self, paths: Sequence[str | Path], refusal: Refusal | None = None) -> None:
         self.paths = [Path(p) for p in paths]
+        self.refusal = refusal
         if not self.paths:
             raise ValueError("no recorded streams given")
         folders = [str(p) for p in self.paths if p.is_dir()]
@@ -216,9 +235,9 @@ class RecordedSource(FixedPartitionedSource[RawEvent | DeadLetter, ResumeState])
     def merge_time(self, item: RawEvent | DeadLetter) -> float | None:
         """The event time to merge a line on with other inputs
         (:class:`connectors.merged.MergedSource`): its :func:`line_time`."""
-        return line_time(item.data) if isinstance(item, RawEvent) else None
+        return line_time(item.data, self.refusal) if isinstance(item, RawEvent) else None
 
     def build_part(
         self, step_id: str, for_part: str, resume_state: ResumeState | None
     ) -> _RecordedPartition:
-        return _RecordedPartition(self.paths, resume_state)
+        return _RecordedPartition(self.paths, resume_state, self.refusal)

@@ -80,6 +80,7 @@ from connectors.virtual import AckSource, newest_acks
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
 from flows.horizon import untimed
+from operators.admission import Admission
 from schemas import DeliveredDecision, PlannerConfig, Role
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ def _kafka_url(address: str) -> KafkaUrl:
 def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig]) -> Wiring:
     """Resolve every address; raises :class:`EndpointError` naming a bad one."""
     wiring = Wiring()
+    refusal = Admission(configs).refusal  # a refused event's time orders no merge
     zmq_endpoints: list[EndpointSpec] = []
     traffic: list[PrometheusTrafficSource] = []
     recorded: list[str] = []
@@ -196,7 +198,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             url = _kafka_url(address)
             if url.format == "dynamo-trace":
                 url = replace(url, deployment=_trace_deployment(address, url, configs))
-            wiring.inputs.append(url.event_source())
+            wiring.inputs.append(url.event_source(refusal))
             wiring.live |= not url.until_end
             if not url.until_end:
                 followed.append(address)
@@ -216,7 +218,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             raise EndpointError(f"unsupported input {address!r}")
     if recorded:  # one source: the files are read as one time-ordered stream
         try:
-            wiring.inputs.insert(recorded_at, RecordedSource(recorded))
+            wiring.inputs.insert(recorded_at, RecordedSource(recorded, refusal))
         except (ValueError, OSError) as exc:
             raise EndpointError(str(exc)) from exc
     if traffic:

@@ -92,19 +92,31 @@ class Admission:
                 event.read_at(item.source, item.position, _text(item).strip())
         else:
             event = item
+        refused = self.refusal(event)
+        return event if refused is None else self._reject(item, refused, event)
+
+    def refusal(self, event: Event) -> str | None:
+        """Why a decoded event is refused (its deployment or roles are not configured), or
+        ``None``: it is admitted. A replay's merge keys (:mod:`connectors.merge_keys`) count
+        only admitted events' times, as the event-time step does.
+
+        >>> from schemas import ClockEvent, PlannerConfig
+        >>> admission = Admission({"llama": PlannerConfig(mode="agg")})
+        >>> admission.refusal(ClockEvent(deployment="llama", time=1)) is None
+        True
+        >>> admission.refusal(ClockEvent(deployment="x", time=1))
+        "unknown deployment 'x' (the config has llama)"
+        """
         config = self.configs.get(event.deployment)
         if config is None:
             known = ", ".join(sorted(self.configs))
-            reason = f"unknown deployment {event.deployment!r} (the config has {known})"
-            return self._reject(item, reason, event)
+            return f"unknown deployment {event.deployment!r} (the config has {known})"
         if isinstance(event, _ENGINE_EVENTS) and event.payload.role not in config.roles:
-            reason = f"role {event.payload.role!r} is not part of mode {config.mode!r}"
-            return self._reject(item, reason, event)
+            return f"role {event.payload.role!r} is not part of mode {config.mode!r}"
         foreign = [role for role in _roles_named(event) if role not in config.roles]
         if foreign:
-            reason = f"{event.type} names role {foreign[0]!r}, not part of mode {config.mode!r}"
-            return self._reject(item, reason, event)
-        return event
+            return f"{event.type} names role {foreign[0]!r}, not part of mode {config.mode!r}"
+        return None
 
     def admit(self, item: RawEvent | Event | DeadLetter) -> list[Event | DeadLetter]:
         """What ``item`` admits: the event or its dead letter, as calling it; but a decoded

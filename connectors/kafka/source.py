@@ -30,7 +30,7 @@ from connectors.kafka.client import (
 )
 from connectors.merge_keys import MergeKeys
 from connectors.pipeline_metrics import EVENTS_IN
-from connectors.recorded import line_time
+from connectors.recorded import Refusal, line_time
 from connectors.stopping import inputs_ended
 from connectors.traces import DYNAMO_SCHEMA, TraceFormatError, dynamo_request_event
 from schemas import DeadLetter, RawEvent, RequestEvent, describe_validation_error
@@ -556,6 +556,12 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
     ('events', True, 1000)
     """
 
+    def __init__(
+        self, bootstrap: str, topic: str, *, refusal: Refusal | None = None, **options: Any
+    ) -> None:
+        super().__init__(bootstrap, topic, **options)
+        self.refusal = refusal
+
     def convert(self, message: Message) -> RawEvent:
         partition, offset = message_position(message)
         value = message.value()
@@ -564,9 +570,9 @@ class KafkaEventSource(KafkaTopicSource[RawEvent]):
         )
 
     def merge_time(self, item: RawEvent | None) -> float | None:
-        """The event's ``time`` when it is a valid event, as a recording's lines are merged
-        (:func:`connectors.recorded.line_time`)."""
-        return None if item is None else line_time(item.data)
+        """The event's ``time`` when it is a valid event admission takes (``refusal``), as a
+        recording's lines are merged (:func:`connectors.recorded.line_time`)."""
+        return None if item is None else line_time(item.data, self.refusal)
 
 
 class KafkaTraceSource(KafkaTopicSource[RequestEvent | DeadLetter]):

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from connectors.address import address_options, has_host_port
 from connectors.kafka.sink import KafkaDecisionSink
 from connectors.kafka.source import KafkaEventSource, KafkaTraceSource
+from connectors.recorded import Refusal
 
 MAX_PARTITIONS = 2**31 - 1
 """Kafka counts a topic's partitions in a signed 32-bit integer: a larger count crashed inside
@@ -93,11 +94,16 @@ partitions=1, format='dynamo-trace', deployment='qwen')
             deployment=options.get("deployment"),
         )
 
-    def event_source(self) -> KafkaEventSource | KafkaTraceSource:
-        """The planner input source this address names (a trace topic needs ``deployment``)."""
+    def event_source(self, refusal: Refusal | None = None) -> KafkaEventSource | KafkaTraceSource:
+        """The planner input source this address names (a trace topic needs ``deployment``);
+        ``refusal``: the flow's admission, for merging an event topic's partitions."""
         if self.format == "events":
             return KafkaEventSource(
-                self.bootstrap, self.topic, until_end=self.until_end, start=self.start
+                self.bootstrap,
+                self.topic,
+                refusal=refusal,
+                until_end=self.until_end,
+                start=self.start,
             )
         if self.deployment is None:
             where = f"kafka://{self.bootstrap}/{self.topic}"

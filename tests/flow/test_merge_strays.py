@@ -264,3 +264,38 @@ def test_a_stray_in_one_input_of_a_split_replay_costs_one_dead_letter(
 
             assert_one_stray(got["dead"], 9e10)
             assert got["decisions"] == want["decisions"], (order, workers)
+
+
+def refused_pass(events: list[dict], why: str) -> dict:
+    """A copy of w0's pass at 50 s, stamped 105 s (under a minute ahead: no stray), that
+    admission refuses: of a deployment the config does not have, or of a role not in its mode."""
+    refused = stray_pass(events, 105.0)
+    if why == "unknown deployment":
+        refused["deployment"] = "other"
+    else:
+        refused["payload"]["role"] = "prefill"
+    return refused
+
+
+@pytest.mark.parametrize("why", ["unknown deployment", "role"])
+@pytest.mark.parametrize("split", ["files", "topic"])
+def test_a_refused_event_in_one_merged_input_does_not_make_its_neighbours_late(
+    tmp_path, kafka_bootstrap, kafka_topic, why, split
+):
+    # read alone, admission refuses it before the event time moves; merged at its own time, it
+    # held the 55 s of w0's passes after it back behind w1's, and they all came late
+    events = burst()
+    want = expected(tmp_path, events, {}, "middle")
+    w0, w1 = by_engine(events)
+    w0 = inserted(w0, refused_pass(events, why), "middle")
+    if split == "files":
+        files = [write_stream(tmp_path / "w0.jsonl", w0), write_stream(tmp_path / "w1.jsonl", w1)]
+        got = run_recorded(CONFIG, files, tmp_path / "files")
+    else:
+        produce(kafka_bootstrap, kafka_topic, [w0, w1])
+        got = replay(
+            tmp_path, "topic", f"kafka://{kafka_bootstrap}/{kafka_topic}?until=end", workers="1"
+        )
+
+    assert [d["reason"].split(" ")[0] for d in got["dead"]] == [why.split(" ")[0]], got["dead"][:3]
+    assert got["decisions"] == want["decisions"] and got["ticks"] == want["ticks"]
