@@ -222,6 +222,8 @@ class PlannerStateMachine:
             diag.throughput_lower_bound_decode = self.throughput.bound_for("decode")
         self.cadence.advance(self.config, tick, tick_input.now_s)
         scale_to = load_target if load_target is not None else throughput_target
+        if scale_to is not None:
+            scale_to = scale_to.within_replica_ceiling()
         self._report_power(scale_to, diag)
         return PlannerEffects(
             scale_to=scale_to,

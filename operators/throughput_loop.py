@@ -20,6 +20,7 @@ from operators.throughput_scaling import idle_capacity, sizing_lengths
 from operators.tick import ScaleTarget
 from operators.traffic_intake import TrafficForecaster
 from schemas import Role, ThroughputReason, TickDiagnostics, TrafficObservation
+from schemas.events import MAX_REPLICAS
 
 
 class ThroughputLoop:
@@ -185,12 +186,13 @@ class ThroughputLoop:
         """Spec §5.4: one observation moves a role at most ``max_throughput_scaling_replicas``
         from its ready count (then comes the endpoint floor, which may exceed the cap:
         :meth:`_floored`). The cap is taken from the ready count each time, so re-evaluating an
-        observation never ratchets; with no count known there is nothing to cap against."""
+        observation never ratchets; with no count known there is nothing to cap against but
+        :data:`schemas.events.MAX_REPLICAS`, the most any role can have (a lower bound too)."""
         current = self.fleet.inventory.ready(role)
-        if current is None:
-            return desired
-        cap = self.fleet.config.max_throughput_scaling_replicas
-        return min(max(desired, max(0, current - cap)), current + cap)
+        if current is not None:
+            cap = self.fleet.config.max_throughput_scaling_replicas
+            desired = min(max(desired, max(0, current - cap)), current + cap)
+        return min(desired, MAX_REPLICAS)
 
     def _floored(self, replicas: Mapping[Role, int]) -> dict[Role, int]:
         return {role: max(n, self.fleet.min_endpoint(role)) for role, n in replicas.items()}

@@ -6,7 +6,7 @@ data: event time in replay, system time live. Nothing here reads a clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from schemas import (
@@ -16,6 +16,7 @@ from schemas import (
     TrafficObservation,
     WorkerCounts,
 )
+from schemas.events import MAX_REPLICAS
 
 EngineKey = tuple[str, int]
 """``(worker_id, dp_rank)`` of one engine."""
@@ -98,6 +99,21 @@ class ScaleTarget:
     reason: str
     prefill_reason: str | None = None
     decode_reason: str | None = None
+
+    def within_replica_ceiling(self) -> ScaleTarget:
+        """This target with no role above :data:`schemas.events.MAX_REPLICAS`, the most replicas a
+        role can have: the inventory readers refuse more, so a decision past it (a sizing of
+        absurd demand, a scale-up from the ceiling) would blind the planner once applied.
+
+        >>> ScaleTarget(2**40, 3, "throughput", "scale").within_replica_ceiling().num_prefill
+        65536
+        """
+        prefill, decode = self.num_prefill, self.num_decode
+        return replace(
+            self,
+            num_prefill=None if prefill is None else min(prefill, MAX_REPLICAS),
+            num_decode=None if decode is None else min(decode, MAX_REPLICAS),
+        )
 
 
 @dataclass

@@ -23,6 +23,7 @@ from flows.scenario import (
     run_planner,
 )
 from schemas import ConfigError, PlannerConfig, load_config
+from sim.workload import trace_span
 
 RATE_RPS, DURATION_S = 5.0, 3600.0
 """Defaults of ``--rate`` and ``--duration`` (synthetic workloads only)."""
@@ -163,6 +164,13 @@ def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfi
         speedup=args.speedup,
         seed=args.seed,
     )
+    source = args.synthetic or Path(args.trace or DEFAULT_TRACE).name
+    span = trace_span(requests)
+    if span > MAX_DURATION_S:  # one arrival in ms among seconds would simulate for days
+        raise ValueError(
+            f"{source}: its requests span {span:,.0f} s, more than 30 days (after --speedup): "
+            "mixed time units?"
+        )
     profile = load_profile(args.profile or DEFAULT_PROFILE)
     spec = fleet_spec(
         config,
@@ -171,7 +179,6 @@ def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfi
         decode_replicas=args.decode,
         startup_delay_s=args.startup_delay,
     )
-    source = args.synthetic or Path(args.trace or DEFAULT_TRACE).name
     label = f"{source} ×{args.load_scale}" if args.load_scale > 1 else source
     return Scenario(requests, spec, deployment=name, seed=args.seed, label=label), config
 

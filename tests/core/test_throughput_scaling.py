@@ -16,6 +16,7 @@ from connectors.profiles import load_profile
 from operators.bootstrap import profile_to_fpms
 from operators.perf import AggPerfModel, DecodePerfModel, PrefillPerfModel
 from operators.predictors import ConstantPredictor
+from operators.state_machine import PlannerStateMachine
 from operators.throughput_scaling import (
     NOT_READY,
     Capacity,
@@ -33,6 +34,7 @@ from schemas import (
     WorkerCapabilities,
     WorkerCounts,
 )
+from schemas.events import MAX_REPLICAS
 from tests.core.planner_inputs import (
     AGG_TRAINING,
     DECODE_TRAINING,
@@ -798,6 +800,28 @@ def test_real_profile_bootstrap_sizes_a_disagg_fleet_under_the_budget():
     # 10 rps fits one engine each (no change); 100 rps needs (7, 3); 500 rps needs (33, 12) =
     # 45 GPUs, clamped to 16: prefill floor(33·16/45) = 11, decode the remaining 5
     assert outcomes == [((1, 1), None), ((7, 3), (7, 3)), ((33, 12), (11, 5))]
+
+
+def profiled_throughput_only() -> PlannerStateMachine:
+    """A disagg throughput-only machine on the shipped profile, without a GPU budget."""
+    machine = core(enable_load_scaling=False, max_gpu_budget=-1, ttft_ms=200.0, itl_ms=20.0)
+    for role, fpms in profile_to_fpms(load_profile(PROFILE)).items():
+        machine.load_benchmark_fpms(role, fpms)
+    return machine
+
+
+@pytest.mark.parametrize("ready", [None, MAX_REPLICAS])
+def test_no_sizing_goes_above_the_most_replicas_a_role_can_have(ready):
+    # requests at the longest lengths admission takes: sized at ~1e11 decode replicas with no
+    # count known, or the change cap above a fleet at the ceiling; a decision past
+    # MAX_REPLICAS would be refused by the planner's own inventory readers once applied
+    machine = profiled_throughput_only()
+    counts = None
+    if ready is not None:
+        counts = WorkerCounts(ready_num_prefill=ready - 1, ready_num_decode=ready - 1)
+    effects = run_tick(machine, now_s=60.0, traffic=window(6000, 2**27, 2**27), counts=counts)
+    assert effects.scale_to is not None
+    assert (effects.scale_to.num_prefill, effects.scale_to.num_decode) == (MAX_REPLICAS,) * 2
 
 
 class TestRequestWindows:

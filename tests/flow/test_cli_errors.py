@@ -154,6 +154,16 @@ def test_replay_refuses_options_it_would_ignore(tmp_path, args, needle):
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
 
 
+def test_replay_refuses_a_trace_in_mixed_time_units(tmp_path):
+    # one absolute millisecond timestamp among relative ones: 26 000 days to simulate
+    trace = tmp_path / "mixed.jsonl"
+    row = '{{"timestamp": {}, "input_length": 100, "output_length": 10}}\n'
+    trace.write_text("".join(row.format(t) for t in (0, 1000, 1_700_000_000_000)))
+    done = flowplanner("replay", "--quiet", "--trace", str(trace))
+    assert_clean_error(done, "mixed.jsonl: its requests span")
+    assert done.returncode == 2 and "mixed time units?" in done.stderr, done.stderr
+
+
 def test_replay_checks_its_output_paths_before_replaying(tmp_path):
     done = flowplanner("replay", *TINY, "--json", str(tmp_path))
     assert_clean_error(done, str(tmp_path))
