@@ -932,22 +932,28 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# Numbers are read as YAML 1.2 and JSON write them, not as YAML 1.1 (PyYAML) does. 1.1 reads
-# ``010`` as octal 8, ``0b11`` as 3, ``0x1F`` as 31, ``1:30`` as 90 and ``1_000`` as 1000 —
-# values nobody meant to write there — and ``1e-3`` or ``1.5e3`` (an exponent without a dot or
-# a sign) as strings. Here an integer is decimal, without leading zeros, and a float is decimal
-# with an optional exponent (or ``.inf`` / ``.nan``, which the fields refuse by name); any other
-# spelling is a string, which a number field refuses showing the text as written.
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+# Numbers and booleans are read as YAML 1.2 and JSON write them, not as YAML 1.1 (PyYAML)
+# does. 1.1 reads ``010`` as octal 8, ``0b11`` as 3, ``0x1F`` as 31, ``1:30`` as 90, ``1_000``
+# as 1000 and ``no``/``off`` as false — values nobody meant to write there — and ``1e-3`` or
+# ``1.5e3`` (an exponent without a dot or a sign) as strings. Here an integer is decimal,
+# without leading zeros, a float is decimal with an optional exponent (or ``.inf`` / ``.nan``,
+# which the fields refuse by name) and a boolean ``true`` or ``false``; any other spelling is a
+# string, which a number or boolean field refuses showing the text as written.
+_INT_TAG, _FLOAT_TAG, _BOOL_TAG = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool"))
 _UniqueKeyLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG)
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _UniqueKeyLoader.add_implicit_resolver(
-    _INT, re.compile(r"^[-+]?(0|[1-9][0-9]*)$"), list("-+0123456789")
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 _UniqueKeyLoader.add_implicit_resolver(
-    _FLOAT,
+    _INT_TAG, re.compile(r"^[-+]?(0|[1-9][0-9]*)$"), list("-+0123456789")
+)
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT_TAG,
     re.compile(
         r"^(?:[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"

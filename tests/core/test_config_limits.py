@@ -112,6 +112,14 @@ def test_yaml_1_1_number_spellings_are_refused_as_written(tmp_path, text):
     assert "deployments.d.itl_ms: " in message and repr(text) in message
 
 
+@pytest.mark.parametrize("text", ["yes", "no", "on", "off", "Yes"])
+def test_yaml_1_1_booleans_are_refused_as_written(tmp_path, text):
+    # YAML 1.1 reads ``enable_load_scaling: no`` as false, where ``"no"`` is refused
+    text_ = f"deployments:\n  d:\n    optimization_target: sla\n    advisory: {text}\n"
+    message = config_error(write(tmp_path, text_))
+    assert "deployments.d.advisory: " in message and repr(text) in message
+
+
 @pytest.mark.parametrize(
     ("field", "value", "needle"),
     [
