@@ -62,9 +62,12 @@ ResumeState = dict[str, int]
 MergeKey = tuple[float, int, int]
 """``(event time, file index, line number)``: the merge order of several recordings."""
 
-Refusal = Callable[[Event], "str | None"]
+Refusal = Callable[[Event], str | None]
 """Why admission refuses a decoded event, ``None`` if it admits it
 (:meth:`operators.admission.Admission.refusal`)."""
+
+LineTime = Callable[[bytes], float | None]
+"""A line's merge time (:func:`line_time`, with the source's refusal)."""
 
 _UNREADABLE = (EOFError, zlib.error, gzip.BadGzipFile)
 """What reading a cut or corrupt ``.gz`` file raises."""
@@ -113,7 +116,7 @@ def unreadable(source: str, position: int, exc: Exception) -> DeadLetter:
 
 
 def _read_file(
-    path: Path, index: int, skip: int, timed: Callable[[bytes], float | None] | None
+    path: Path, index: int, skip: int, timed: LineTime | None
 ) -> Generator[tuple[MergeKey, RawEvent | DeadLetter], None, None]:
     """The non-blank lines of one file after line ``skip``, with their merge keys (those of the
     lines before ``skip`` are computed too: a key depends on the lines before it)."""
@@ -131,7 +134,7 @@ def _read_file(
 
 
 def _read_lines(
-    path: Path, timed: Callable[[bytes], float | None] | None
+    path: Path, timed: LineTime | None
 ) -> Generator[tuple[float | None, int, RawEvent | DeadLetter], None, None]:
     """The non-blank lines of one file: event time (by ``timed``, if given), line number and
     the line."""
@@ -160,7 +163,7 @@ class _RecordedPartition(StatefulSourcePartition[RawEvent | DeadLetter, ResumeSt
     ) -> None:
         self._paths = [str(p) for p in paths]
         self._consumed = {p: (resume_state or {}).get(p, 0) for p in self._paths}
-        timed = None  # one file needs no merge, so no parsing here
+        timed: LineTime | None = None  # one file needs no merge, so no parsing here
         if len(paths) > 1:
             timed = functools.partial(line_time, refusal=refusal)
         self._files = [_read_file(p, i, self._consumed[str(p)], timed) for i, p in enumerate(paths)]
