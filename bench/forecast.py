@@ -216,12 +216,14 @@ def read_rates(path: str | Path, column: str | None = None) -> Series:
     if len(times) < 2:
         raise ValueError(f"{path}: need at least 2 rows, got {len(times)}")
     steps = [round(b - a, 9) for a, b in itertools.pairwise(times)]
-    interval = max(set(steps), key=lambda s: (steps.count(s), -s))
+    forward = [s for s in steps if s > 0]  # the interval is the commonest step forward
+    interval = max(set(forward), key=lambda s: (forward.count(s), -s)) if forward else math.nan
     for step, time, lineno in zip(steps, times[1:], lines[1:], strict=True):
         if step != interval:
+            expected = f", not {interval:g} s" if forward else ""
             raise ValueError(
-                f"{path}:{lineno}: {time_col} {time:g} is {step:g} s after the row before, not "
-                f"{interval:g} s: rows must be sorted and evenly spaced (a gap, a repeated or an "
+                f"{path}:{lineno}: {time_col} {time:g} is {step:g} s after the row before"
+                f"{expected}: rows must be sorted and evenly spaced (a gap, a repeated or an "
                 "out-of-order window)"
             )
     low, high, grid = INTERVAL_LIMITS

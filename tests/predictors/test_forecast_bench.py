@@ -254,6 +254,18 @@ BAD_RATES = {
     "1e307 rate": ([(0, 5), (60, "1e307"), (120, 6)], r":3: .* from 0 to 1e\+06 per second"),
     "1e200 rate": ([(0, 5), (60, "1e200"), (120, 6)], r":3: .* from 0 to 1e\+06 per second"),
     "inf time": ([(0, 1), (60, 2), ("inf", 3)], r":4: window_start_s = inf is not finite"),
+    "descending": (
+        [(180, 4), (120, 3), (60, 2), (0, 1)],
+        r":3: window_start_s 120 is -60 s after the row before: rows must be sorted",
+    ),
+    "all at once": (
+        [(60, 1), (60, 2), (60, 3)],
+        r":3: window_start_s 60 is 0 s after the row before: rows",
+    ),
+    "mostly backwards": (
+        [(300, 1), (240, 2), (180, 3), (240, 4)],
+        r":3: window_start_s 240 is -60 s after the row before, not 60 s",
+    ),
     "a 2-day interval": ([(0, 1), (172_800, 2), (345_600, 3)], r"172800 s apart; the interval"),
     "a field beyond the csv limit": ([(0, 1), (60, "9" * 200_000)], r":3: unreadable CSV: field"),
 }
