@@ -41,7 +41,7 @@ from operators.perf.basis import (
     WallTimeFit,
     monotone_least_squares,
 )
-from operators.perf.samples import BucketedSampleStore, least_squares
+from operators.perf.samples import MIN_WALL_TIME_S, BucketedSampleStore, LinearFit, least_squares
 from schemas import ForwardPassMetrics
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,7 @@ class FpmRegressor(base.Regressor):
     bootstrap_contradicted: float | None = None
     """Live wall time over the benchmark fit's (median) when that dropped the bootstrap."""
     _bootstrap_fit: WallTimeFit | None = None  # the fit of the benchmark samples alone
+    _floor_warned = False  # the latest fit was warned of as priced at the floor
 
     def __init__(
         self,
@@ -450,6 +451,30 @@ class FpmRegressor(base.Regressor):
             why,
         )
 
+    def _warn_of_floor_pricing(self, fit: WallTimeFit | None) -> None:
+        """Warn once per stretch of fits whose straight line through a piecewise-capable
+        feature starts below zero: every pass short enough is priced at the 1 µs floor, so
+        a capacity query for short prompts answers about a million requests per second."""
+        if not (isinstance(fit, LinearFit) and self.piecewise_features and fit.intercept < 0):
+            self._floor_warned = False
+            return
+        if not self._floor_warned:
+            below = ", ".join(
+                f"{self.feature_names[i]} < {-fit.intercept / fit.coefficients[i]:.4g}"
+                for i in sorted(self.piecewise_features)
+                if fit.coefficients[i] > 0
+            )
+            log.warning(
+                "%s: the linear fit has a negative intercept (%.3g s): passes with %s are "
+                "priced at the %g s floor, as almost free (a profile whose latency grows "
+                "faster than linearly: set perf_model_basis: piecewise)",
+                type(self).__name__,
+                fit.intercept,
+                below or "few enough tokens",
+                MIN_WALL_TIME_S,
+            )
+        self._floor_warned = True
+
     def _fit(self) -> WallTimeFit | None:
         if self._outcome is None:
             self._drop_contradicted_bootstrap()
@@ -468,6 +493,7 @@ class FpmRegressor(base.Regressor):
                 ]
                 fit = monotone_least_squares(xs, ys, segments)
             self._outcome = (fit, outcome.reason)
+            self._warn_of_floor_pricing(fit)
             if fit is not None and len(stored) * 2 >= self.max_num_fpm_samples:
                 self._screen = fit
         return self._outcome[0]

@@ -276,3 +276,33 @@ def test_planner_builds_its_models_with_the_configured_basis() -> None:
     assert reference.prefill_model is not None and reference.prefill_model.basis == "linear"
     agg = PlannerStateMachine(PlannerConfig(mode="agg", optimization_target="sla"))
     assert agg.agg_model is not None and agg.agg_model.basis == "linear"
+
+
+def test_a_linear_fit_below_zero_at_short_prompts_is_warned_of_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A TTFT growing with the square of the prompt has a straight-line fit with a negative
+    intercept: short prompts are then priced at the 1 µs floor. The warning names where, once
+    while it lasts; the piecewise basis, and a linear profile, are not warned of."""
+    convex = [(t, 0.02 + 2e-8 * t * t) for t in (500, 1000, 2000, 4000, 8000, 16000)]
+    model = trained(convex, basis="linear")
+    with caplog.at_level("WARNING", logger="operators.perf.regression"):
+        assert model.predict_one({TOKENS: 100}) == 1e-6
+        first = model.coefficients
+        model.learn_one({TOKENS: 16000}, convex[-1][1])  # a refit, still below zero
+        assert model.predict_one({TOKENS: 100}) == 1e-6 and model.coefficients != first
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert first is not None
+    intercept = first["intercept"]
+    zero = -intercept / first[TOKENS]
+    assert f"{TOKENS} < {zero:.4g}" in warnings[0] and "perf_model_basis: piecewise" in warnings[0]
+    assert intercept < 0 and 500 < zero < 16000
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="operators.perf.regression"):
+        piecewise = trained(convex)
+        assert piecewise.predict_one({TOKENS: 500}) == pytest.approx(convex[0][1], rel=1e-9)
+        linear = trained([(t, 0.02 + 1e-5 * t) for t, _ in convex], basis="linear")
+        assert linear.predict_one({TOKENS: 100}) == pytest.approx(0.021)
+    assert caplog.records == []
