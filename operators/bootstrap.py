@@ -6,7 +6,10 @@ the models through the same intake (``load_benchmark_fpms``):
 * prefill point → one request of ``int(isl)`` prompt tokens, ``wall_time = ttft_ms / 1000``;
 * decode point → ``sum_decode_kv_tokens = round(kv_usage * max_kv_tokens)``,
   ``num_decode_requests = max(1, round(kv / context_length))`` (1 when the context length is 0),
-  ``wall_time = itl_ms / 1000``.
+  ``wall_time = itl_ms / 1000``. A decode point is one forward pass, so it is held to the
+  plausibility ceilings every admitted FPM is (a context of 1 token at a huge KV would count
+  billions of requests in one batch); a prefill point is a whole prompt's TTFT, which chunked
+  prefill spreads over many passes, so its wall time is not.
 
 ``round`` is Python's (half to even), as in the reference. Pure: takes the parsed profile
 (``connectors.profiles.load_profile`` reads it from disk).
@@ -69,8 +72,11 @@ def from_profile(fpm: ForwardPassMetrics) -> bool:
     return fpm.worker_id == BOOTSTRAP_WORKER_ID
 
 
-def profile_to_fpms(profile: PerformanceProfile) -> dict[Role, list[ForwardPassMetrics]]:
-    """Synthetic FPMs of both roles (an absent sweep gives an empty list).
+def profile_to_fpms(
+    profile: PerformanceProfile, source: str | None = None
+) -> dict[Role, list[ForwardPassMetrics]]:
+    """Synthetic FPMs of both roles (an absent sweep gives an empty list); a point that makes
+    no FPM is a ``ValueError`` naming it (after ``source``, the profile's place, if given).
 
     >>> from schemas.profile import DecodeProfile
     >>> decode = DecodeProfile(x_kv_usage=[0.5], y_context_length=[1000], z_itl=[20.0],
@@ -79,10 +85,15 @@ def profile_to_fpms(profile: PerformanceProfile) -> dict[Role, list[ForwardPassM
     >>> fpm.wall_time, fpm.scheduled_requests.num_decode_requests
     (0.02, 50)
     """
-    return {
-        "prefill": prefill_fpms(profile.prefill) if profile.prefill is not None else [],
-        "decode": decode_fpms(profile.decode) if profile.decode is not None else [],
-    }
+    try:
+        return {
+            "prefill": prefill_fpms(profile.prefill) if profile.prefill is not None else [],
+            "decode": decode_fpms(profile.decode) if profile.decode is not None else [],
+        }
+    except ValueError as exc:
+        if source is None:
+            raise
+        raise ValueError(f"{source}: {exc}") from None
 
 
 def prefill_fpms(prefill: PrefillProfile) -> list[ForwardPassMetrics]:
@@ -111,16 +122,22 @@ def decode_fpms(decode: DecodeProfile) -> list[ForwardPassMetrics]:
         _check_latency("z_itl", i, itl_ms)
         kv_tokens = round(kv_usage * decode.max_kv_tokens)
         batch = max(1, round(kv_tokens / context_length)) if context_length > 0 else 1
-        out.append(
-            ForwardPassMetrics(
-                worker_id=BOOTSTRAP_WORKER_ID,
-                counter_id=i,
-                wall_time=itl_ms / 1000.0,
-                scheduled_requests=ScheduledRequestMetrics(
-                    num_decode_requests=batch, sum_decode_kv_tokens=kv_tokens
-                ),
-            )
+        fpm = ForwardPassMetrics(
+            worker_id=BOOTSTRAP_WORKER_ID,
+            counter_id=i,
+            wall_time=itl_ms / 1000.0,
+            scheduled_requests=ScheduledRequestMetrics(
+                num_decode_requests=batch, sum_decode_kv_tokens=kv_tokens
+            ),
         )
+        implausible = implausibility(fpm)
+        if implausible is not None:
+            raise ValueError(
+                f"profile decode point {i} (x_kv_usage {kv_usage:g}, y_context_length "
+                f"{context_length:g}, z_itl {itl_ms:g} ms) is no engine's forward pass: "
+                f"{implausible}"
+            )
+        out.append(fpm)
     return out
 
 

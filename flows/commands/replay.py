@@ -22,6 +22,7 @@ from flows.scenario import (
     load_requests,
     run_planner,
 )
+from operators.bootstrap import profile_to_fpms
 from schemas import ConfigError, PlannerConfig, load_config
 from sim.workload import trace_span
 
@@ -172,6 +173,7 @@ def scenario_from_args(args: argparse.Namespace) -> tuple[Scenario, PlannerConfi
             "mixed time units?"
         )
     profile = load_profile(args.profile or DEFAULT_PROFILE)
+    profile_to_fpms(profile, source=str(args.profile or DEFAULT_PROFILE))  # refused before a run
     spec = fleet_spec(
         config,
         profile,

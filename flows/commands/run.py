@@ -223,7 +223,8 @@ def preload(
             document = read_benchmark(config.self_benchmark_file)
             bootstrap[name] = benchmark_fpms(document, source=config.self_benchmark_file)
         elif config.profile_results_dir:
-            bootstrap[name] = profile_to_fpms(load_profile(config.profile_results_dir))
+            directory = config.profile_results_dir
+            bootstrap[name] = profile_to_fpms(load_profile(directory), source=directory)
         if config.load_predictor_warmup_trace:
             warmup[name] = trace_observations(
                 read_warmup_trace(config.load_predictor_warmup_trace),

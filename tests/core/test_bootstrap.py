@@ -244,6 +244,30 @@ def test_zero_latency_point_is_an_error_not_a_heartbeat() -> None:
         profile_to_fpms(PerformanceProfile(prefill=prefill))
 
 
+@pytest.mark.parametrize(
+    ("kv_usage", "context", "itl_ms", "field"),
+    [
+        (1.0, 1, 20.0, "scheduled_requests.num_decode_requests = 68719476736"),
+        (0.5, 4096, 61_000.0, "wall_time = 61.0"),
+    ],
+)
+def test_a_decode_point_no_engine_could_run_is_refused_naming_it(
+    kv_usage: float, context: float, itl_ms: float, field: str
+) -> None:
+    # protects: one synthetic pass of 2^36 one-token requests (or a 61 s ITL) fitted the decode
+    # model far outside anything real, under-sizing the fleet; a live FPM like it is refused
+    decode = DecodeProfile(
+        x_kv_usage=[0.5, kv_usage],
+        y_context_length=[4096, context],
+        z_itl=[20.0, itl_ms],
+        z_thpt_per_gpu=[1.0, 1.0],
+        max_kv_tokens=2**36,
+    )
+    with pytest.raises(ValueError, match=r"profile decode point 1 \(x_kv_usage") as refused:
+        profile_to_fpms(PerformanceProfile(decode=decode))
+    assert field in str(refused.value) and "implausible" in str(refused.value)
+
+
 def test_conversion_is_pure(shipped: PerformanceProfile) -> None:
     snapshot = shipped.model_dump()
     assert profile_to_fpms(shipped) == profile_to_fpms(shipped)

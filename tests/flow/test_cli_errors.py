@@ -3,6 +3,7 @@ traceback (the real CLI as a subprocess, as a user would run it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -162,6 +163,21 @@ def test_replay_refuses_a_trace_in_mixed_time_units(tmp_path):
     done = flowplanner("replay", "--quiet", "--trace", str(trace))
     assert_clean_error(done, "mixed.jsonl: its requests span")
     assert done.returncode == 2 and "mixed time units?" in done.stderr, done.stderr
+
+
+def test_replay_refuses_a_profile_point_no_engine_could_run(tmp_path):
+    # a one-token context at the whole KV: 2^36 requests in one decode batch
+    decode = {
+        "x_kv_usage": [0.5, 1.0],
+        "y_context_length": [4096, 1],
+        "z_itl": [10.0, 20.0],
+        "z_thpt_per_gpu": [1.0, 1.0],
+        "max_kv_tokens": 2**36,
+    }
+    (tmp_path / "decode_raw_data.json").write_text(json.dumps(decode))
+    done = flowplanner("replay", *TINY, "--profile", str(tmp_path))
+    assert_clean_error(done, f"{tmp_path}: profile decode point 1", "MAX_FPM_REQUESTS")
+    assert done.returncode == 2 and "replaying" not in done.stderr, done.stderr
 
 
 def test_replay_checks_its_output_paths_before_replaying(tmp_path):

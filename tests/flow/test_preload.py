@@ -154,3 +154,16 @@ def test_configured_capabilities_let_prefill_scale_before_any_capabilities_event
         if name == "configured":
             assert tick["decision"]["num_prefill"] > 1  # 400 k queued tokens: far over 500 ms
     assert reasons == {"unknown": "insufficient_data", "configured": "scale_up"}
+
+
+def test_a_profile_point_no_engine_could_run_is_refused_naming_the_profile(tmp_path):
+    decode = {
+        "x_kv_usage": [0.5, 0.5],
+        "y_context_length": [4096, 4096],
+        "z_itl": [10.0, 61_000.0],  # a minute per token: no forward pass takes that long
+        "z_thpt_per_gpu": [1.0, 1.0],
+        "max_kv_tokens": 100_000,
+    }
+    (tmp_path / "decode_raw_data.json").write_text(json.dumps(decode))
+    with pytest.raises(ValueError, match=rf"^{tmp_path}: profile decode point 1 .* wall_time"):
+        preload({"d": PlannerConfig(profile_results_dir=str(tmp_path))})
