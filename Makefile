@@ -43,8 +43,9 @@ lint: $(STAMP)
 # Two test processes (pytest-xdist), each with its own broker: most of the suite's time is spent
 # waiting on real time (live workers, stalls, restarts on real brokers), so two overlap it, and
 # two fit a 2-core machine. Without -n (e.g. $(BIN)/pytest tests/PATH) pytest runs in one process.
+# The 20 slowest tests are listed at the end, to keep an eye on the suite's time.
 test: $(STAMP) services lint
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 --durations=20
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
