@@ -27,10 +27,10 @@ from tests.flow.runner import metrics_port, read_jsonl, start_flowplanner, write
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 from tests.services.process import wait_until
 
-SECONDS = 50.0
+SECONDS = 35.0
 """Of forward passes, produced in real time (8 a second)."""
 
-STALL_AT, STALL_S = 20.0, 10.0
+STALL_AT, STALL_S = 15.0, 10.0
 """When (seconds into the stream) and for how long the worker is stopped."""
 
 
