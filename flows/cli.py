@@ -6,8 +6,10 @@ import argparse
 import importlib
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import TypeVar
 
 # Small-matrix BLAS calls (statsmodels fits in the load predictors) run ~10x slower with
@@ -135,9 +137,42 @@ def build_parser() -> argparse.ArgumentParser:
 SIGPIPE_STATUS = 141
 """Exit status when the reader of stdout went away (``| head``), as for a command SIGPIPE kills."""
 
+LONG_LIVED_COMMANDS = frozenset({"relay", "run"})
+"""Commands that run until stopped. SIGTERM or SIGINT while one starts — Python loading the
+planner's modules (a second or two on a busy host), reading its config, reaching its brokers,
+reading its outputs back — ends it with exit status 0 and a line, as it ends a running one
+(``flows.commands.run.run_until_stopped`` takes the signals over for the run); their default
+killed it (exit status 143: a pod stopped while starting reported a failure)."""
+
+
+class StoppedWhileStarting(BaseException):
+    """SIGTERM or SIGINT came before the dataflow started (its name is the message); a
+    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows it."""
+
+
+def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
+    raise StoppedWhileStarting(signal.Signals(signum).name)
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``flowplanner`` console script; returns the exit status."""
+    """Entry point of the ``flowplanner`` console script; returns the exit status. A
+    long-lived command takes SIGTERM and SIGINT before it imports its modules."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in LONG_LIVED_COMMANDS:
+        return _command(argv)
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, _stop_while_starting) for sig in signals}
+    try:
+        return _command(argv)
+    except StoppedWhileStarting as stopped:
+        print(f"flowplanner {argv[0]}: stopped by {stopped} while starting", file=sys.stderr)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

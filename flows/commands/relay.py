@@ -36,7 +36,7 @@ from connectors.kafka.url import KafkaUrl
 from connectors.metrics import MetricsServer
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.cli import port_number
-from flows.commands.run import LOG_FORMAT, run_until_stopped, stoppable_start
+from flows.commands.run import LOG_FORMAT, run_until_stopped
 from flows.planner import count_dead_letter, is_event
 from schemas import DeadLetter, Role
 
@@ -78,7 +78,6 @@ def build_relay(publishers: list[EndpointSpec], to: KafkaUrl) -> Dataflow:
     return flow
 
 
-@stoppable_start
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     logging.getLogger("connectors").setLevel(logging.INFO)

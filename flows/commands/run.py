@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import FrameType
 
 from bytewax._bytewax import cli_main
@@ -94,50 +94,13 @@ class StopRequest:
         signal.alarm(STOP_GRACE_S)
 
 
-class StoppedWhileStarting(BaseException):
-    """SIGTERM or SIGINT came before the dataflow started (its name is the message); a
-    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows it."""
-
-
-def stoppable_start(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """``command``, with SIGTERM and SIGINT that come while it starts (its config, its brokers,
-    the read-back of its outputs: before :func:`run_until_stopped` takes them over) ending it
-    with exit status 0 and a line, as they end a running one — their default killed it (exit
-    status 143: a pod stopped while starting reported a failure).
-
-    >>> def starting(args):
-    ...     signal.raise_signal(signal.SIGTERM)
-    ...     return 1
-    >>> stoppable_start(starting)(argparse.Namespace(command="run"))  # and a line on stderr
-    0
-    """
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise StoppedWhileStarting(signal.Signals(signum).name)
-
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return command(args)
-        except StoppedWhileStarting as stopped:
-            said = f"flowplanner {args.command}: stopped by {stopped} while starting"
-            print(said, file=sys.stderr)
-            return 0
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    return run
-
-
 def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, str | None]:
     """Run ``flow`` until its inputs end or SIGTERM/SIGINT stop it (:class:`StopRequest`):
     the exit status (1 after a failure a user can fix, said in one line on stderr) and the
-    signal that stopped it, if one did. Other failures are raised. Call it within a
-    :func:`stoppable_start` command: once the run is over, a signal is only said until the
-    command returns (its summary and clean-up still run), and the command puts back the
-    handlers it found."""
+    signal that stopped it, if one did. Other failures are raised. Call it within a long-lived
+    command (:data:`flows.cli.LONG_LIVED_COMMANDS`): once the run is over, a signal is only
+    said until the command returns (its summary and clean-up still run), and
+    :func:`flows.cli.main` puts back the handlers it found."""
     stop = StopRequest()
     end_inputs(False)
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
@@ -155,7 +118,7 @@ def run_until_stopped(flow: Dataflow, workers: int, command: str) -> tuple[int, 
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous[signal.SIGALRM])
         for sig in (signal.SIGTERM, signal.SIGINT):  # the run is over: a signal is only said
-            # (the command's own handlers come back as it returns: stoppable_start)
+            # (the start-up's handlers come back as the command returns: flows.cli.main)
             signal.signal(sig, functools.partial(_finishing, command))
     return 0, stop.signal
 
@@ -291,7 +254,6 @@ def jsonl_sink(path: str) -> JsonlFileSink | LineSink:
     return JsonlFileSink(path)
 
 
-@stoppable_start
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
