@@ -387,8 +387,10 @@ def add_to(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output",
         action="append",
-        help="- (readable lines on stdout, default) | PATH (JSON lines) | kafka://H:P/TOPIC | "
-        "virtual+kafka://H:P/TOPIC?acks=ACKS | dgd://NS/NAME?deployment=D (repeatable)",
+        help="- (readable lines on stdout, default) | PATH (JSON lines) | "
+        "kafka://H:P/TOPIC[?partitions=N] | virtual+kafka://H:P/TOPIC?acks=ACKS | "
+        "dgd://NS/NAME?deployment=D[&backend=B&host=URL&token_file=F&ca=F&interval=S] "
+        "(repeatable)",
     )
     parser.add_argument(
         "--ticks",
