@@ -8,13 +8,14 @@ its replay must decide the same). river's streaming estimator (``stats.Quantile`
 neither: at six requests it put the p90 below the mean, and it depends on arrival order.
 
 :class:`LengthHistogram` counts lengths in buckets that keep a length's 9 leading bits: every
-length below 512 has its own bucket, a longer one shares its bucket with lengths within
-0.2 % of it (so at most ~260 buckets per doubling, whatever the traffic). Counts add, so a
+length below 512 has its own bucket, a longer one shares its bucket with lengths less than
+1/256 (0.4 %) of it away (256 buckets per doubling, whatever the traffic). Counts add, so a
 window's histograms merge into any span's, and a quantile depends only on the multiset of
 lengths. Quantiles interpolate linearly between the order statistics around ``q·(n−1)``
 (numpy's default), each read as the mean length of its bucket (integer sums, so exact and
 order-free): exact wherever a bucket holds one distinct length — every length below 512
-tokens, and in practice most lengths of a quiet window — and within 0.2 % otherwise.
+tokens, and in practice most lengths of a quiet window — and within 0.4 % otherwise (an order
+statistic at the bottom of a bucket whose other lengths sit at its top reads up to 0.39 % long).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _bucket(length: int) -> int:
 
 
 class LengthHistogram:
-    """Counts and sums of request lengths (tokens) in 0.2 % buckets; interpolated quantiles.
+    """Counts and sums of request lengths (tokens) in 0.4 % buckets; interpolated quantiles.
 
     >>> h = LengthHistogram()
     >>> for isl in (1000, 2000, 3000, 4000, 5000, 6000):
