@@ -487,8 +487,8 @@ class PlannerConfig(BaseModel):
     """Fewest GPUs the deployment should keep (spec §8.2, the current reference tree); -1
     (the default) is off. Only ``gpu_budget_rule="band"`` reads it: it holds
     load scale-downs at the floor and reconciles a fleet below it, relaxed by the largest GPUs
-    per replica (whole replicas cannot always land on it); it never raises a throughput lower
-    bound."""
+    per replica while ``max_gpu_budget`` is on too (whole replicas cannot always land on it; with
+    no ceiling the floor is exact); it never raises a throughput lower bound."""
     gpu_budget_rule: Literal["band", "pair_clamp"] = "band"
     """*ours* (as a switch): how targets are fitted to the GPU budget. ``band`` (default) is the
     current reference tree's budget band (spec §8.2, ``operators.budget_band``): a budget may
