@@ -328,10 +328,12 @@ class PlannerConfig(BaseModel):
     kalman_min_points: ModelSamples = 5
     """Points the Kalman predictor needs before it forecasts (until then: the last value)."""
     arima_refits: bool = True
-    """*ours*: the ARIMA predictor searches its order again from time to time (while its
-    history fills, every 48 points, and when its one-step errors grow fourfold), on its last
-    200 points. Reference: ``False`` (spec §7.3: one fit on the first five points, then every
-    new point is only appended to that model)."""
+    """*ours*: the ARIMA predictor searches its order again from time to time (each time its
+    history doubles while it fills, every 48 points, and when its standardised one-step errors
+    since the last fit have a mean square above 4: twice their expected size), on its last 200
+    points. Reference: ``False`` (spec §7.3: one order search, once five points are in, then
+    each new point only updates that model's parameters, a few optimiser steps as pmdarima's
+    ``update``)."""
     length_forecast_floor_windows: Annotated[int, Field(ge=1, le=10_000)] | None = 10
     """*ours*: when requests are forecast, an ISL or OSL forecast is at least the shortest of
     the last this many observed (a trend model overshooting a fall in prompt length forecast
@@ -380,8 +382,10 @@ class PlannerConfig(BaseModel):
     fpm_sample_bucket_size: ModelSamples = 16
     """Buckets the perf model spreads its samples over; a perfect square (spec §3.1)."""
     load_scaling_down_sensitivity: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 80
-    """A scale-down needs the latency estimates under this percent of the SLA (spec §4.5,
-    §4.6); 0 never scales down."""
+    """A scale-down needs the latency estimates under this percent of the SLA: every engine's
+    now (``flat``, spec §4.5) or each survivor's after it (``consolidation``, §4.6; for TTFT its
+    queueing part, under this percent of what the SLA leaves after the request's own prefill);
+    0 never scales down."""
     load_min_observations: ModelSamples = 5
     """Forward passes a perf model needs before the load loop uses it (else
     ``insufficient_data``); at most ``max_num_fpm_samples``, which is all a model keeps."""
@@ -435,7 +439,8 @@ class PlannerConfig(BaseModel):
     takes no new load step until it lands, the other role of a disagg deployment still moves.
     Reference: ``deployment`` (either role in flight blocks both, spec §4.2)."""
     max_load_step: ReplicaStep = 3
-    """*ours*: most replicas one SLA load tick may add to a role; above 1 the step is
+    """*ours*: most replicas the SLA load rule may add to a role in one tick (the throughput
+    lower bound and the minimum endpoints may lift it further); above 1 the step is
     proportional to how far the least loaded engine is above the SLA (and to the recent
     request rate, see ``load_rate_window_seconds``); in agg mode, when both the TTFT and the
     ITL rule scale up, the larger step is taken. Reference: 1."""
@@ -457,14 +462,16 @@ class PlannerConfig(BaseModel):
     """*ours*: SLA load ticks also read the request rate of the last this-many seconds and size
     each role for it with the throughput loop's capacity model: a role that cannot carry it
     even at full capacity scales up now (at most ``max_load_step``), before its queues show
-    it; a role that can carry it answers a latency spike (a burst's queue) with one replica,
-    not a proportional step; a scale-down must leave every survivor within
+    it; a role that can carry it answers a latency spike (a burst's queue) with one replica
+    (or, up to ``max_load_step``, as many as keep it within ``load_rate_utilization``), not a
+    proportional step; a scale-down must leave every survivor within
     ``load_rate_utilization`` of its capacity. Reference: 0 (off; load ticks see only the
     engines' forward passes). At most one day: the planner keeps this much request history
     per tick window (a longer window crashed the run allocating it)."""
     load_rate_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     """*ours*: the highest share of its capacity a load scale-down may leave each surviving
-    engine at the recent request rate (used when ``load_rate_window_seconds > 0``)."""
+    engine at the recent request rate, and the share a latency spike's scale-up sizes for (used
+    when ``load_rate_window_seconds > 0``)."""
     load_hold_applies_floors: bool = True
     """*ours*: in prefill-only and decode-only modes, a load tick whose rule keeps the count
     (no change, insufficient data, a refused scale-down) still lifts the role to its
