@@ -491,16 +491,19 @@ class DeploymentPlanner:
     # --- ticks ---------------------------------------------------------------------------
     def _tick(self, tick: ScheduledTick, now_s: float) -> TickRecord:
         traffic = rate_traffic = None
+        rate_unknown = False
         if tick.need_traffic_metrics:
             traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
         window = self.config.load_rate_window_seconds
         if tick.run_load_scaling and 0 < window != tick.traffic_metrics_duration_s:
             # the tick's own traffic read spans another duration: read the rate window apart
             rate_traffic = self.traffic_over(window, now_s, readings_stand=True)
+            rate_unknown = rate_traffic is None  # not the interval's traffic: unknown
         tick_input = TickInput(
             now_s=now_s,
             traffic=traffic,
             rate_traffic=rate_traffic,
+            rate_traffic_unknown=rate_unknown,
             worker_counts=self.inventory,
             fpm_observations=self._observations() if tick.need_worker_fpm else None,
             # None: the core trains on the latest FPM of each engine, heartbeats too (the

@@ -212,7 +212,8 @@ class PlannerStateMachine:
         load_target = None
         if tick.run_load_scaling:
             self._train(tick_input)
-            self.load.begin_tick(tick_input.now_s, tick_input.rate_traffic or traffic)
+            rate = None if tick_input.rate_traffic_unknown else tick_input.rate_traffic or traffic
+            self.load.begin_tick(tick_input.now_s, rate)
             load_target = self._load_tick(tick_input.fpm_observations, diag)
             self.load.end_tick(load_target)
 

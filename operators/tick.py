@@ -67,7 +67,8 @@ class TickInput:
     ``None`` the tick trains on ``fpm_observations`` (the reference behaviour: latest FPM only).
     ``rate_traffic`` (ours) is the traffic of the last ``load_rate_window_seconds`` when the
     tick's ``traffic`` covers another span (a load tick merged with a throughput tick reads the
-    throughput interval); ``None``: ``traffic`` is that window.
+    throughput interval); ``None``: ``traffic`` is that window, unless ``rate_traffic_unknown``
+    says the window was read apart and its traffic is unknown (then nothing is sized for it).
 
     >>> TickInput(now_s=5.0).traffic is None
     True
@@ -79,6 +80,7 @@ class TickInput:
     fpm_observations: FpmObservations | None = None
     training_fpms: dict[Role, list[ForwardPassMetrics]] | None = None
     rate_traffic: TrafficObservation | None = None
+    rate_traffic_unknown: bool = False
 
 
 @dataclass(frozen=True)

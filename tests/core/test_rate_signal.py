@@ -274,3 +274,52 @@ def test_a_load_tick_merged_with_a_throughput_tick_reads_the_rate_window() -> No
     merged = records[-1]
     assert merged.ran_load and merged.ran_throughput
     assert merged.decision is not None and merged.decision.num_prefill == 5  # 2 + max_load_step
+
+
+def test_a_merged_tick_whose_rate_window_is_unknown_sizes_nothing_for_the_rate() -> None:
+    # 30 s of 200 req/s, then the request feed stops while the engines keep prefilling: at the
+    # merged tick (60 s) the last 30 s are unknown traffic. The rate guard must size nothing,
+    # not fall back to the throughput interval's 60 s average (100 req/s: 3 engines' worth).
+    from operators.deployment import DeploymentPlanner
+    from operators.window import TickWindow, fold_event
+    from schemas import parse_event
+
+    config = PlannerConfig(
+        mode="prefill",
+        optimization_target="sla",
+        enable_load_scaling=True,
+        enable_throughput_scaling=True,
+        throughput_adjustment_interval_seconds=60,
+        load_rate_window_seconds=30,
+        prefill_capacity_batching=True,
+        max_gpu_budget=-1,
+        capabilities=CAPS,
+    )
+    planner = DeploymentPlanner("d", config, window_s=5.0)
+    planner.machine.load_benchmark_fpms("prefill", TRAINING)
+    prefilling = {"num_prefill_requests": 1, "sum_prefill_tokens": 1000}
+    record = None
+    for i in range(1, 13):
+        end = 5.0 * i
+        events = [{"type": "inventory", "payload": {"ready_num_prefill": 2}}]
+        events += [
+            {
+                "type": "fpm",
+                "payload": {
+                    "role": "prefill",
+                    "fpm": {"worker_id": w, "wall_time": 0.04, "scheduled_requests": prefilling},
+                },
+            }
+            for w in ("w0", "w1")
+        ]
+        if end <= 30.0:
+            events += [{"type": "request", "payload": {"isl": 1000, "osl": 100}}] * 1000
+        window = TickWindow()
+        for event in events:
+            line = {"deployment": "d", "time": end - 0.5, **event}
+            window = fold_event(window, parse_event(json.dumps(line)))
+        record = planner.on_window(end, window)
+    assert record is not None and record.ran_load and record.ran_throughput
+    assert planner.traffic_over(30.0, 60.0, readings_stand=True) is None  # unknown
+    assert record.observed_traffic is not None and record.observed_traffic.num_req == 6000
+    assert planner.machine.load.rate_guard.needs == {}
