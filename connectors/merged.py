@@ -57,7 +57,16 @@ Queued = tuple[float, Any]
 
 class TimedSource(Protocol):
     """A bytewax source of event-time-ordered partitions whose items have a time: bounded,
-    or followed (its partitions are :class:`FollowedPartition`)."""
+    or followed (its partitions are :class:`FollowedPartition`).
+
+    >>> import pathlib, tempfile
+    >>> from connectors.recorded import RecordedSource
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "events.jsonl")
+    >>> _ = path.write_text('{"type": "inventory", "deployment": "d", "time": 7.5}\\n')
+    >>> source: TimedSource = RecordedSource([str(path)])  # every planner input is one
+    >>> source.merge_time(object()) is None  # not a line read: it has no event time
+    True
+    """
 
     def list_parts(self) -> list[str]: ...
 
@@ -72,7 +81,13 @@ class TimedSource(Protocol):
 
 @runtime_checkable
 class FollowedPartition(Protocol):
-    """A partition that never ends by itself (a followed Kafka topic's reader)."""
+    """A partition that never ends by itself (a followed Kafka topic's reader).
+
+    >>> class Reader:
+    ...     reading_history = False
+    >>> isinstance(Reader(), FollowedPartition), isinstance(object(), FollowedPartition)
+    (True, False)
+    """
 
     @property
     def reading_history(self) -> bool:
@@ -83,7 +98,13 @@ class FollowedPartition(Protocol):
 @dataclass
 class MergedState:
     """Resume state: per lane, its partition's own state, what it had read and keyed but not
-    handed on, and its keys' state (the items read and waiting for their key among them)."""
+    handed on, and its keys' state (the items read and waiting for their key among them).
+
+    >>> import pickle
+    >>> state = MergedState(parts={"events.jsonl": 12}, queued={"events.jsonl": [(5.0, "item")]})
+    >>> pickle.loads(pickle.dumps(state)) == state  # bytewax snapshots it
+    True
+    """
 
     parts: dict[str, Any] = field(default_factory=dict)
     queued: dict[str, list[Queued]] = field(default_factory=dict)

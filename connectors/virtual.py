@@ -168,7 +168,13 @@ def newest_acks(
 
 class ReadAck(NamedTuple):
     """An acknowledgement as read from its topic: where (``source``, ``position``) and the
-    message as text, so a refusal can name it."""
+    message as text, so a refusal can name it.
+
+    >>> raw = '{"deployment": "llama", "acked_decision_id": 3}'
+    >>> read = ReadAck(DecisionAck.model_validate_json(raw), "kafka://k:9092/acks", 41, raw)
+    >>> f"{read.source}@{read.position}: #{read.ack.acked_decision_id}"
+    'kafka://k:9092/acks@41: #3'
+    """
 
     ack: DecisionAck
     source: str

@@ -137,7 +137,15 @@ class ReceivedFpmBatch(FpmBatchEvent):
 
 class ReceivedFpm(FpmEvent):
     """One forward pass stamped with the host time of the poll that received it (``group=False``):
-    the single-pass twin of :class:`ReceivedFpmBatch`; the wire type is still ``fpm``."""
+    the single-pass twin of :class:`ReceivedFpmBatch`; the wire type is still ``fpm``.
+
+    >>> from schemas import EngineFpm, ForwardPassMetrics
+    >>> fpm = ReceivedFpm(deployment="d", time=5.0,
+    ...                   payload=EngineFpm(role="decode", fpm=ForwardPassMetrics(wall_time=0.02)))
+    >>> same_json = fpm.model_dump_json() == FpmEvent(**dict(fpm)).model_dump_json()
+    >>> isinstance(fpm, FpmEvent), fpm.type, same_json
+    (True, 'fpm', True)
+    """
 
 
 MAX_SEQUENCE_JUMP = 2**32

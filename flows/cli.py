@@ -147,7 +147,16 @@ killed it (exit status 143: a pod stopped while starting reported a failure)."""
 
 class StoppedWhileStarting(BaseException):
     """SIGTERM or SIGINT came before the dataflow started (its name is the message); a
-    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows it."""
+    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows it.
+
+    >>> try:
+    ...     _stop_while_starting(signal.SIGTERM, None)
+    ... except Exception:
+    ...     print("swallowed")
+    ... except StoppedWhileStarting as stopped:
+    ...     print(f"stopped by {stopped} while starting")
+    stopped by SIGTERM while starting
+    """
 
 
 def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
