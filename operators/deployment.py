@@ -73,6 +73,7 @@ from schemas import (
     RequestRecord,
     Role,
     ScalingDecision,
+    TickDiagnostics,
     TickRecord,
     TrafficObservation,
     WorkerCounts,
@@ -200,6 +201,9 @@ class DeploymentPlanner:
     unfunded: tuple[int, int] | None = None
     """The budget and the GPUs its minimum endpoints need, while it cannot fund them (warned
     once per pair)."""
+    lengthless_demand = False
+    """Requests are forecast with no length while the perf models are ready (warned once until
+    a throughput tick sizes again)."""
 
     def __init__(
         self,
@@ -372,6 +376,33 @@ class DeploymentPlanner:
             )
         self.unfunded = unfunded
 
+    def _warn_of_lengthless_demand(self, diag: TickDiagnostics) -> None:
+        """Say once when a throughput tick holds the roles as ``model_not_ready`` (spec §5.3:
+        no engine rate) for requests forecast with no length, the perf models being ready: the
+        reason alone points at the models, not at the traffic."""
+        lengths = [diag.predicted_isl]
+        if "decode" in self.config.roles:  # decode and agg engines are sized by the OSL too
+            lengths.append(diag.predicted_osl)
+        lengthless = (
+            diag.throughput_decision_reason == "model_not_ready"
+            and (diag.predicted_num_req or 0) > 0
+            and any(length is not None and length <= 0 for length in lengths)
+            and all(model.is_ready for model in self.machine.fleet.models.values())
+        )
+        if lengthless and not self.lengthless_demand:
+            log.warning(
+                "%s: %.4g requests forecast with a mean ISL of %.4g and OSL of %.4g tokens: "
+                "there is no engine rate for requests of no length, so the throughput loop "
+                "holds the roles (model_not_ready, though the perf models are ready); does the "
+                "traffic source count tokens? (length_forecast_floor_windows keeps a trend "
+                "forecast from falling to 0)",
+                self.deployment,
+                diag.predicted_num_req,
+                diag.predicted_isl,
+                diag.predicted_osl,
+            )
+        self.lengthless_demand = lengthless
+
     def _refuse_limits(self, limits: Limits, why: str) -> None:
         self.dead_letters.append(
             DeadLetter(
@@ -515,6 +546,8 @@ class DeploymentPlanner:
             ),
         )
         effects = self.machine.on_tick(tick, tick_input)
+        if tick.run_throughput_scaling:
+            self._warn_of_lengthless_demand(effects.diagnostics)
         if tick.need_worker_fpm:
             self.tick_rows = {}
         assert effects.next_tick is not None

@@ -1185,3 +1185,43 @@ def test_a_length_forecast_overshooting_a_fall_still_sizes_the_requests(floor):
     assert all(isl >= 1000 for isl, _, _ in after_the_fall), after_the_fall
     targets = [target for _, _, target in after_the_fall if target is not None]
     assert targets == sorted(targets), after_the_fall  # up with the demand, never cut
+
+
+def test_requests_of_no_length_are_warned_of_once_as_the_cause_of_the_hold(caplog):
+    """Requests that count no prompt tokens (a traffic source that does not read them) leave
+    no engine rate: the roles hold as ``model_not_ready`` (spec §5.3) though the model is
+    trained. The log says what the reason cannot, once until a tick sizes again."""
+    from operators.deployment import DeploymentPlanner
+    from operators.window import TickWindow
+    from schemas import RequestRecord
+
+    config = PlannerConfig(
+        mode="prefill",
+        optimization_target="sla",
+        enable_load_scaling=False,
+        throughput_adjustment_interval_seconds=60,
+        load_adjustment_interval_seconds=60,
+        load_predictor="constant",  # the forecast is the last window
+        length_forecast_floor_windows=None,  # (ours would lift it to the 2000 of minute 4)
+    )
+    planner = DeploymentPlanner(
+        "llama", config, window_s=60.0, bootstrap={"prefill": PREFILL_TRAINING}
+    )
+    reasons = []
+    with caplog.at_level("WARNING", logger="operators.deployment"):
+        for minute, isl in enumerate((0, 0, 0, 2000, 0), start=1):
+            requests = [RequestRecord(isl=isl, osl=100)] * 600
+            record = planner.on_window(60.0 * minute, TickWindow(requests=requests))
+            reasons.append(record.diagnostics.throughput_decision_reason)
+    assert reasons == ["model_not_ready"] * 3 + ["scale", "model_not_ready"]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # the first stretch, and again after the sizing
+    assert warnings[0].startswith("llama: 600 requests forecast with a mean ISL of 0 ")
+    assert "though the perf models are ready" in warnings[0]
+
+    caplog.clear()  # an untrained model is what holds a cold planner: nothing to add
+    cold = DeploymentPlanner("cold", config, window_s=60.0)
+    with caplog.at_level("WARNING", logger="operators.deployment"):
+        record = cold.on_window(60.0, TickWindow(requests=[RequestRecord(isl=0, osl=100)] * 600))
+    assert record.diagnostics.throughput_decision_reason == "model_not_ready"
+    assert caplog.records == []
