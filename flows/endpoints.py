@@ -181,12 +181,36 @@ def _kafka_url(address: str) -> KafkaUrl:
 def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig]) -> Wiring:
     """Resolve every address; raises :class:`EndpointError` naming a bad one."""
     wiring = Wiring()
+    followed = _wire_inputs(wiring, inputs, configs)
+    _wire_outputs(wiring, outputs or ["-"], configs)
+    history = [s for s in wiring.inputs if isinstance(s, RecordedSource | KafkaTopicSource)]
+    if len(history) > 1:  # one stream in event-time order while any reads its history
+        at = wiring.inputs.index(history[0])
+        wiring.inputs = [s for s in wiring.inputs if s not in history]
+        wiring.inputs.insert(at, MergedSource(cast(list[TimedSource], history)))
+    short = sorted(d for d, c in configs.items() if c.allowed_lateness_seconds < LIVE_SKEW_S)
+    if len(followed) > 1 and short:
+        log.warning(
+            "%d followed Kafka topics: once their histories are read back, each goes on as its "
+            "messages arrive, and the one read ahead leaves the other's events late; give "
+            "allowed_lateness_seconds at least %g s (deployment(s) %s have less)",
+            len(followed),
+            LIVE_SKEW_S,
+            ", ".join(short),
+        )
+    return wiring
+
+
+def _wire_inputs(wiring: Wiring, inputs: list[str], configs: dict[str, PlannerConfig]) -> list[str]:
+    """Add the sources of ``inputs`` to ``wiring`` (the recorded files as one, at the first's
+    place; the Prometheus endpoints as one; the ZMQ publishers as one); the Kafka topics it
+    follows live."""
     refusal = Admission(configs).refusal  # a refused event's time orders no merge
     zmq_endpoints: list[EndpointSpec] = []
     traffic: list[PrometheusTrafficSource] = []
     recorded: list[str] = []
     recorded_at = 0
-    followed: list[str] = []  # Kafka topics read live
+    followed: list[str] = []
     for address in inputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
@@ -207,8 +231,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             if scheme == "zmq+tcp" and not has_host_port(netloc):
                 raise EndpointError(f"{address!r}: give the publisher's HOST:PORT, a port 1-65535")
             zmq_url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
-            deployment, role = _zmq_target(address, query, configs)
-            zmq_endpoints.append(EndpointSpec(zmq_url, deployment, role))
+            zmq_endpoints.append(EndpointSpec(zmq_url, *_zmq_target(address, query, configs)))
             wiring.live = True
         elif scheme in ("prometheus", "prometheus+https"):
             http = "https" if scheme.endswith("https") else "http"
@@ -238,15 +261,19 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.inputs.append(ZmqFpmSource(zmq_endpoints, engine_silence_seconds=silence))
         except ValueError as exc:
             raise EndpointError(str(exc)) from exc
+    return followed
 
-    virtual = [a for a in outputs or [] if a.startswith("virtual+kafka:")]
+
+def _wire_outputs(wiring: Wiring, outputs: list[str], configs: dict[str, PlannerConfig]) -> None:
+    """Add the decision sinks, actuators and acknowledgement source of ``outputs``."""
+    virtual = [a for a in outputs if a.startswith("virtual+kafka:")]
     if len(virtual) > 1:  # refused before connecting to anything
         raise EndpointError(
             f"{virtual[1]!r}: only one virtual+kafka:// output per run (the acknowledgement gate "
             "of a deployment reads one acknowledgement topic)"
         )
     dgds: dict[tuple[str, str, str | None], str] = {}  # the DGDs scaled, by which output
-    for address in outputs or ["-"]:
+    for address in outputs:
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if address == "-":
             wiring.decision_sinks.append(LineSink(decision_line))
@@ -257,20 +284,7 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             wiring.decision_sinks.append(_kafka_url(address).decision_sink())
         elif scheme == "virtual+kafka":
             _only(query, {"acks", "partitions"}, address)
-            acks = query.pop("acks", None)
-            if acks is None:
-                raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")
-            rest = "&".join(f"{k}={v}" for k, v in query.items())
-            url = _kafka_url(f"kafka://{netloc}{path}" + (f"?{rest}" if rest else ""))
-            wiring.actuators.append(url.decision_sink())
-            try:  # the orchestrator may not have acknowledged anything yet; compacted, as the
-                # decisions topic: a quiet deployment's newest acknowledgement must outlive
-                # time-based retention, or a restarted worker waits for it (spec 11.2)
-                ensure_topic(url.bootstrap, acks, topic_config=DECISIONS_TOPIC_CONFIG)
-            except KafkaConnectorError as exc:  # an outage, not a bad address: exit 1, not 2
-                raise KafkaConnectorError(f"{address!r}: {exc}") from exc
-            wiring.acks = AckSource(url.bootstrap, acks)
-            wiring.live = True
+            _virtual_connector(wiring, address, netloc, path, query)
         elif scheme == "dgd":
             dgd = _dgd(address, netloc, path, query, configs, wiring)
             if dgd in dgds:  # one restart mark a DGD: each would overwrite the other's
@@ -281,22 +295,27 @@ def wire(inputs: list[str], outputs: list[str], configs: dict[str, PlannerConfig
             dgds[dgd] = address
         else:
             raise EndpointError(f"unsupported output {address!r}")
-    history = [s for s in wiring.inputs if isinstance(s, RecordedSource | KafkaTopicSource)]
-    if len(history) > 1:  # one stream in event-time order while any reads its history
-        at = wiring.inputs.index(history[0])
-        wiring.inputs = [s for s in wiring.inputs if s not in history]
-        wiring.inputs.insert(at, MergedSource(cast(list[TimedSource], history)))
-    short = sorted(d for d, c in configs.items() if c.allowed_lateness_seconds < LIVE_SKEW_S)
-    if len(followed) > 1 and short:
-        log.warning(
-            "%d followed Kafka topics: once their histories are read back, each goes on as its "
-            "messages arrive, and the one read ahead leaves the other's events late; give "
-            "allowed_lateness_seconds at least %g s (deployment(s) %s have less)",
-            len(followed),
-            LIVE_SKEW_S,
-            ", ".join(short),
-        )
-    return wiring
+
+
+def _virtual_connector(
+    wiring: Wiring, address: str, netloc: str, path: str, query: dict[str, str]
+) -> None:
+    """The decisions topic of a ``virtual+kafka://`` output as an actuator, and its
+    acknowledgement topic (created if missing) as the gate's source."""
+    acks = query.pop("acks", None)
+    if acks is None:
+        raise EndpointError(f"{address!r}: name the acknowledgement topic (?acks=TOPIC)")
+    rest = "&".join(f"{k}={v}" for k, v in query.items())
+    url = _kafka_url(f"kafka://{netloc}{path}" + (f"?{rest}" if rest else ""))
+    wiring.actuators.append(url.decision_sink())
+    try:  # the orchestrator may not have acknowledged anything yet; compacted, as the
+        # decisions topic: a quiet deployment's newest acknowledgement must outlive
+        # time-based retention, or a restarted worker waits for it (spec 11.2)
+        ensure_topic(url.bootstrap, acks, topic_config=DECISIONS_TOPIC_CONFIG)
+    except KafkaConnectorError as exc:  # an outage, not a bad address: exit 1, not 2
+        raise KafkaConnectorError(f"{address!r}: {exc}") from exc
+    wiring.acks = AckSource(url.bootstrap, acks)
+    wiring.live = True
 
 
 def _zmq_target(
