@@ -11,6 +11,8 @@ scales up at once, and a scale-down must leave the survivors within ``load_rate_
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,7 @@ from schemas import (
     EngineCapabilities,
     ForwardPassMetrics,
     PlannerConfig,
+    TickRecord,
     TrafficObservation,
     WorkerCapabilities,
     WorkerCounts,
@@ -222,83 +225,33 @@ def test_the_rate_window_keeps_every_request_window_it_reads(throughput_interval
     assert traffic is not None and traffic.num_req / traffic.duration_s == pytest.approx(2.0)
 
 
-def test_a_load_tick_merged_with_a_throughput_tick_reads_the_rate_window() -> None:
-    # the merged tick reads the throughput interval's traffic (60 s) for the forecaster; the
-    # rate must still be the last 30 s, not the 60 s average that a quiet first half halves
+def merged_minute(busy: Callable[[float], bool], **config: Any) -> tuple[Any, list[TickRecord]]:
+    """A minute of two prefill engines passing 1000-token prompts, every 5 s, with 1000
+    requests in each window that ``busy(end)`` picks: the planner and its records. The minute
+    ends in a load tick merged with a throughput tick (60 s interval, 30 s rate window)."""
     from operators.deployment import DeploymentPlanner
     from operators.window import TickWindow, fold_event
     from schemas import parse_event
 
-    config = PlannerConfig(
-        mode="prefill",
-        optimization_target="sla",
-        enable_load_scaling=True,
-        enable_throughput_scaling=True,
-        throughput_adjustment_interval_seconds=60,
-        load_rate_window_seconds=30,
-        prefill_capacity_batching=True,
-        max_load_step=3,
-        max_gpu_budget=-1,
-        capabilities=CAPS,
+    planner = DeploymentPlanner(
+        "d",
+        PlannerConfig(
+            mode="prefill",
+            optimization_target="sla",
+            enable_load_scaling=True,
+            enable_throughput_scaling=True,
+            throughput_adjustment_interval_seconds=60,
+            load_rate_window_seconds=30,
+            prefill_capacity_batching=True,
+            max_gpu_budget=-1,
+            capabilities=CAPS,
+            **config,
+        ),
+        window_s=5.0,
     )
-    planner = DeploymentPlanner("d", config, window_s=5.0)
-    planner.machine.load_benchmark_fpms("prefill", TRAINING)
-    records = []
-    for i in range(1, 13):
-        end = 5.0 * i
-        events = [{"type": "inventory", "payload": {"ready_num_prefill": 2}}]
-        events += [
-            {
-                "type": "fpm",
-                "payload": {
-                    "role": "prefill",
-                    "fpm": {
-                        "worker_id": worker,
-                        "wall_time": 0.04,
-                        "scheduled_requests": {
-                            "num_prefill_requests": 1,
-                            "sum_prefill_tokens": 1000,
-                        },
-                    },
-                },
-            }
-            for worker in ("w0", "w1")
-        ]
-        if end > 30.0:  # quiet for 30 s, then 200 req/s: 5 engines' worth, 3 on average
-            events += [{"type": "request", "payload": {"isl": 1000, "osl": 100}}] * 1000
-        window = TickWindow()
-        for event in events:
-            line = {"deployment": "d", "time": end - 0.5, **event}
-            window = fold_event(window, parse_event(json.dumps(line)))
-        records.append(planner.on_window(end, window))
-    merged = records[-1]
-    assert merged.ran_load and merged.ran_throughput
-    assert merged.decision is not None and merged.decision.num_prefill == 5  # 2 + max_load_step
-
-
-def test_a_merged_tick_whose_rate_window_is_unknown_sizes_nothing_for_the_rate() -> None:
-    # 30 s of 200 req/s, then the request feed stops while the engines keep prefilling: at the
-    # merged tick (60 s) the last 30 s are unknown traffic. The rate guard must size nothing,
-    # not fall back to the throughput interval's 60 s average (100 req/s: 3 engines' worth).
-    from operators.deployment import DeploymentPlanner
-    from operators.window import TickWindow, fold_event
-    from schemas import parse_event
-
-    config = PlannerConfig(
-        mode="prefill",
-        optimization_target="sla",
-        enable_load_scaling=True,
-        enable_throughput_scaling=True,
-        throughput_adjustment_interval_seconds=60,
-        load_rate_window_seconds=30,
-        prefill_capacity_batching=True,
-        max_gpu_budget=-1,
-        capabilities=CAPS,
-    )
-    planner = DeploymentPlanner("d", config, window_s=5.0)
     planner.machine.load_benchmark_fpms("prefill", TRAINING)
     prefilling = {"num_prefill_requests": 1, "sum_prefill_tokens": 1000}
-    record = None
+    records = []
     for i in range(1, 13):
         end = 5.0 * i
         events = [{"type": "inventory", "payload": {"ready_num_prefill": 2}}]
@@ -312,13 +265,32 @@ def test_a_merged_tick_whose_rate_window_is_unknown_sizes_nothing_for_the_rate()
             }
             for w in ("w0", "w1")
         ]
-        if end <= 30.0:
+        if busy(end):
             events += [{"type": "request", "payload": {"isl": 1000, "osl": 100}}] * 1000
         window = TickWindow()
         for event in events:
             line = {"deployment": "d", "time": end - 0.5, **event}
             window = fold_event(window, parse_event(json.dumps(line)))
-        record = planner.on_window(end, window)
+        records.append(planner.on_window(end, window))
+    return planner, records
+
+
+def test_a_load_tick_merged_with_a_throughput_tick_reads_the_rate_window() -> None:
+    # the merged tick reads the throughput interval's traffic (60 s) for the forecaster; the
+    # rate must still be the last 30 s, not the 60 s average that a quiet first half halves
+    # (quiet for 30 s, then 200 req/s: 5 engines' worth, 3 on average)
+    _, records = merged_minute(lambda end: end > 30.0, max_load_step=3)
+    merged = records[-1]
+    assert merged.ran_load and merged.ran_throughput
+    assert merged.decision is not None and merged.decision.num_prefill == 5  # 2 + max_load_step
+
+
+def test_a_merged_tick_whose_rate_window_is_unknown_sizes_nothing_for_the_rate() -> None:
+    # 30 s of 200 req/s, then the request feed stops while the engines keep prefilling: at the
+    # merged tick (60 s) the last 30 s are unknown traffic. The rate guard must size nothing,
+    # not fall back to the throughput interval's 60 s average (100 req/s: 3 engines' worth).
+    planner, records = merged_minute(lambda end: end <= 30.0)
+    record = records[-1]
     assert record is not None and record.ran_load and record.ran_throughput
     assert planner.traffic_over(30.0, 60.0, readings_stand=True) is None  # unknown
     assert record.observed_traffic is not None and record.observed_traffic.num_req == 6000
