@@ -391,13 +391,14 @@ class DeploymentPlanner:
         )
         if lengthless and not self.lengthless_demand:
             log.warning(
-                "%s: %.4g requests forecast with a mean ISL of %.4g and OSL of %.4g tokens: "
-                "there is no engine rate for requests of no length, so the throughput loop "
-                "holds the roles (model_not_ready, though the perf models are ready); does the "
-                "traffic source count tokens? (length_forecast_floor_windows keeps a trend "
-                "forecast from falling to 0)",
+                "%s: %.4g requests forecast in %g s with a mean ISL of %.4g and OSL of %.4g "
+                "tokens: there is no engine rate for requests of no length, so the throughput "
+                "loop holds the roles (model_not_ready, though the perf models are ready); "
+                "does the traffic source count tokens? (length_forecast_floor_windows keeps a "
+                "trend forecast from falling to 0)",
                 self.deployment,
                 diag.predicted_num_req,
+                self.config.throughput_adjustment_interval_seconds,
                 diag.predicted_isl,
                 diag.predicted_osl,
             )

@@ -1216,7 +1216,7 @@ def test_requests_of_no_length_are_warned_of_once_as_the_cause_of_the_hold(caplo
     assert reasons == ["model_not_ready"] * 3 + ["scale", "model_not_ready"]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2, warnings  # the first stretch, and again after the sizing
-    assert warnings[0].startswith("llama: 600 requests forecast with a mean ISL of 0 ")
+    assert warnings[0].startswith("llama: 600 requests forecast in 60 s with a mean ISL of 0 ")
     assert "though the perf models are ready" in warnings[0]
 
     caplog.clear()  # an untrained model is what holds a cold planner: nothing to add
