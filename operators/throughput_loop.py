@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from operators.engine_fleet import EngineFleet
-from operators.throughput_scaling import idle_capacity, sizing_lengths
+from operators.throughput_scaling import Capacity, idle_capacity, sizing_lengths
 from operators.tick import ScaleTarget
 from operators.traffic_intake import TrafficForecaster
 from schemas import Role, ThroughputReason, TickDiagnostics, TrafficObservation
@@ -65,54 +65,18 @@ class ThroughputLoop:
     ) -> ScaleTarget | None:
         """One throughput tick at ``now_s`` on ``traffic``: a decision (throughput-only
         deployments) or ``None``; the floors and ``diag`` are updated."""
-        fleet, config = self.fleet, self.fleet.config
+        config = self.fleet.config
         if not config.enable_throughput_scaling or self.forecaster is None:
             self._set_reason(diag, "disabled")
             return None
         if traffic is None or not traffic.duration_s > 0:
             self._set_reason(diag, "no_traffic_data")
             return None
-        self.forecaster.observe(traffic)
-        try:
-            forecast = self.forecaster.forecast()
-        except Exception:  # any predictor failure only skips this tick (spec §5.3)
+        demand = self._forecast_demand(self.forecaster, traffic, diag)
+        if demand is None:
             self._set_reason(diag, "predict_failed")
             return None
-        if not all(math.isfinite(v) for v in (forecast.num_req, forecast.isl, forecast.osl)):
-            self._set_reason(diag, "predict_failed")
-            return None
-        diag.predicted_num_req = forecast.num_req
-        diag.predicted_isl = forecast.isl
-        diag.predicted_osl = forecast.osl
-        diag.predicted_kv_hit_rate = fleet.metadata.kv_hit_rate
-        demand_rps = forecast.num_req / traffic.duration_s
-        if not math.isfinite(demand_rps):  # a count over a window too short to divide by
-            self._set_reason(diag, "predict_failed")
-            return None
-        isl, osl = sizing_lengths(
-            forecast.isl,
-            forecast.osl,
-            self.forecaster.last_shape,
-            isl_quantile=config.capacity_isl_quantile,
-            osl_quantile=config.capacity_osl_quantile,
-        )
-        # sized without the endpoint floor, which comes after the step cap (_floored): a
-        # limits change then refits the lower bounds to the new floor (refit_lower_bounds)
-        sized = {
-            role: fleet.capacity(role, demand_rps, isl, osl, floor=False) for role in config.roles
-        }
-        idle = config.zero_demand_to_min_endpoint and not demand_rps > 0
-        if idle:
-            # ours: no requests need the endpoint floor, whatever the models can answer (the
-            # zero lengths forecast before any traffic make every capacity query answer 0)
-            sized = {role: idle_capacity(c, fleet.min_endpoint(role)) for role, c in sized.items()}
-        if sized.get("prefill") is not None:
-            diag.engine_rps_prefill = sized["prefill"].engine_rps
-        if sized.get("decode") is not None:
-            diag.engine_rps_decode = sized["decode"].engine_rps
-            if config.mode == "agg":
-                diag.engine_rps_prefill = sized["decode"].engine_rps
-
+        sized = self._size(*demand, diag)
         if any(c.replicas is None for c in sized.values()):
             for role, c in sized.items():
                 self._set_role_reason(
@@ -120,29 +84,90 @@ class ThroughputLoop:
                 )
             diag.throughput_decision_reason = "model_not_ready"
             return self._hold_at_min_endpoints(diag)
-
+        idle = config.zero_demand_to_min_endpoint and not demand[0] > 0
         capped = {
             role: self._change_capped(role, 0 if idle else c.replicas)  # idle: the floor alone
             for role, c in sized.items()
             if c.replicas is not None
         }
-        targets = self._floored(capped)
         if config.enable_load_scaling:
             self._sized = capped
-            bounds, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=True)
+            bounds, budget_reason = self.fleet.budget().fit_throughput(
+                self._floored(capped), lower_bounds=True
+            )
             self.lower_bounds.update(bounds)
             self._set_reason(diag, budget_reason or "set_lower_bound")
             return None
+        return self._decide(self._floored(capped), now_s, diag)
+
+    def _forecast_demand(
+        self, forecaster: TrafficForecaster, traffic: TrafficObservation, diag: TickDiagnostics
+    ) -> tuple[float, float, float] | None:
+        """Observe ``traffic`` and forecast the next interval: ``(requests/s, ISL, OSL)`` to
+        size for (recorded in ``diag``), or ``None`` when the forecast failed or is not finite
+        (which only skips this tick, spec §5.3)."""
+        forecaster.observe(traffic)
+        try:
+            forecast = forecaster.forecast()
+        except Exception:  # any predictor failure only skips this tick (spec §5.3)
+            return None
+        if not all(math.isfinite(v) for v in (forecast.num_req, forecast.isl, forecast.osl)):
+            return None
+        diag.predicted_num_req = forecast.num_req
+        diag.predicted_isl = forecast.isl
+        diag.predicted_osl = forecast.osl
+        diag.predicted_kv_hit_rate = self.fleet.metadata.kv_hit_rate
+        demand_rps = forecast.num_req / traffic.duration_s
+        if not math.isfinite(demand_rps):  # a count over a window too short to divide by
+            return None
+        config = self.fleet.config
+        isl, osl = sizing_lengths(
+            forecast.isl,
+            forecast.osl,
+            forecaster.last_shape,
+            isl_quantile=config.capacity_isl_quantile,
+            osl_quantile=config.capacity_osl_quantile,
+        )
+        return demand_rps, isl, osl
+
+    def _size(
+        self, demand_rps: float, isl: float, osl: float, diag: TickDiagnostics
+    ) -> dict[Role, Capacity]:
+        """Every role's capacity for the demand, without the endpoint floor, which comes after
+        the step cap (:meth:`_floored`): a limits change then refits the lower bounds to the
+        new floor (:meth:`refit_lower_bounds`). The engine rates go to ``diag``."""
+        fleet, config = self.fleet, self.fleet.config
+        sized = {
+            role: fleet.capacity(role, demand_rps, isl, osl, floor=False) for role in config.roles
+        }
+        if config.zero_demand_to_min_endpoint and not demand_rps > 0:
+            # ours: no requests need the endpoint floor, whatever the models can answer (the
+            # zero lengths forecast before any traffic make every capacity query answer 0)
+            sized = {role: idle_capacity(c, fleet.min_endpoint(role)) for role, c in sized.items()}
+        if "prefill" in sized:
+            diag.engine_rps_prefill = sized["prefill"].engine_rps
+        if "decode" in sized:
+            diag.engine_rps_decode = sized["decode"].engine_rps
+            if config.mode == "agg":
+                diag.engine_rps_prefill = sized["decode"].engine_rps
+        return sized
+
+    def _decide(
+        self, targets: dict[Role, int], now_s: float, diag: TickDiagnostics
+    ) -> ScaleTarget | None:
+        """A throughput-only deployment's decision for the floored sizing ``targets``: held by
+        the scale-down stabilization window, then fitted to the budgets."""
+        inventory = self.fleet.inventory
         targets, held = self._stabilized(targets, now_s)
-        targets, budget_reason = fleet.budget().fit_throughput(targets, lower_bounds=False)
-        in_effect = all(fleet.inventory.current_target(role) == n for role, n in targets.items())
+        targets, budget_reason = self.fleet.budget().fit_throughput(targets, lower_bounds=False)
+        in_effect = all(inventory.current_target(role) == n for role, n in targets.items())
         if budget_reason is not None and (
             budget_reason == "gpu_budget_guard_hold"  # nothing moves (not even back to ready)
             or (budget_reason == "power_budget_clamp" and in_effect)  # the power budget held
         ):
             self._set_reason(diag, budget_reason)
             return None
-        if held and all(fleet.inventory.current_target(r) == n for r, n in targets.items()):
+        if held and in_effect:
             self._set_reason(diag, "no_change")
             for role in held:
                 self._set_role_reason(diag, role, "scale_down_stabilizing")
