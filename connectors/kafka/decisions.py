@@ -181,46 +181,79 @@ def _consume(
     if watch is not None:
         watch.start()
     try:
-        last_progress = monotonic()
-        while ends is None or pending:
+        reading = _Reading(where, ends, pending, timeout_s)
+        while reading.unfinished():
             if watch is not None:
                 _add_partitions(consumer, watch)
             messages = poll_batch(consumer, BATCH_SIZE, 0.2)
-            for reported in errors:
-                if reported.fatal():
-                    raise KafkaConnectorError(f"reading {where}: {reported}")
-                if reported.code() not in warned:  # librdkafka retries; say so once per kind
-                    warned.add(reported.code())
-                    log.warning("Kafka trouble reading %s (retrying): %s", where, reported)
-            errors.clear()
-            if messages:
-                last_progress = monotonic()
-            elif ends is not None and monotonic() - last_progress > timeout_s:
-                raise KafkaConnectorError(
-                    f"reading {where}: no progress for {timeout_s:g} s "
-                    f"(partitions {sorted(pending)} unfinished)"
-                )
+            _check_reports(errors, warned, where)
+            reading.polled(messages)
             for message in messages:
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaConnectorError(f"reading {where}: {error}")
-                if ends is None:
-                    if error is None:
-                        yield message
-                    continue
-                partition, offset = message_position(message)
-                if partition not in pending:
-                    continue
-                # An EOF event carries the high watermark as its offset.
-                next_offset = offset if error is not None else offset + 1
-                if error is None and offset < ends[partition]:
+                if reading.keep(message):
                     yield message
-                if next_offset >= ends[partition]:
-                    pending.discard(partition)
     finally:
         if watch is not None:
             watch.close()
         consumer.close()
+
+
+def _check_reports(errors: list[KafkaError], warned: set[int], where: str) -> None:
+    """Raise on a fatal error the client reported, warn once per kind (``warned``) of the
+    others (librdkafka retries them), and clear the reports."""
+    for reported in errors:
+        if reported.fatal():
+            raise KafkaConnectorError(f"reading {where}: {reported}")
+        if reported.code() not in warned:
+            warned.add(reported.code())
+            log.warning("Kafka trouble reading %s (retrying): %s", where, reported)
+    errors.clear()
+
+
+class _Reading:
+    """Where a read of ``where`` stands: following (``ends`` None), or bounded — the
+    ``pending`` partitions not yet read up to their ``ends``, and when a poll last brought
+    messages (a bounded read making no progress for ``timeout_s`` fails)."""
+
+    def __init__(
+        self, where: str, ends: dict[int, int] | None, pending: set[int], timeout_s: float
+    ) -> None:
+        self.where = where
+        self.ends = ends
+        self.pending = pending
+        self.timeout_s = timeout_s
+        self.last_progress = monotonic()
+
+    def unfinished(self) -> bool:
+        """Whether to poll again: always when following, else until no partition is pending."""
+        return self.ends is None or bool(self.pending)
+
+    def polled(self, messages: list[Message]) -> None:
+        """Note a poll's ``messages``; raise if a bounded read has made no progress for too long."""
+        if messages:
+            self.last_progress = monotonic()
+        elif self.ends is not None and monotonic() - self.last_progress > self.timeout_s:
+            raise KafkaConnectorError(
+                f"reading {self.where}: no progress for {self.timeout_s:g} s "
+                f"(partitions {sorted(self.pending)} unfinished)"
+            )
+
+    def keep(self, message: Message) -> bool:
+        """Whether ``message`` is one to hand on (a record, before its partition's end when
+        bounded); a partition reaching its end is no longer pending. A message carrying an
+        error other than a partition's EOF raises."""
+        error = message.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaConnectorError(f"reading {self.where}: {error}")
+        if self.ends is None:
+            return error is None
+        partition, offset = message_position(message)
+        if partition not in self.pending:
+            return False
+        # An EOF event carries the high watermark as its offset.
+        next_offset = offset if error is not None else offset + 1
+        if next_offset >= self.ends[partition]:
+            self.pending.discard(partition)
+        return error is None and offset < self.ends[partition]
 
 
 def _add_partitions(consumer: Consumer, watch: PartitionWatch) -> None:
