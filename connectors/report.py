@@ -20,8 +20,9 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from connectors.report_svg import (
     PALETTE,
@@ -213,6 +214,167 @@ def _engine_sum(role: str, attr: str) -> _TickColumn:
     return total
 
 
+def _some(values: Sequence[float | None]) -> bool:
+    """Whether a tick column has any value to draw."""
+    return any(v is not None for v in values)
+
+
+@dataclass(frozen=True)
+class _Ticks:
+    """The tick records a report draws (:func:`is_tick`) and their times, read column-wise."""
+
+    records: Sequence[TickRecord]
+    times: list[float]
+
+    @classmethod
+    def of(cls, records: Sequence[TickRecord]) -> _Ticks:
+        """The ticks among ``records``: the others would cut every line into one-point pieces.
+
+        >>> _Ticks.of([TickRecord(deployment="d", time=5.0),
+        ...            TickRecord(deployment="d", time=10.0, ran_load=True)]).times
+        [10.0]
+        """
+        ticks = [k for k in records if is_tick(k)]
+        return cls(ticks, [k.time for k in ticks])
+
+    def column(self, get: _TickColumn) -> list[float | None]:
+        """``get`` of every tick."""
+        return [get(k) for k in self.records]
+
+    def sparse(self, name: str, values: Sequence[float | None], dashed: bool = False) -> Series:
+        """A line joining the ticks that have a value: values known only on some ticks (every
+        throughput interval; the engines' estimates and loads on load ticks only)."""
+        kept = [(x, v) for x, v in zip(self.times, values, strict=True) if v is not None]
+        return Series(name, [x for x, _ in kept], [v for _, v in kept], dashed=dashed)
+
+
+def _replicas_panel(ticks: _Ticks) -> Panel | None:
+    """Ready replicas per role (steps), decided targets (points) and throughput floors."""
+    t = ticks.times
+    rep: list[Series] = []
+    for i, role in enumerate(("prefill", "decode")):
+        color = PALETTE[i]
+        ready = ticks.column(_tick_value(f"ready_{role}"))
+        if _some(ready):
+            rep.append(Series(f"ready {role}", t, ready, color=color, step=True))
+        target = ticks.column(_tick_value(f"num_{role}", "decision"))
+        if _some(target):
+            rep.append(Series(f"target {role}", t, target, color=color, points=True))
+        bound = ticks.column(_tick_value(f"throughput_lower_bound_{role}", "diagnostics"))
+        if _some(bound):
+            rep.append(
+                Series(f"throughput floor {role}", t, bound, color=color, dashed=True, step=True)
+            )
+    return Panel("Replicas (ready) and decisions", rep) if rep else None
+
+
+def _observed_rate(k: TickRecord) -> float | None:
+    """The request rate a tick observed over its traffic window."""
+    o = k.observed_traffic
+    return o.num_req / o.duration_s if o is not None and o.duration_s > 0 else None
+
+
+def _predicted_rate(k: TickRecord) -> float | None:
+    """The request rate a tick predicted, over the same window as the observed one."""
+    o, p = k.observed_traffic, k.diagnostics.predicted_num_req
+    return p / o.duration_s if p is not None and o is not None and o.duration_s > 0 else None
+
+
+def _rate_panel(ticks: _Ticks) -> Panel | None:
+    """Observed against predicted request rate."""
+    rate = [
+        ticks.sparse("observed", ticks.column(_observed_rate)),
+        ticks.sparse("predicted", ticks.column(_predicted_rate), dashed=True),
+    ]
+    if any(_some(s.values) for s in rate):
+        return Panel("Request rate (planner)", rate, y_label="req/s")
+    return None
+
+
+def _estimate_panel(ticks: _Ticks, key: str, label: str, sla: float | None) -> Panel | None:
+    """The estimated latency ``key`` (``ttft``, ``itl``) against its SLA, if either is known."""
+    est = ticks.column(_tick_value(f"estimated_{key}_ms", "diagnostics"))
+    if not _some(est) and sla is None:
+        return None
+    return Panel(
+        f"Estimated {label} vs SLA",
+        [ticks.sparse(f"estimated {label}", est)],  # load ticks only
+        y_label="ms",
+        hlines=[("SLA", sla)] if sla is not None else [],
+    )
+
+
+def _prefill_load_panel(ticks: _Ticks, prefilling: str) -> Panel | None:
+    """Queued prompt tokens summed over the engines of role ``prefilling``."""
+    pf = ticks.column(_engine_sum(prefilling, "queued_prefill_tokens"))
+    if not _some(pf):
+        return None
+    return Panel(
+        "Prefill engine load", [ticks.sparse("queued prefill tokens", pf)], y_label="tokens"
+    )
+
+
+def _decode_load_panel(ticks: _Ticks, max_kv_tokens: int | None) -> Panel | None:
+    """Queued and in-flight KV tokens summed over the decode engines, with one engine's KV
+    capacity (when known) as a reference line."""
+    dq = ticks.column(_engine_sum("decode", "queued_decode_kv_tokens"))
+    di = ticks.column(_engine_sum("decode", "inflight_decode_kv_tokens"))
+    if not (_some(dq) or _some(di)):
+        return None
+    cap = [("KV capacity per engine", float(max_kv_tokens))] if max_kv_tokens else []
+    return Panel(
+        "Decode engine load (sum over engines)",
+        [ticks.sparse("queued KV", dq), ticks.sparse("in-flight KV", di)],
+        y_label="tokens",
+        hlines=cap,
+    )
+
+
+def _lengths_panel(ticks: _Ticks) -> Panel | None:
+    """Input and output sequence lengths, observed against predicted."""
+    lengths = []
+    for name, obs, pred in (("ISL", "isl", "predicted_isl"), ("OSL", "osl", "predicted_osl")):
+        o = ticks.column(_tick_value(obs, "observed_traffic"))
+        p = ticks.column(_tick_value(pred, "diagnostics"))
+        if _some(o):
+            lengths.append(ticks.sparse(f"observed {name}", o))
+        if _some(p):
+            lengths.append(ticks.sparse(f"predicted {name}", p, dashed=True))
+    return Panel("Sequence lengths", lengths, y_label="tokens") if lengths else None
+
+
+def _capacity_panel(ticks: _Ticks) -> Panel | None:
+    """Requests per second one engine of each role sustains within the SLA (spec §12 row 5)."""
+    capacity = [
+        ticks.sparse(f"{role} engine", values)
+        for role in ("prefill", "decode")
+        if _some(values := ticks.column(_tick_value(f"engine_rps_{role}", "diagnostics")))
+    ]
+    return Panel("Engine capacity (within SLA)", capacity, y_label="req/s") if capacity else None
+
+
+def _reasons_panel(ticks: _Ticks, title: str, attr: str, names: Sequence[str]) -> Panel | None:
+    """The decision reason ``attr`` per tick, as points on the reasons of ``names`` seen."""
+    codes = ticks.column(_reason_code(attr, names))
+    if not _some(codes):
+        return None
+    used = sorted({int(c) for c in codes if c is not None})
+    remap = {c: i for i, c in enumerate(used)}
+    return Panel(
+        title,
+        [
+            Series(
+                "reason",
+                ticks.times,
+                [None if c is None else float(remap[int(c)]) for c in codes],
+                points=True,
+            )
+        ],
+        categories=[names[c] for c in used],
+        y_min=None,
+    )
+
+
 def panels_from_ticks(
     ticks: Sequence[TickRecord],
     ttft_ms: float | None = None,
@@ -239,117 +401,34 @@ def panels_from_ticks(
     >>> p["itl"].hlines, [s.name for s in p["itl"].series]
     ([('SLA', 50)], ['estimated ITL'])
     """
-    ticks = [k for k in ticks if is_tick(k)]
-    t = [k.time for k in ticks]
-    out: dict[str, Panel] = {}
-
-    def col(get: _TickColumn) -> list[float | None]:
-        return [get(k) for k in ticks]
-
-    def some(values: Sequence[float | None]) -> bool:
-        return any(v is not None for v in values)
-
-    def sparse(name: str, values: Sequence[float | None], **style: Any) -> Series:
-        # values known only on some ticks (every throughput interval; the engines' estimates
-        # and loads on load ticks only): join those points
-        kept = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
-        return Series(name, [x for x, _ in kept], [v for _, v in kept], **style)
-
-    rep: list[Series] = []
-    for i, role in enumerate(("prefill", "decode")):
-        color = PALETTE[i]
-        ready = col(_tick_value(f"ready_{role}"))
-        if some(ready):
-            rep.append(Series(f"ready {role}", t, ready, color=color, step=True))
-        target = col(_tick_value(f"num_{role}", "decision"))
-        if some(target):
-            rep.append(Series(f"target {role}", t, target, color=color, points=True))
-        bound = col(_tick_value(f"throughput_lower_bound_{role}", "diagnostics"))
-        if some(bound):
-            rep.append(
-                Series(f"throughput floor {role}", t, bound, color=color, dashed=True, step=True)
-            )
-    if rep:
-        out["replicas"] = Panel("Replicas (ready) and decisions", rep)
-
-    def obs_rate(k: TickRecord) -> float | None:
-        o = k.observed_traffic
-        return o.num_req / o.duration_s if o is not None and o.duration_s > 0 else None
-
-    def pred_rate(k: TickRecord) -> float | None:
-        o, p = k.observed_traffic, k.diagnostics.predicted_num_req
-        return p / o.duration_s if p is not None and o is not None and o.duration_s > 0 else None
-
-    rate = [
-        sparse("observed", col(obs_rate)),
-        sparse("predicted", col(pred_rate), dashed=True),
-    ]
-    if any(some(s.values) for s in rate):
-        out["rate"] = Panel("Request rate (planner)", rate, y_label="req/s")
-    for key, label, sla in (("ttft", "TTFT", ttft_ms), ("itl", "ITL", itl_ms)):
-        est = col(_tick_value(f"estimated_{key}_ms", "diagnostics"))
-        if some(est) or sla is not None:
-            out[key] = Panel(
-                f"Estimated {label} vs SLA",
-                [sparse(f"estimated {label}", est)],  # load ticks only
-                y_label="ms",
-                hlines=[("SLA", sla)] if sla is not None else [],
-            )
-    prefilling = "decode" if mode == "agg" else "prefill"
-    pf = col(_engine_sum(prefilling, "queued_prefill_tokens"))
-    if some(pf):
-        out["prefill_load"] = Panel(
-            "Prefill engine load", [sparse("queued prefill tokens", pf)], y_label="tokens"
-        )
-    dq = col(_engine_sum("decode", "queued_decode_kv_tokens"))
-    di = col(_engine_sum("decode", "inflight_decode_kv_tokens"))
-    if some(dq) or some(di):
-        cap = [("KV capacity per engine", float(max_kv_tokens))] if max_kv_tokens else []
-        out["decode_load"] = Panel(
-            "Decode engine load (sum over engines)",
-            [sparse("queued KV", dq), sparse("in-flight KV", di)],
-            y_label="tokens",
-            hlines=cap,
-        )
-    lengths = []
-    for name, obs, pred in (("ISL", "isl", "predicted_isl"), ("OSL", "osl", "predicted_osl")):
-        o = col(_tick_value(obs, "observed_traffic"))
-        p = col(_tick_value(pred, "diagnostics"))
-        if some(o):
-            lengths.append(sparse(f"observed {name}", o))
-        if some(p):
-            lengths.append(sparse(f"predicted {name}", p, dashed=True))
-    if lengths:
-        out["lengths"] = Panel("Sequence lengths", lengths, y_label="tokens")
-    capacity = [
-        sparse(f"{role} engine", values)
-        for role in ("prefill", "decode")
-        if some(values := col(_tick_value(f"engine_rps_{role}", "diagnostics")))
-    ]
-    if capacity:
-        out["capacity"] = Panel("Engine capacity (within SLA)", capacity, y_label="req/s")
-    for key, attr, names in (
-        ("load_reasons", "load_decision_reason", LOAD_REASONS),
-        ("throughput_reasons", "throughput_decision_reason", THROUGHPUT_REASONS),
-    ):
-        codes = col(_reason_code(attr, names))
-        if some(codes):
-            used = sorted({int(c) for c in codes if c is not None})
-            remap = {c: i for i, c in enumerate(used)}
-            out[key] = Panel(
-                "Load decisions" if key == "load_reasons" else "Throughput decisions",
-                [
-                    Series(
-                        "reason",
-                        t,
-                        [None if c is None else float(remap[int(c)]) for c in codes],
-                        points=True,
-                    )
-                ],
-                categories=[names[c] for c in used],
-                y_min=None,
-            )
-    return out
+    builders: dict[str, Callable[[_Ticks], Panel | None]] = {
+        "replicas": _replicas_panel,
+        "rate": _rate_panel,
+        "ttft": partial(_estimate_panel, key="ttft", label="TTFT", sla=ttft_ms),
+        "itl": partial(_estimate_panel, key="itl", label="ITL", sla=itl_ms),
+        "prefill_load": partial(
+            _prefill_load_panel, prefilling="decode" if mode == "agg" else "prefill"
+        ),
+        "decode_load": partial(_decode_load_panel, max_kv_tokens=max_kv_tokens),
+        "lengths": _lengths_panel,
+        "capacity": _capacity_panel,
+        "load_reasons": partial(
+            _reasons_panel,
+            title="Load decisions",
+            attr="load_decision_reason",
+            names=LOAD_REASONS,
+        ),
+        "throughput_reasons": partial(
+            _reasons_panel,
+            title="Throughput decisions",
+            attr="throughput_decision_reason",
+            names=THROUGHPUT_REASONS,
+        ),
+    }
+    drawn = _Ticks.of(ticks)
+    return {
+        topic: panel for topic, build in builders.items() if (panel := build(drawn)) is not None
+    }
 
 
 def closed_loop_panels(

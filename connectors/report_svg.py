@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 PALETTE = (
     "#1f77b4",
@@ -66,10 +67,29 @@ class Panel:
 
 @dataclass(frozen=True)
 class _Frame:
+    """The time (``x``) and value (``y``) ranges a panel's plot area shows; :meth:`px` and
+    :meth:`py` map them to pixels."""
+
     x0: float
     x1: float
     y0: float
     y1: float
+
+    @classmethod
+    def fitted(cls, panel: Panel, xs: Sequence[float], ys: Sequence[float]) -> _Frame:
+        """The frame around the points ``xs``/``ys`` of ``panel``: the y range is that of its
+        categories, or from the lower of ``y_min`` and the lowest value (the lowest value when
+        ``y_min`` is ``None``) to 5 % above the highest value."""
+        x0, x1 = min(xs), max(xs)
+        if x1 <= x0:
+            x1 = x0 + 1.0
+        if panel.categories:
+            return cls(x0, x1, -0.5, len(panel.categories) - 0.5)
+        y0 = min(ys) if panel.y_min is None else min(panel.y_min, min(ys))
+        y1 = max(ys)
+        if y1 <= y0:
+            y1 = y0 + 1.0
+        return cls(x0, x1, y0, y1 + 0.05 * (y1 - y0))
 
     def px(self, x: float) -> float:
         return _ML + (x - self.x0) / (self.x1 - self.x0) * (_W - _ML - _MR)
@@ -159,8 +179,13 @@ def _thin(xs: list[float], ys: list[float], limit: int) -> tuple[list[float], li
     return ox, oy
 
 
-def _segments(s: Series) -> list[tuple[list[float], list[float]]]:
-    segs: list[tuple[list[float], list[float]]] = []
+_Segments = list[tuple[list[float], list[float]]]
+"""A series' gapless runs of finite points: ``(times, values)`` per run."""
+
+
+def _segments(s: Series) -> _Segments:
+    """The gapless runs of ``s``: a ``None``/``nan``/infinite time or value ends one."""
+    segs: _Segments = []
     cur_x: list[float] = []
     cur_y: list[float] = []
     for x, y in zip(s.times, s.values, strict=False):
@@ -175,17 +200,27 @@ def _segments(s: Series) -> list[tuple[list[float], list[float]]]:
     return segs
 
 
-def render_panel(panel: Panel) -> str:
-    """One panel as an inline ``<svg>`` element.
+class _LegendKey(NamedTuple):
+    """One legend entry: its label, and the colour and dashing of its sample line."""
 
-    >>> svg = render_panel(Panel("rate", [Series("obs", [0, 60, 120], [1.0, None, 3.0])]))
-    >>> svg.startswith("<svg") and svg.count("<polyline") == 2
-    True
-    """
-    segs = [(i, s, _segments(s)) for i, s in enumerate(panel.series)]
-    xs = [x for _, _, ss in segs for sx, _ in ss for x in sx]
-    ys = [y for _, _, ss in segs for _, sy in ss for y in sy] + [y for _, y in panel.hlines]
-    out = [
+    label: str
+    color: str
+    dashed: bool
+
+
+def _reference_color(k: int) -> str:
+    """The colour of a panel's ``k``-th reference line: red for the first (the SLA, say)."""
+    return "#d62728" if k == 0 else "#555"
+
+
+def _series_color(i: int, s: Series) -> str:
+    """The colour of a panel's ``i``-th series: its own, or the palette's ``i``-th."""
+    return s.color or PALETTE[i % len(PALETTE)]
+
+
+def _svg_heading(panel: Panel) -> list[str]:
+    """The opening ``<svg>`` tag, the white background and the panel's title."""
+    return [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
         f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(panel.title)}" '
         'font-family="Helvetica, Arial, sans-serif" font-size="11" fill="#333">',
@@ -193,42 +228,27 @@ def render_panel(panel: Panel) -> str:
         f'<text x="{_ML}" y="16" font-size="13" font-weight="600">'
         f"{html.escape(panel.title)}</text>",
     ]
-    if not xs:
-        out.append(
-            f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" fill="#999">no data</text>'
-        )
-        out.append("</svg>")
-        return "\n".join(out)
-    x0, x1 = min(xs), max(xs)
-    if x1 <= x0:
-        x1 = x0 + 1.0
-    if panel.categories:
-        y0, y1 = -0.5, len(panel.categories) - 0.5
-    else:
-        y0 = min(ys) if panel.y_min is None else min(panel.y_min, min(ys))
-        y1 = max(ys)
-        if y1 <= y0:
-            y1 = y0 + 1.0
-        y1 += 0.05 * (y1 - y0)
-    minutes = x1 - x0 > 600
-    unit = 60.0 if minutes else 1.0
-    origin, since = _time_origin(x0, x1, unit)
-    f = _Frame(x0, x1, y0, y1)
-    # axes and grid
-    out.append(
-        f'<g stroke="#333"><line x1="{_ML}" y1="{_H - _MB}" x2="{_W - _MR}" y2="{_H - _MB}"/>'
-        f'<line x1="{_ML}" y1="{_MT}" x2="{_ML}" y2="{_H - _MB}"/></g>'
-    )
-    for tx in _nice_ticks((x0 - origin) / unit, (x1 - origin) / unit):
+
+
+def _time_grid(f: _Frame, origin: float, unit: float) -> list[str]:
+    """Vertical grid lines and their labels, in ``unit`` s counted from ``origin``."""
+    out: list[str] = []
+    for tx in _nice_ticks((f.x0 - origin) / unit, (f.x1 - origin) / unit):
         px = f.px(origin + tx * unit)
         out.append(
             f'<line stroke="#e8e8e8" x1="{px:.1f}" y1="{_MT}" x2="{px:.1f}" y2="{_H - _MB}"/>'
             f'<text x="{px:.1f}" y="{_H - _MB + 14}" text-anchor="middle">{_fmt(tx)}</text>'
         )
+    return out
+
+
+def _value_grid(panel: Panel, f: _Frame) -> list[str]:
+    """Horizontal grid lines and their labels: the panel's categories, or round values."""
     if panel.categories:
         yticks = [(float(i), c) for i, c in enumerate(panel.categories)]
     else:
-        yticks = [(t, _fmt(t)) for t in _nice_ticks(y0, y1)]
+        yticks = [(t, _fmt(t)) for t in _nice_ticks(f.y0, f.y1)]
+    out: list[str] = []
     for ty, label in yticks:
         py = f.py(ty)
         out.append(
@@ -236,53 +256,88 @@ def render_panel(panel: Panel) -> str:
             f'<text x="{_ML - 4}" y="{py + 4:.1f}" text-anchor="end">'
             f"{html.escape(label)}</text>"
         )
-    out.append(
+    return out
+
+
+def _axes(panel: Panel, f: _Frame) -> list[str]:
+    """Both axes with their grids and titles; time in minutes when it spans over 10 minutes."""
+    minutes = f.x1 - f.x0 > 600
+    unit = 60.0 if minutes else 1.0
+    origin, since = _time_origin(f.x0, f.x1, unit)
+    out = [
+        f'<g stroke="#333"><line x1="{_ML}" y1="{_H - _MB}" x2="{_W - _MR}" y2="{_H - _MB}"/>'
+        f'<line x1="{_ML}" y1="{_MT}" x2="{_ML}" y2="{_H - _MB}"/></g>',
+        *_time_grid(f, origin, unit),
+        *_value_grid(panel, f),
         f'<text x="{(_ML + _W - _MR) / 2}" y="{_H - 4}" text-anchor="middle">'
-        f"time ({'min' if minutes else 's'}{since})</text>"
-    )
+        f"time ({'min' if minutes else 's'}{since})</text>",
+    ]
     if panel.y_label:
         out.append(
             f'<text transform="translate(12,{(_MT + _H - _MB) / 2}) rotate(-90)" '
             f'text-anchor="middle">{html.escape(panel.y_label)}</text>'
         )
-    # reference lines
-    legend: list[tuple[str, str, bool]] = []
-    for k, (label, y) in enumerate(panel.hlines):
-        color = "#d62728" if k == 0 else "#555"
+    return out
+
+
+def _reference_lines(panel: Panel, f: _Frame) -> list[str]:
+    """The panel's horizontal reference lines (SLA targets, capacities), dashed."""
+    out: list[str] = []
+    for k, (_, y) in enumerate(panel.hlines):
         py = f.py(y)
         out.append(
             f'<line x1="{_ML}" y1="{py:.1f}" x2="{_W - _MR}" y2="{py:.1f}" '
-            f'stroke="{color}" stroke-dasharray="6 4" stroke-width="1.2"/>'
+            f'stroke="{_reference_color(k)}" stroke-dasharray="6 4" stroke-width="1.2"/>'
         )
-        legend.append((f"{label} ({_fmt(y)})", color, True))
-    # series
-    for i, s, ss in segs:
-        color = s.color or PALETTE[i % len(PALETTE)]
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        total = sum(len(sx) for sx, _ in ss)
-        for sx, sy in ss:
-            thin_x, thin_y = _thin(sx, sy, max(30, 3 * (_W - _ML - _MR) * len(sx) // total))
-            if s.points:
-                out.extend(
-                    f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.2" fill="{color}"/>'
-                    for x, y in zip(thin_x, thin_y, strict=True)
-                )
-                continue
-            pts = []
-            prev_y: float | None = None
-            for x, y in zip(thin_x, thin_y, strict=True):
-                if s.step and prev_y is not None:
-                    pts.append(f"{f.px(x):.1f},{f.py(prev_y):.1f}")
-                pts.append(f"{f.px(x):.1f},{f.py(y):.1f}")
-                prev_y = y
-            out.append(
-                f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} '
-                f'points="{" ".join(pts)}"/>'
+    return out
+
+
+def _series_marks(s: Series, color: str, segments: _Segments, f: _Frame) -> list[str]:
+    """One series drawn: a polyline (steps if ``s.step``) or dots per gapless segment, each
+    thinned to its share of about three points per pixel of plot width."""
+    dash = ' stroke-dasharray="5 3"' if s.dashed else ""
+    total = sum(len(sx) for sx, _ in segments)
+    out: list[str] = []
+    for sx, sy in segments:
+        thin_x, thin_y = _thin(sx, sy, max(30, 3 * (_W - _ML - _MR) * len(sx) // total))
+        if s.points:
+            out.extend(
+                f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.2" fill="{color}"/>'
+                for x, y in zip(thin_x, thin_y, strict=True)
             )
-        legend.append((s.name, color, s.dashed))
+            continue
+        pts = []
+        prev_y: float | None = None
+        for x, y in zip(thin_x, thin_y, strict=True):
+            if s.step and prev_y is not None:
+                pts.append(f"{f.px(x):.1f},{f.py(prev_y):.1f}")
+            pts.append(f"{f.px(x):.1f},{f.py(y):.1f}")
+            prev_y = y
+        out.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} '
+            f'points="{" ".join(pts)}"/>'
+        )
+    return out
+
+
+def _legend_keys(panel: Panel) -> list[_LegendKey]:
+    """The legend's entries: the reference lines (with their values), then the series."""
+    return [
+        *(
+            _LegendKey(f"{label} ({_fmt(y)})", _reference_color(k), True)
+            for k, (label, y) in enumerate(panel.hlines)
+        ),
+        *(_LegendKey(s.name, _series_color(i, s), s.dashed) for i, s in enumerate(panel.series)),
+    ]
+
+
+def _legend(panel: Panel) -> list[str]:
+    """The legend above the plot, in rows across the panel; entries that do not fit in the
+    space above the plot are left out."""
+    out: list[str] = []
     lx: float = _ML
     ly = 32
-    for label, color, dashed in legend:
+    for label, color, dashed in _legend_keys(panel):
         width = 6.6 * len(label) + 30
         if lx + width > _W - _MR and lx > _ML:
             lx, ly = _ML, ly + 13
@@ -295,6 +350,31 @@ def render_panel(panel: Panel) -> str:
             f'<text x="{lx + 20:.0f}" y="{ly}">{html.escape(label)}</text>'
         )
         lx += width
+    return out
+
+
+def render_panel(panel: Panel) -> str:
+    """One panel as an inline ``<svg>`` element.
+
+    >>> svg = render_panel(Panel("rate", [Series("obs", [0, 60, 120], [1.0, None, 3.0])]))
+    >>> svg.startswith("<svg") and svg.count("<polyline") == 2
+    True
+    """
+    segments = [_segments(s) for s in panel.series]
+    xs = [x for ss in segments for sx, _ in ss for x in sx]
+    ys = [y for ss in segments for _, sy in ss for y in sy] + [y for _, y in panel.hlines]
+    out = _svg_heading(panel)
+    if not xs:
+        out.append(
+            f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" fill="#999">no data</text>'
+        )
+    else:
+        f = _Frame.fitted(panel, xs, ys)
+        out.extend(_axes(panel, f))
+        out.extend(_reference_lines(panel, f))
+        for i, (s, ss) in enumerate(zip(panel.series, segments, strict=True)):
+            out.extend(_series_marks(s, _series_color(i, s), ss, f))
+        out.extend(_legend(panel))
     out.append("</svg>")
     return "\n".join(out)
 
