@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from operators.predictors.base import Predictor
@@ -89,6 +90,53 @@ def kpss_differences(series: list[float], max_d: int = 2, alpha: float = 0.05) -
         x = [b - a for a, b in itertools.pairwise(x)]
         d += 1
     return d
+
+
+class _StepwiseSearch:
+    """One stepwise AIC search over ``(p, q)`` at a fixed ``d`` (Hyndman & Khandakar): the
+    orders tried, with their AIC (``inf`` when the fit failed), and the best so far."""
+
+    NEIGHBOURS = ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (1, 1), (-1, 1), (1, -1))
+    MAX_ORDERS = 40
+
+    def __init__(self, fit: Callable[[int, int], Any], allowed: Callable[[int, int], bool]) -> None:
+        self.fit = fit
+        self.allowed = allowed
+        self.tried: dict[tuple[int, int], float] = {}
+        self.best: tuple[float, tuple[int, int], Any] | None = None
+
+    def attempt(self, p: int, q: int) -> bool:
+        """Fit ``(p, q)`` unless tried or not allowed; whether it became the best."""
+        if (p, q) in self.tried or not self.allowed(p, q):
+            return False
+        self.tried[(p, q)] = math.inf
+        try:
+            results = self.fit(p, q)
+            aic = float(results.aic)
+        except Exception:  # an order that cannot be fitted is skipped (error_action=ignore)
+            return False
+        if not math.isfinite(aic):
+            return False
+        self.tried[(p, q)] = aic
+        if self.best is None or aic < self.best[0] - 1e-9:
+            self.best = (aic, (p, q), results)
+            return True
+        return False
+
+    def attempt_all(self, orders: tuple[tuple[int, int], ...]) -> None:
+        for p, q in orders:
+            self.attempt(p, q)
+
+    def climb(self) -> None:
+        """Move to the first neighbour of the best order that lowers the AIC, while one does."""
+        while self.best is not None and len(self.tried) < self.MAX_ORDERS:
+            p0, q0 = self.best[1]
+            if not any(self.attempt(p0 + dp, q0 + dq) for dp, dq in self.NEIGHBOURS):
+                return
+
+    def fitted_with_terms(self) -> bool:
+        """Whether an order with AR or MA terms could be fitted."""
+        return any(key != (0, 0) and math.isfinite(aic) for key, aic in self.tried.items())
 
 
 class ArimaPredictor(Predictor):
@@ -176,12 +224,29 @@ class ArimaPredictor(Predictor):
         of the four initial orders: a refit re-checks the neighbourhood of the order in use.
         """
         d = kpss_differences(series, self.max_d)
-        usable = len(series) - d
+        allowed = self._order_limits(len(series), d)
+        search = _StepwiseSearch(lambda p, q: self._fit_one(series, (p, d, q)), allowed)
+        first = 1 if not self.refit and len(series) < 10 else 2  # pmdarima starts short series at 1
+        fresh: tuple[tuple[int, int], ...] = ((first, first), (0, 0), (1, 0), (0, 1))
+        initial = fresh
+        if start is not None and start[1] == d and allowed(start[0], start[2]):
+            initial = ((start[0], start[2]),)
+        search.attempt_all(initial)
+        if search.best is None and len(initial) == 1:
+            search.attempt_all(fresh)
+        search.climb()
+        if search.best is None:
+            raise ValueError("no ARIMA order could be fitted")
+        _, (p, q), results = search.best
+        return (p, d, q), results, search.fitted_with_terms()
+
+    def _order_limits(self, points: int, d: int) -> Callable[[int, int], bool]:
+        """Whether ``(p, d, q)`` may be tried on ``points`` points: within ``max_p``, ``max_q``,
+        ``max_order``, and (ours) no more parameters than half the usable points, or
+        (pmdarima's) ``p, q ≤ ⌊n/3⌋``."""
+        usable = points - d
         k_trend = 1 if d == 0 else 0
-        tried: dict[tuple[int, int], float] = {}
-        best: tuple[float, tuple[int, int], Any] | None = None
-        # ours: no more parameters than half the points; pmdarima's: p, q ≤ ⌊n/3⌋
-        third = len(series) // 3
+        third = points // 3
 
         def allowed(p: int, q: int) -> bool:
             if self.refit:
@@ -192,48 +257,7 @@ class ArimaPredictor(Predictor):
                 0 <= p <= self.max_p and 0 <= q <= self.max_q and p + q <= self.max_order and fits
             )
 
-        def attempt(p: int, q: int) -> bool:
-            nonlocal best
-            if (p, q) in tried or not allowed(p, q):
-                return False
-            tried[(p, q)] = math.inf
-            try:
-                results = self._fit_one(series, (p, d, q))
-                aic = float(results.aic)
-            except Exception:  # an order that cannot be fitted is skipped (error_action=ignore)
-                return False
-            if not math.isfinite(aic):
-                return False
-            tried[(p, q)] = aic
-            if best is None or aic < best[0] - 1e-9:
-                best = (aic, (p, q), results)
-                return True
-            return False
-
-        first = 1 if not self.refit and len(series) < 10 else 2  # pmdarima starts short series at 1
-        fresh: tuple[tuple[int, int], ...] = ((first, first), (0, 0), (1, 0), (0, 1))
-        initial = fresh
-        if start is not None and start[1] == d and allowed(start[0], start[2]):
-            initial = ((start[0], start[2]),)
-        for p, q in initial:
-            attempt(p, q)
-        if best is None and len(initial) == 1:
-            for p, q in fresh:
-                attempt(p, q)
-        improved = best is not None
-        while improved and len(tried) < 40:
-            assert best is not None
-            p0, q0 = best[1]
-            improved = False
-            for dp, dq in ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (1, 1), (-1, 1), (1, -1)):
-                if attempt(p0 + dp, q0 + dq):
-                    improved = True
-                    break
-        if best is None:
-            raise ValueError("no ARIMA order could be fitted")
-        p, q = best[1]
-        alternatives = any(key != (0, 0) and math.isfinite(aic) for key, aic in tried.items())
-        return (p, d, q), best[2], alternatives
+        return allowed
 
     def _refit(self, raw: list[float]) -> None:
         self.fits += 1
