@@ -26,6 +26,7 @@ Unknown GPUs per replica (``None``) disable the budget, as in §8.1. Integer ari
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 from operators.budget import check_count
@@ -392,62 +393,86 @@ def fit_directional_budget_pair(
     if pp >= p_min and pd >= d_min and _in_band(pp * pg + pd * dg, min_gpus, max_gpus, tolerance):
         return pp, pd
     _, _, opposing = _directions(cp, cd, pp, pd)
-
-    def interval(low: int, high: int, fixed_cost: int, unit: int) -> tuple[int, int]:
-        """Counts of the other role that keep the pair in band with ``fixed_cost`` GPUs."""
-        if max_gpus >= 0:
-            high = min(high, (max_gpus - fixed_cost) // unit)
-        if floor is not None:
-            low = max(low, _ceil_div(floor - fixed_cost, unit))
-        return low, high
-
+    band = _Band(min_gpus, max_gpus, floor)
     # Each role's range: between current and proposed, at least its minimum endpoint, and
     # (so an extreme proposal cannot blow up the walk) within what the band leaves it.
-    ranges = {
-        "p": [max(min(cp, pp), p_min), max(cp, pp), cp, pp, pg],
-        "d": [max(min(cd, pd), d_min), max(cd, pd), cd, pd, dg],
-    }
-    for mine, other in (("p", "d"), ("d", "p")):
-        low, high = ranges[mine][0], ranges[mine][1]
-        o_low, o_high, o_unit = ranges[other][0], ranges[other][1], ranges[other][4]
-        unit = ranges[mine][4]
-        if max_gpus >= 0:
-            ranges[mine][1] = min(high, (max_gpus - o_low * o_unit) // unit)
-        if floor is not None:
-            ranges[mine][0] = max(low, _ceil_div(floor - o_high * o_unit, unit))
+    prefill = _Leg(max(min(cp, pp), p_min), max(cp, pp), cp, pp, pg)
+    decode = _Leg(max(min(cd, pd), d_min), max(cd, pd), cd, pd, dg)
+    for mine, other in ((prefill, decode), (decode, prefill)):
+        mine.high = band.counts(mine.low, mine.high, other.low * other.unit, mine.unit)[1]
+        mine.low = band.counts(mine.low, mine.high, other.high * other.unit, mine.unit)[0]
     # Walk the shorter range; for each value the other role's best count is the point of its
     # feasible interval nearest its proposal (the only one that can minimise the distance).
-    p_span, d_span = ranges["p"][1] - ranges["p"][0], ranges["d"][1] - ranges["d"][0]
-    outer, inner = ("p", "d") if p_span <= d_span else ("d", "p")
-    o_low, o_high, o_cur, _, o_unit = ranges[outer]
-    i_low, i_high, i_cur, i_prop, i_unit = ranges[inner]
+    walk_prefill = prefill.high - prefill.low <= decode.high - decode.low
+    outer, inner = (prefill, decode) if walk_prefill else (decode, prefill)
     best: tuple[tuple[int, ...], tuple[int, int]] | None = None
-    for o in range(o_low, o_high + 1):
-        low, high = interval(i_low, i_high, o * o_unit, i_unit)
-        if opposing:
-            if o == o_cur:  # this leg stays: so must the other
-                low, high = max(low, i_cur), min(high, i_cur)
-            elif i_prop > i_cur:  # this leg moves: so must the other
-                low = max(low, i_cur + 1)
-            else:
-                high = min(high, i_cur - 1)
+    for o in range(outer.low, outer.high + 1):
+        low, high = band.counts(inner.low, inner.high, o * outer.unit, inner.unit)
+        if opposing:  # both legs move or neither does
+            low, high = inner.moving_with(o != outer.current, low, high)
         if low > high:
             continue
-        i = min(max(i_prop, low), high)
-        p, d = (o, i) if outer == "p" else (i, o)
+        i = min(max(inner.proposed, low), high)
+        p, d = (o, i) if walk_prefill else (i, o)
         if not _in_band(p * pg + d * dg, min_gpus, max_gpus, tolerance):
             continue
-        moved_p, moved_d = abs(p - cp), abs(d - cd)
-        score = (
-            abs(pp - p) + abs(pd - d),
-            abs(moved_p * abs(pd - cd) - moved_d * abs(pp - cp)),
-            -(moved_p + moved_d),
-            p,
-            d,
-        )
+        score = _fit_score(p, d, cp, cd, pp, pd)
         if best is None or score < best[0]:
             best = (score, (p, d))
     return (cp, cd) if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class _Band:
+    """A GPU band for one role's count next to the other's GPUs (``floor``: the lower bound
+    less the tolerance, ``None`` without one)."""
+
+    min_gpus: int
+    max_gpus: int
+    floor: int | None
+
+    def counts(self, low: int, high: int, fixed_cost: int, unit: int) -> tuple[int, int]:
+        """``[low, high]`` narrowed to the counts of ``unit`` GPUs that keep a pair with
+        ``fixed_cost`` GPUs besides within the band."""
+        if self.max_gpus >= 0:
+            high = min(high, (self.max_gpus - fixed_cost) // unit)
+        if self.floor is not None:
+            low = max(low, _ceil_div(self.floor - fixed_cost, unit))
+        return low, high
+
+
+@dataclass
+class _Leg:
+    """One role in a directional fit: its feasible range, current and proposed count, and GPUs
+    per replica."""
+
+    low: int
+    high: int
+    current: int
+    proposed: int
+    unit: int
+
+    def moving_with(self, partner_moves: bool, low: int, high: int) -> tuple[int, int]:
+        """``[low, high]`` narrowed so this leg moves toward its proposal exactly when its
+        partner moves (an opposing rebalance)."""
+        if not partner_moves:
+            return max(low, self.current), min(high, self.current)
+        if self.proposed > self.current:
+            return max(low, self.current + 1), high
+        return low, min(high, self.current - 1)
+
+
+def _fit_score(p: int, d: int, cp: int, cd: int, pp: int, pd: int) -> tuple[int, ...]:
+    """Ranks a fitted pair: the L1 distance to the proposal, then the skew between the two
+    roles' progress, then the most progress (then the counts, for a total order)."""
+    moved_p, moved_d = abs(p - cp), abs(d - cd)
+    return (
+        abs(pp - p) + abs(pd - d),
+        abs(moved_p * abs(pd - cd) - moved_d * abs(pp - cp)),
+        -(moved_p + moved_d),
+        p,
+        d,
+    )
 
 
 def fit_throughput_single(
