@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import FrameType
 
 from bytewax._bytewax import cli_main
@@ -27,20 +28,21 @@ from connectors.control_api import ControlApi, ControlApiSource
 from connectors.dgd import DgdUnavailableError
 from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
-from connectors.metrics import MetricsSink, PlannerMetrics
+from connectors.metrics import MetricsServer, MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
 from connectors.prometheus import PrometheusQueryError
 from connectors.stopping import end_inputs, stop_waiting
 from connectors.traces import read_warmup_trace
 from flows.cli import MAX_WORKERS, port_number, worker_count
 from flows.display import format_time
-from flows.endpoints import EndpointError, wire
+from flows.endpoints import EndpointError, Wiring, wire
 from flows.horizon import untimed
 from flows.planner import PlannerSinks, build_flow
 from operators.bootstrap import benchmark_fpms, profile_to_fpms
 from operators.predictors.warmup import trace_observations
 from schemas import (
     ConfigError,
+    DeliveredDecision,
     ForwardPassMetrics,
     PlannerConfig,
     Role,
@@ -254,12 +256,36 @@ def jsonl_sink(path: str) -> JsonlFileSink | LineSink:
     return JsonlFileSink(path)
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
-    for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
-        logging.getLogger(package).setLevel(logging.INFO)
-    # the Kubernetes client's HTTP retries: the DGD connector reports what fails, once
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+class _CannotStart(Exception):
+    """A run that cannot start: the line it says (after ``flowplanner run: ``) and its exit
+    status."""
+
+    def __init__(self, line: str, status: int) -> None:
+        super().__init__(line)
+        self.status = status
+
+
+@dataclass
+class _Start:
+    """What a run starts from, read and checked before anything starts."""
+
+    configs: dict[str, PlannerConfig]
+    metrics_port: int | None
+    control_port: int | None
+    wiring: Wiring
+    bootstrap: dict[str, dict[Role, list[ForwardPassMetrics]]]
+    warmup: dict[str, list[TrafficObservation]]
+    reports: DiagnosticsReportSink | None
+    delivered: dict[str, DeliveredDecision]
+    in_flight: dict[str, DeliveredDecision]
+    acknowledged: dict[str, int]
+
+
+def _start_up(args: argparse.Namespace) -> _Start:
+    """Read and check what the run starts from: the configs, ports, wiring and preloaded data
+    (:class:`_CannotStart` with status 2 for a mistake in them, 1 for an acknowledgement topic's
+    broker out of reach), the reports' sink, then where the outputs resume (status 1 when they
+    cannot be read back)."""
     try:
         configs = load_config(args.config)
         port = metrics_port(args.metrics_port, configs, os.environ)
@@ -267,25 +293,43 @@ def run(args: argparse.Namespace) -> int:
         wiring = wire(args.input, args.output, configs)
         bootstrap, warmup = preload(configs)
     except (ConfigError, EndpointError, ValueError) as exc:  # (an OSError: flows.cli, exit 1)
-        print(f"flowplanner run: {exc}", file=sys.stderr)
-        return 2
+        raise _CannotStart(f"{exc}", 2) from exc
     except KafkaConnectorError as exc:  # the acknowledgement topic's broker: cannot start
-        print(f"flowplanner run: {exc}", file=sys.stderr)
-        return 1
+        raise _CannotStart(f"{exc}", 1) from exc
     # an unwritable report directory: an OSError, one line (flows.cli), before anything starts
     reports = DiagnosticsReportSink(configs) if args.reports else None
     try:
         delivered, in_flight = wiring.delivered()
         acknowledged = wiring.acknowledged()
     except USER_FACING_ERRORS as exc:
-        print(f"flowplanner run: {user_facing_cause(exc)}", file=sys.stderr)
-        return 1
+        raise _CannotStart(f"{user_facing_cause(exc)}", 1) from exc
+    return _Start(
+        configs=configs,
+        metrics_port=port,
+        control_port=control_port,
+        wiring=wiring,
+        bootstrap=bootstrap,
+        warmup=warmup,
+        reports=reports,
+        delivered=delivered,
+        in_flight=in_flight,
+        acknowledged=acknowledged,
+    )
+
+
+def _announce_resumed(delivered: Mapping[str, DeliveredDecision]) -> None:
+    """Say, per deployment, the newest decision its outputs already hold: the run resumes
+    after it."""
     for mark in delivered.values():
         print(
             f"flowplanner run: {mark.deployment}'s outputs already hold its decisions up to "
             f"#{mark.decision_id} at {format_time(mark.time)}: resuming after it",
             file=sys.stderr,
         )
+
+
+def _announce_advisory(configs: Mapping[str, PlannerConfig], wiring: Wiring) -> None:
+    """Say which deployments are advisory when the run has actuators: theirs are not applied."""
     if wiring.actuators:
         for name in (name for name, config in configs.items() if config.advisory):
             print(
@@ -293,6 +337,13 @@ def run(args: argparse.Namespace) -> int:
                 "never applied",
                 file=sys.stderr,
             )
+
+
+def _planner_sinks(
+    args: argparse.Namespace, wiring: Wiring, reports: DiagnosticsReportSink | None
+) -> PlannerSinks:
+    """The run's sinks: the wired actuators and decision outputs, ``--ticks`` and the reports
+    for the tick records, ``--dead-letters`` (else stderr) for the dead letters."""
     sinks = PlannerSinks(  # a file that cannot be written: an OSError, one line (flows.cli)
         actuators=wiring.actuators,
         decisions=wiring.decision_sinks,
@@ -305,56 +356,98 @@ def run(args: argparse.Namespace) -> int:
     )
     if reports is not None:
         sinks.ticks.append(reports)
-    server = None
-    if port is not None:
+    return sinks
+
+
+class _Servers:
+    """The metrics exporter and the control API a run serves, stopped together."""
+
+    def __init__(self) -> None:
+        self.metrics: MetricsServer | None = None
+        self.control: ControlApi | None = None
+
+    def serve_metrics(
+        self, configs: dict[str, PlannerConfig], port: int | None, sinks: PlannerSinks
+    ) -> None:
+        """Export the tick records' metrics on ``port`` (none for ``None``);
+        :class:`_CannotStart` if the port cannot be served."""
+        if port is None:
+            return
         metrics = PlannerMetrics(configs)
         sinks.ticks.append(MetricsSink(metrics))
         try:
-            server = metrics.serve(port)
+            self.metrics = metrics.serve(port)
         except OSError as exc:
-            print(f"flowplanner run: cannot serve metrics on port {port}: {exc}", file=sys.stderr)
-            return 1
-        print(f"flowplanner run: metrics on {server.url}", file=sys.stderr)
-    control = None
-    if control_port is not None and not wiring.live:
-        print(
-            "flowplanner run: no control API for a replay (its limits are the `limits` events "
-            "of its inputs)",
-            file=sys.stderr,
-        )
-    elif control_port is not None:
-        control = ControlApi(configs, clock=untimed)  # placed at the watermark, as DGD polls
-        try:
-            url = control.serve(control_port)
-        except OSError as exc:
+            raise _CannotStart(f"cannot serve metrics on port {port}: {exc}", 1) from exc
+        print(f"flowplanner run: metrics on {self.metrics.url}", file=sys.stderr)
+
+    def serve_control(
+        self, configs: dict[str, PlannerConfig], port: int | None, wiring: Wiring
+    ) -> None:
+        """Serve the control API on ``port`` (none for ``None``; none for a replay, said) and
+        read its limits as an input; :class:`_CannotStart` if the port cannot be served."""
+        if port is None:
+            return
+        if not wiring.live:
             print(
-                f"flowplanner run: cannot serve the control API on port {control_port}: {exc}",
+                "flowplanner run: no control API for a replay (its limits are the `limits` "
+                "events of its inputs)",
                 file=sys.stderr,
             )
-            if server is not None:
-                server.stop()
-            return 1
+            return
+        control = ControlApi(configs, clock=untimed)  # placed at the watermark, as DGD polls
+        try:
+            url = control.serve(port)
+        except OSError as exc:
+            raise _CannotStart(f"cannot serve the control API on port {port}: {exc}", 1) from exc
+        self.control = control
         print(f"flowplanner run: control API on {url}/deployments/NAME/limits", file=sys.stderr)
         wiring.inputs.append(ControlApiSource(control))
+
+    def stop(self) -> None:
+        """Stop what is served."""
+        if self.metrics is not None:
+            self.metrics.stop()
+        if self.control is not None:
+            self.control.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    """``flowplanner run``: start up, run the dataflow until its inputs end or a signal stops
+    it, and say what it did; the exit status."""
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+    for package in ("connectors", "flows", "operators"):  # ours say what they do; others warn
+        logging.getLogger(package).setLevel(logging.INFO)
+    # the Kubernetes client's HTTP retries: the DGD connector reports what fails, once
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    servers = _Servers()
+    try:
+        start = _start_up(args)
+        _announce_resumed(start.delivered)
+        _announce_advisory(start.configs, start.wiring)
+        sinks = _planner_sinks(args, start.wiring, start.reports)
+        servers.serve_metrics(start.configs, start.metrics_port, sinks)
+        servers.serve_control(start.configs, start.control_port, start.wiring)
+    except _CannotStart as exc:
+        print(f"flowplanner run: {exc}", file=sys.stderr)
+        servers.stop()  # the metrics served when the control API cannot be
+        return exc.status
     flow = build_flow(
-        configs,
-        wiring.inputs,
+        start.configs,
+        start.wiring.inputs,
         sinks,
-        live=wiring.live,
-        acks=wiring.acks,
-        bootstrap=bootstrap,
-        warmup=warmup,
-        delivered=delivered,
-        in_flight=in_flight,
-        acknowledged=acknowledged,
+        live=start.wiring.live,
+        acks=start.wiring.acks,
+        bootstrap=start.bootstrap,
+        warmup=start.warmup,
+        delivered=start.delivered,
+        in_flight=start.in_flight,
+        acknowledged=start.acknowledged,
     )
     try:
         status, stopped = run_until_stopped(flow, args.workers, "flowplanner run")
     finally:
-        if server is not None:
-            server.stop()
-        if control is not None:
-            control.stop()
+        servers.stop()
     if status:
         return status
     print(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.flow.runner import flowplanner
+from tests.flow.runner import METRICS_LINE, flowplanner
 from tests.services.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,6 +99,31 @@ def test_run_reads_the_metrics_port_from_planner_prometheus_port(monkeypatch):
     done = flowplanner("run", "--config", CONFIG, "--input", RECORDING)
     assert_clean_error(done, "PLANNER_PROMETHEUS_PORT: expected int, got 'http'")
     assert done.returncode == 2
+
+
+def test_run_control_port_in_use_is_one_line_after_the_metrics_line():
+    # a live run (a ZMQ input, not connected before the dataflow runs) serves the control API
+    # after the exporter, which is stopped on the way out
+    live = f"zmq+tcp://127.0.0.1:{free_port()}?deployment=llama&role=decode"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        ports = ("--metrics-port", "0", "--control-port", port)
+        done = flowplanner("run", "--config", CONFIG, "--input", live, *ports)
+    assert_clean_error(done, f"cannot serve the control API on port {port}")
+    assert done.returncode == 1
+    metrics, control = done.stderr.splitlines()
+    assert METRICS_LINE.match(metrics), done.stderr
+    assert control.startswith(f"flowplanner run: cannot serve the control API on port {port}: ")
+
+
+def test_run_says_a_replay_serves_no_control_api():
+    done = flowplanner("run", "--config", CONFIG, "--input", RECORDING, "--control-port", "0")
+    assert done.returncode == 0, done.stderr
+    no_api = "flowplanner run: no control API for a replay (its limits are the `limits` events"
+    assert done.stderr.startswith(no_api), done.stderr
+    assert "control API on" not in done.stderr and "events in" in done.stderr
 
 
 def test_run_bad_config_names_file_and_field(tmp_path):
