@@ -1,5 +1,9 @@
-"""The read loop behind the decisions readers (``_consume``), on a scripted consumer: what a
-broker is hard to make do on cue — error reports, a stall, an error message, EOF events."""
+"""The read loop behind the decisions readers (``_consume``), on a scripted consumer, for only
+what a real broker cannot be made to do on cue: report a fatal error, stall at an exact point of
+a bounded read, hand on a message carrying an error. Everything a broker can do — bounded reads
+that stop at the ends seen at the start, following, partitions added while following, an
+unreachable broker — is tested against a real Tansu broker (test_decision_sink.py,
+test_decisions_cli.py, test_decisions_follow_added.py, test_added_partitions.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +12,16 @@ from itertools import islice
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message
 
 import connectors.kafka.decisions as decisions
 from connectors.kafka import KafkaConnectorError
-from connectors.kafka.client import Bounds, PartitionWatch
 
 WHERE = "decisions at k:9092"
 
 
 def record(partition: int, offset: int) -> Message:
     return Message(topic="decisions", partition=partition, offset=offset, value=b"{}")
-
-
-def eof(partition: int, high_watermark: int) -> Message:
-    error = KafkaError(KafkaError._PARTITION_EOF)
-    return Message(topic="decisions", partition=partition, offset=high_watermark, error=error)
 
 
 class ScriptedConsumer:
@@ -55,37 +53,14 @@ class ScriptedConsumer:
         rest, self.rest = self.rest, []
         return rest
 
-    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
-        self.calls.append(f"assign {[(p.partition, p.offset) for p in partitions]}")
-
     def close(self) -> None:
         self.calls.append("close")
-
-
-class ScriptedWatch:
-    """A partition watch that finds ``added`` at its first look, sharing ``calls``."""
-
-    topic = "decisions"
-
-    def __init__(self, calls: list[str], added: dict[int, Bounds]) -> None:
-        self.calls, self.found = calls, [added]
-
-    def start(self) -> ScriptedWatch:
-        self.calls.append("watch start")
-        return self
-
-    def added(self) -> dict[int, Bounds]:
-        return self.found.pop() if self.found else {}
-
-    def close(self) -> None:
-        self.calls.append("watch close")
 
 
 def consume(
     consumer: ScriptedConsumer,
     ends: dict[int, int] | None,
     timeout_s: float = 10.0,
-    watch: ScriptedWatch | None = None,
 ) -> Any:
     pending = set(ends or {})
     return decisions._consume(
@@ -95,7 +70,6 @@ def consume(
         ends,
         pending,
         timeout_s,
-        cast(PartitionWatch | None, watch),
     )
 
 
@@ -108,31 +82,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [0.0]
     monkeypatch.setattr(decisions, "monotonic", lambda: now[0])  # time is data here
     return now
-
-
-def test_a_bounded_read_hands_on_the_records_before_each_end_then_closes() -> None:
-    # partition 2's records are gone (its EOF says where it ends); 3 was not asked for
-    batches = [[record(0, 0), record(1, 0)], [], [record(3, 0), record(0, 1), record(0, 2)]]
-    consumer = ScriptedConsumer([*batches, [eof(2, 5)], [record(0, 3)]], [])
-    read = positions(consume(consumer, {0: 2, 1: 1, 2: 5}))
-    assert read == [(0, 0), (1, 0), (0, 1)]
-    assert consumer.calls == ["poll"] * 4 + ["close"]  # every partition at its end: no 5th
-
-
-def test_following_hands_on_every_record_and_reads_the_partitions_added() -> None:
-    consumer = ScriptedConsumer([[], [record(0, 0), eof(0, 1)], [record(3, 0)]], [])
-    watch = ScriptedWatch(consumer.calls, {3: Bounds(first=0, end=1)})
-    reader = consume(consumer, None, watch=watch)
-    assert consumer.calls == []  # nothing starts before the first message is asked for
-    assert positions(islice(reader, 2)) == [(0, 0), (3, 0)]
-    reader.close()
-    assert consumer.calls == [
-        "watch start",
-        "assign [(3, 0)]",
-        *["poll"] * 3,
-        "watch close",
-        "close",
-    ]
 
 
 def test_retriable_reports_are_warned_once_per_kind_and_a_fatal_one_raises(
@@ -163,11 +112,6 @@ def test_a_bounded_read_without_progress_for_its_timeout_raises(clock: list[floa
     )
     # a record at 0.2 s; nothing at 0.4, 0.6 (0.4 s without) and 0.8 (0.6 s without)
     assert consumer.calls == ["poll"] * 4 + ["close"]
-
-
-def test_following_waits_for_records_however_long(clock: list[float]) -> None:
-    consumer = ScriptedConsumer([[]] * 10 + [[record(0, 0)]], [], clock=clock)
-    assert positions(islice(consume(consumer, None, timeout_s=0.5), 1)) == [(0, 0)]
 
 
 def test_a_message_carrying_an_error_raises() -> None:
