@@ -291,6 +291,19 @@ class DeploymentPlanner:
         return record
 
     def _absorb(self, end_s: float, window: TickWindow) -> None:
+        """Take in one window: its control events (inventory, acknowledgements, capabilities,
+        limits), then its forward passes and requests."""
+        self._absorb_control(end_s, window)
+        stats_ = RequestStats(end_s)
+        stats_.prompt_tokens_scheduled = self._absorb_passes(end_s, window)
+        for request in self._first_requests(end_s, window.requests):
+            stats_.add(request)
+        self.requests_seen = self.requests_seen or bool(window.requests)
+        self.request_windows.append(stats_)
+        self.traffic_events.extend(window.traffic)
+
+    def _absorb_control(self, end_s: float, window: TickWindow) -> None:
+        """The window's inventory, acknowledgements (to the gate), capabilities and limits."""
         if window.inventory is not None:
             self.inventory = window.inventory
         if self.gate is None:
@@ -309,7 +322,13 @@ class DeploymentPlanner:
             self._set_limits(limits)
         if window.capabilities is not None or window.limits:
             self._warn_unfunded_minimum()
-        stats_ = RequestStats(end_s)
+
+    def _absorb_passes(self, end_s: float, window: TickWindow) -> int:
+        """Keep each engine's first-seen forward passes of the window that fit its scheduler
+        limits (the latest, and all of them when several samples per tick are asked for), forget
+        engines silent for ``engine_silence_seconds``; the prompt tokens the kept passes
+        scheduled."""
+        prompt_tokens = 0
         for key, rows in sorted(window.rows.items()):
             rows = self._first_copies(key, rows)
             caps: EngineCapabilities | None = getattr(self.machine.capabilities, key[0])
@@ -318,17 +337,13 @@ class DeploymentPlanner:
                 if not rows:
                     continue
             self.latest[key] = rows[-1]
-            stats_.prompt_tokens_scheduled += sum(int(row[_PROMPT_TOKENS]) for row in rows)
+            prompt_tokens += sum(int(row[_PROMPT_TOKENS]) for row in rows)
             if self.config.fpm_samples_per_engine_per_tick > 1:  # else the latest (reference)
                 self.tick_rows.setdefault(key, []).extend(rows)
         silent_since = end_s - self.config.engine_silence_seconds
         for key in [k for k, row in self.latest.items() if row[FPM_COLUMN["time"]] < silent_since]:
             del self.latest[key]
-        for request in self._first_requests(end_s, window.requests):
-            stats_.add(request)
-        self.requests_seen = self.requests_seen or bool(window.requests)
-        self.request_windows.append(stats_)
-        self.traffic_events.extend(window.traffic)
+        return prompt_tokens
 
     def _set_limits(self, limits: Limits) -> None:
         """Plan within ``limits`` from this tick on, unless the config they make is refused —
