@@ -75,7 +75,7 @@ from connectors.prometheus import (
     PrometheusTrafficSource,
     SpecDecodeBackend,
 )
-from connectors.recorded import RecordedSource
+from connectors.recorded import RecordedSource, Refusal
 from connectors.virtual import AckSource, newest_acks
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource
 from flows.display import decision_line
@@ -205,63 +205,109 @@ def _wire_inputs(wiring: Wiring, inputs: list[str], configs: dict[str, PlannerCo
     """Add the sources of ``inputs`` to ``wiring`` (the recorded files as one, at the first's
     place; the Prometheus endpoints as one; the ZMQ publishers as one); the Kafka topics it
     follows live."""
-    refusal = Admission(configs).refusal  # a refused event's time orders no merge
-    zmq_endpoints: list[EndpointSpec] = []
-    traffic: list[PrometheusTrafficSource] = []
-    recorded: list[str] = []
-    recorded_at = 0
-    followed: list[str] = []
+    gathered = _GatheredInputs(wiring, configs, Admission(configs).refusal)
     for address in inputs:
+        gathered.add(address)
+    gathered.add_recordings()
+    gathered.add_traffic()
+    gathered.add_engines()
+    return gathered.followed
+
+
+@dataclass
+class _GatheredInputs:
+    """The ``--input`` addresses of one run as they are read: a topic's source is wired at
+    once; the recorded files, the Prometheus endpoints and the ZMQ publishers are gathered,
+    each kind into one source once every address is read."""
+
+    wiring: Wiring
+    configs: dict[str, PlannerConfig]
+    refusal: Refusal  # a refused event's time orders no merge
+    recorded: list[str] = field(default_factory=list)
+    recorded_at: int = 0
+    traffic: list[PrometheusTrafficSource] = field(default_factory=list)
+    engines: list[EndpointSpec] = field(default_factory=list)
+    followed: list[str] = field(default_factory=list)
+
+    def add(self, address: str) -> None:
+        """Wire or gather one input address."""
         scheme, netloc, path, query = _parts(address) if "://" in address else ("", "", "", {})
         if scheme in ("", "file"):
-            if not recorded:
-                recorded_at = len(wiring.inputs)
-            recorded.append(address.removeprefix("file://"))
+            self._recording(address)
         elif scheme == "kafka":
-            _only(query, {"until", "start", "format", "deployment"}, address)
-            url = _kafka_url(address)
-            if url.format == "dynamo-trace":
-                url = replace(url, deployment=_trace_deployment(address, url, configs))
-            wiring.inputs.append(url.event_source(refusal))
-            wiring.live |= not url.until_end
-            if not url.until_end:
-                followed.append(address)
+            self._topic(address, query)
         elif scheme in ("zmq+tcp", "zmq+ipc"):
-            _only(query, {"deployment", "role"}, address)
-            if scheme == "zmq+tcp" and not has_host_port(netloc):
-                raise EndpointError(f"{address!r}: give the publisher's HOST:PORT, a port 1-65535")
-            zmq_url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
-            zmq_endpoints.append(EndpointSpec(zmq_url, *_zmq_target(address, query, configs)))
-            wiring.live = True
+            self._fpm_publisher(address, scheme, netloc, path, query)
         elif scheme in ("prometheus", "prometheus+https"):
             http = "https" if scheme.endswith("https") else "http"
-            traffic.append(_prometheus(address, http, netloc, query, configs))
-            wiring.live = True
+            self.traffic.append(_prometheus(address, http, netloc, query, self.configs))
+            self.wiring.live = True
         else:
             raise EndpointError(f"unsupported input {address!r}")
-    if recorded:  # one source: the files are read as one time-ordered stream
+
+    def _recording(self, address: str) -> None:
+        """A recorded file (``PATH`` or ``file://PATH``); the first one's place is the source's."""
+        if not self.recorded:
+            self.recorded_at = len(self.wiring.inputs)
+        self.recorded.append(address.removeprefix("file://"))
+
+    def _topic(self, address: str, query: dict[str, str]) -> None:
+        """A ``kafka://`` topic's source, wired now; a followed one makes the run live."""
+        _only(query, {"until", "start", "format", "deployment"}, address)
+        url = _kafka_url(address)
+        if url.format == "dynamo-trace":
+            url = replace(url, deployment=_trace_deployment(address, url, self.configs))
+        self.wiring.inputs.append(url.event_source(self.refusal))
+        self.wiring.live |= not url.until_end
+        if not url.until_end:
+            self.followed.append(address)
+
+    def _fpm_publisher(
+        self, address: str, scheme: str, netloc: str, path: str, query: dict[str, str]
+    ) -> None:
+        """An engine FPM publisher (``zmq+tcp://`` or ``zmq+ipc://``)."""
+        _only(query, {"deployment", "role"}, address)
+        if scheme == "zmq+tcp" and not has_host_port(netloc):
+            raise EndpointError(f"{address!r}: give the publisher's HOST:PORT, a port 1-65535")
+        zmq_url = f"{scheme.removeprefix('zmq+')}://{netloc}{path}"
+        self.engines.append(EndpointSpec(zmq_url, *_zmq_target(address, query, self.configs)))
+        self.wiring.live = True
+
+    def add_recordings(self) -> None:
+        """The recorded files as one source, read as one time-ordered stream."""
+        if not self.recorded:
+            return
         try:
-            wiring.inputs.insert(recorded_at, RecordedSource(recorded, refusal))
+            self.wiring.inputs.insert(self.recorded_at, RecordedSource(self.recorded, self.refusal))
         except (ValueError, OSError) as exc:
             raise EndpointError(str(exc)) from exc
-    if traffic:
+
+    def add_traffic(self) -> None:
+        """The Prometheus endpoints as one source, each deployment read every throughput
+        interval."""
+        if not self.traffic:
+            return
         intervals = {
-            s.deployment: configs[s.deployment].throughput_adjustment_interval_seconds
-            for s in traffic
+            s.deployment: self.configs[s.deployment].throughput_adjustment_interval_seconds
+            for s in self.traffic
         }
         try:
-            wiring.inputs.append(PrometheusTrafficInput(traffic, intervals))
+            self.wiring.inputs.append(PrometheusTrafficInput(self.traffic, intervals))
         except ValueError as exc:
             raise EndpointError(str(exc)) from exc
-    if zmq_endpoints:
+
+    def add_engines(self) -> None:
+        """The ZMQ publishers as one source, an engine gone after its deployment's silence."""
+        if not self.engines:
+            return
         try:
             silence = {
-                s.deployment: configs[s.deployment].engine_silence_seconds for s in zmq_endpoints
+                s.deployment: self.configs[s.deployment].engine_silence_seconds
+                for s in self.engines
             }
-            wiring.inputs.append(ZmqFpmSource(zmq_endpoints, engine_silence_seconds=silence))
+            self.wiring.inputs.append(ZmqFpmSource(self.engines, engine_silence_seconds=silence))
         except ValueError as exc:
             raise EndpointError(str(exc)) from exc
-    return followed
 
 
 def _wire_outputs(wiring: Wiring, outputs: list[str], configs: dict[str, PlannerConfig]) -> None:

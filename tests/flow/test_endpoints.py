@@ -128,6 +128,49 @@ def test_history_inputs_are_merged_and_the_others_are_not(tmp_path: Path):
     ]
 
 
+def test_the_sources_gathered_from_several_addresses_come_in_a_fixed_order(tmp_path: Path):
+    # the recorded files at the first's place, then the Prometheus endpoints, then the engines
+    recording = tmp_path / "a.jsonl"
+    recording.write_text("")
+    engines = "zmq+tcp://127.0.0.1:5557?deployment=llama"
+    prometheus = "prometheus://127.0.0.1:9?deployment=llama"
+    inputs = wire([engines, prometheus, str(recording)], ["-"], CONFIGS).inputs
+    assert [type(s) for s in inputs] == [RecordedSource, PrometheusTrafficInput, ZmqFpmSource]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (
+            [
+                "zmq+tcp://127.0.0.1:5557?deployment=llama",
+                "zmq+tcp://127.0.0.1:5557?deployment=split&role=decode",
+            ],
+            "endpoint 'tcp://127.0.0.1:5557' is listed twice",
+        ),
+        (
+            [
+                "prometheus://127.0.0.1:9?deployment=llama",
+                "prometheus://127.0.0.1:8?deployment=llama",
+            ],
+            "each deployment may have one traffic source",
+        ),
+    ],
+)
+def test_two_addresses_one_gathered_source_cannot_take_are_refused(inputs, message):
+    with pytest.raises(EndpointError) as caught:
+        wire(inputs, ["-"], CONFIGS)
+    assert str(caught.value) == message
+
+
+def test_the_recorded_files_are_checked_before_the_prometheus_endpoints(tmp_path: Path):
+    recording = tmp_path / "a.jsonl"
+    recording.write_text("")
+    prometheus = "prometheus://127.0.0.1:9?deployment=llama"
+    with pytest.raises(EndpointError, match="a recorded stream is given twice"):
+        wire([prometheus, prometheus, str(recording), str(recording)], ["-"], CONFIGS)
+
+
 def test_a_prometheus_input_reads_the_accept_length_of_the_named_backend():
     [plain] = wire(["prometheus://127.0.0.1:9?deployment=llama"], ["-"], CONFIGS).inputs
     assert isinstance(plain, PrometheusTrafficInput)
