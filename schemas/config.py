@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -995,26 +996,45 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
     >>> load_config('{"deployments": {"d": {"optimization_target": "sla"}}}')["d"].ttft_ms
     500.0
     """
+    raw, where, parse = _config_source(source)
+    data = _parsed_config(raw, where, parse)
+    _check_deployments_mapping(data, where)
+    try:
+        return dict(PlannerFile.model_validate(data).deployments)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+
+
+def _config_source(source: str | Path) -> tuple[str, str, Callable[[str], Any]]:
+    """The text of a config, what its errors call it (the file, or ``inline config``) and its
+    parser: JSON inline or for a ``.json`` file, else YAML."""
     text = str(source)
     if text.lstrip().startswith("{"):
-        raw, where = text, "inline config"
-        parse = _parse_json
-    else:
-        path = Path(text)
-        if not path.exists():
-            raise ConfigError(f"config file not found: {path}")
-        if path.is_dir():
-            raise ConfigError(f"config {path} is a directory, not a file")
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"config {path} is not UTF-8 text ({exc.reason})") from exc
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
-        where = str(path)
-        parse = _parse_json if path.suffix == ".json" else _parse_yaml
+        return text, "inline config", _parse_json
+    path = Path(text)
+    raw = _read_config_file(path)
+    return raw, str(path), _parse_json if path.suffix == ".json" else _parse_yaml
+
+
+def _read_config_file(path: Path) -> str:
+    """The UTF-8 text of a config file; a :class:`ConfigError` if there is none to read."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"config {path} is a directory, not a file")
     try:
-        data = parse(raw)
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {path} is not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+
+
+def _parsed_config(raw: str, where: str, parse: Callable[[str], Any]) -> Any:
+    """``raw`` parsed; a :class:`ConfigError` naming ``where`` (and the line, if known) if it
+    cannot be."""
+    try:
+        return parse(raw)
     except _DuplicateKey as exc:
         at = f":{exc.line}:{exc.column}" if exc.line is not None else ""
         raise ConfigError(
@@ -1034,6 +1054,10 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
         raise ConfigError(f"{where}: config is not valid {language}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where}: config is nested too deeply to read") from None
+
+
+def _check_deployments_mapping(data: Any, where: str) -> None:
+    """A parsed config is a mapping, and names its deployments (under ``deployments``)."""
     if data is None:
         raise ConfigError(f"{where} is empty: it needs a 'deployments' mapping")
     if not isinstance(data, dict):
@@ -1046,7 +1070,3 @@ def load_config(source: str | Path) -> dict[str, PlannerConfig]:
             f"{where}: this looks like one deployment's planner settings; a config names its "
             "deployments: put them under 'deployments: {NAME: ...}'"
         )
-    try:
-        return dict(PlannerFile.model_validate(data).deployments)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from exc

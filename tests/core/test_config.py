@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 
 import pytest
 from pydantic import ValidationError
@@ -248,6 +249,22 @@ class TestConfigFiles:
         with pytest.raises(ConfigError) as error:
             load_config(source)
         return str(error.value)
+
+    def test_missing_file(self, tmp_path):
+        path = tmp_path / "planner.yaml"
+        assert self._error(path) == f"config file not found: {path}"
+
+    def test_a_file_that_cannot_be_opened(self, tmp_path, monkeypatch):
+        # a socket is there but cannot be opened (ENXIO): an OSError, not a decoding error
+        monkeypatch.chdir(tmp_path)  # a socket's path is short (at most 107 bytes)
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind("planner.yaml")
+            message = self._error("planner.yaml")
+        assert message == "cannot read config planner.yaml: No such device or address"
+
+    def test_inline_json_syntax_error_is_named_inline(self):
+        message = self._error('{"deployments": ')
+        assert message == "inline config:1:17: config is not valid JSON: Expecting value"
 
     def test_empty_file(self, tmp_path):
         path = tmp_path / "planner.yaml"
