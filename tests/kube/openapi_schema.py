@@ -127,45 +127,75 @@ def prune(value: Any, schema: dict[str, Any], path: str = "") -> tuple[Any, list
     return value, dropped
 
 
+# The size keywords by the JSON type they bound (string lengths, array items, object
+# properties): the minimum's keyword and message, then the maximum's.
+_SIZE_KEYWORDS: tuple[tuple[type, tuple[str, str], tuple[str, str]], ...] = (
+    (
+        str,
+        ("minLength", "should be at least {} chars long"),
+        ("maxLength", "may not be more than {} bytes"),
+    ),
+    (
+        list,
+        ("minItems", "should have at least {} items"),
+        ("maxItems", "should have at most {} items"),
+    ),
+    (
+        dict,
+        ("minProperties", "should have at least {} properties"),
+        ("maxProperties", "should have at most {} properties"),
+    ),
+)
+
+
+def _numeric_bounds(value: Any, schema: dict[str, Any]) -> list[str]:
+    """What a number breaks of ``minimum``/``maximum`` (``exclusive*``: boolean form)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return []
+    broken: list[str] = []
+    if "minimum" in schema:
+        low = schema["minimum"]
+        if schema.get("exclusiveMinimum") and value <= low:
+            broken.append(f"should be greater than {low}")
+        elif value < low:
+            broken.append(f"should be greater than or equal to {low}")
+    if "maximum" in schema:
+        high = schema["maximum"]
+        if schema.get("exclusiveMaximum") and value >= high:
+            broken.append(f"should be less than {high}")
+        elif value > high:
+            broken.append(f"should be less than or equal to {high}")
+    return broken
+
+
+def _size_bounds(value: Any, schema: dict[str, Any]) -> list[str]:
+    """What a string, array or object breaks of its size keywords (see ``_SIZE_KEYWORDS``)."""
+    broken: list[str] = []
+    for sized, (low_key, too_small), (high_key, too_large) in _SIZE_KEYWORDS:
+        if not isinstance(value, sized):
+            continue
+        if low_key in schema and len(value) < schema[low_key]:
+            broken.append(too_small.format(schema[low_key]))
+        if high_key in schema and len(value) > schema[high_key]:
+            broken.append(too_large.format(schema[high_key]))
+    return broken
+
+
+def _unsupported_value(value: Any, supported: list[Any], path: str) -> Cause:
+    """The ``FieldValueNotSupported`` cause of a value outside its ``enum``."""
+    listed = ", ".join(_render(v) for v in supported)
+    message = f"Unsupported value: {_render(value)}: supported values: {listed}"
+    return Cause("FieldValueNotSupported", path, message)
+
+
 def _check_bounds(value: Any, schema: dict[str, Any], path: str) -> list[Cause]:
-    causes: list[Cause] = []
-
-    def invalid(text: str) -> None:
-        message = f"Invalid value: {_render(value)}: {path} in body {text}"
-        causes.append(Cause("FieldValueInvalid", path, message))
-
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema:
-            low = schema["minimum"]
-            if schema.get("exclusiveMinimum") and value <= low:
-                invalid(f"should be greater than {low}")
-            elif value < low:
-                invalid(f"should be greater than or equal to {low}")
-        if "maximum" in schema:
-            high = schema["maximum"]
-            if schema.get("exclusiveMaximum") and value >= high:
-                invalid(f"should be less than {high}")
-            elif value > high:
-                invalid(f"should be less than or equal to {high}")
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            invalid(f"should be at least {schema['minLength']} chars long")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            invalid(f"may not be more than {schema['maxLength']} bytes")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            invalid(f"should have at least {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            invalid(f"should have at most {schema['maxItems']} items")
-    if isinstance(value, dict):
-        if "minProperties" in schema and len(value) < schema["minProperties"]:
-            invalid(f"should have at least {schema['minProperties']} properties")
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            invalid(f"should have at most {schema['maxProperties']} properties")
+    """The value keywords' violations: numeric bounds, then sizes, then ``enum``."""
+    causes = [
+        Cause("FieldValueInvalid", path, f"Invalid value: {_render(value)}: {path} in body {text}")
+        for text in (*_numeric_bounds(value, schema), *_size_bounds(value, schema))
+    ]
     if "enum" in schema and value not in schema["enum"]:
-        supported = ", ".join(_render(v) for v in schema["enum"])
-        message = f"Unsupported value: {_render(value)}: supported values: {supported}"
-        causes.append(Cause("FieldValueNotSupported", path, message))
+        causes.append(_unsupported_value(value, schema["enum"], path))
     return causes
 
 
