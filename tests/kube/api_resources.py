@@ -94,11 +94,42 @@ def resource_type_of_crd(crd: dict[str, Any]) -> ResourceType:
     """Validate a CRD (422 ``Invalid`` listing every problem) and return the type it defines."""
     rt = crd_resource_type()
     name = crd["metadata"]["name"]
-    causes: list[Cause] = []
     spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
     group = spec.get("group") or ""
     names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
     plural, kind = names.get("plural") or "", names.get("kind") or ""
+    causes = _crd_names_causes(name, group, plural, kind)
+    scope = spec.get("scope")
+    if scope not in ("Namespaced", "Cluster"):
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                "spec.scope",
+                f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"',
+            )
+        )
+    versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
+    causes.extend(_storage_version_causes(versions))
+    served = _served_versions(versions, causes)
+    if causes:
+        raise invalid(rt, name, causes)
+    return ResourceType(
+        group=group,
+        plural=plural,
+        singular=names.get("singular") or kind.lower(),
+        kind=kind,
+        list_kind=names.get("listKind") or f"{kind}List",
+        namespaced=scope == "Namespaced",
+        versions=served,
+        short_names=list(names.get("shortNames") or []),
+        categories=list(names.get("categories") or []),
+    )
+
+
+def _crd_names_causes(name: str, group: str, plural: str, kind: str) -> list[Cause]:
+    """A CRD's naming problems: its group (a domain), plural and kind, then its own name
+    (``<plural>.<group>``)."""
+    causes: list[Cause] = []
     if not group:
         causes.append(Cause("FieldValueRequired", "spec.group", "Required value"))
     elif "." not in group:
@@ -121,32 +152,24 @@ def resource_type_of_crd(crd: dict[str, Any]) -> ResourceType:
                 f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
             )
         )
-    scope = spec.get("scope")
-    if scope not in ("Namespaced", "Cluster"):
-        causes.append(
-            Cause(
-                "FieldValueNotSupported",
-                "spec.scope",
-                f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"',
-            )
-        )
-    versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
+    return causes
+
+
+def _storage_version_causes(versions: list[Any]) -> list[Cause]:
+    """The problem, if any, with a CRD's versions as a whole: exactly one is the storage
+    version."""
     if not versions:
-        causes.append(
-            Cause(
-                "FieldValueInvalid",
-                "spec.versions",
-                "Invalid value: null: must have exactly one version marked as storage version",
-            )
-        )
+        message = "Invalid value: null: must have exactly one version marked as storage version"
     elif sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
-        causes.append(
-            Cause(
-                "FieldValueInvalid",
-                "spec.versions",
-                "Invalid value: must have exactly one version marked as storage version",
-            )
-        )
+        message = "Invalid value: must have exactly one version marked as storage version"
+    else:
+        return []
+    return [Cause("FieldValueInvalid", "spec.versions", message)]
+
+
+def _served_versions(versions: list[Any], causes: list[Cause]) -> dict[str, VersionInfo]:
+    """The served versions of a CRD by name (each one's problems → ``causes``: a name and a
+    schema are required, the scale subresource checked)."""
     served: dict[str, VersionInfo] = {}
     for i, v in enumerate(versions):
         if not isinstance(v, dict) or not v.get("name"):
@@ -167,19 +190,7 @@ def resource_type_of_crd(crd: dict[str, Any]) -> ResourceType:
         if v.get("served"):
             status = "status" in subresources
             served[v["name"]] = VersionInfo(schema=schema, status_subresource=status, scale=scale)
-    if causes:
-        raise invalid(rt, name, causes)
-    return ResourceType(
-        group=group,
-        plural=plural,
-        singular=names.get("singular") or kind.lower(),
-        kind=kind,
-        list_kind=names.get("listKind") or f"{kind}List",
-        namespaced=scope == "Namespaced",
-        versions=served,
-        short_names=list(names.get("shortNames") or []),
-        categories=list(names.get("categories") or []),
-    )
+    return served
 
 
 def _scale_path(
