@@ -533,48 +533,13 @@ class ApiServer:
         strict: bool,
         events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
     ) -> Response:
-        if not isinstance(body, dict):
-            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        """POST to a collection: kind and version, name, namespace, not a duplicate, the schema
+        (a CRD: its own validation too), then stored (a CRD's type served at once)."""
         expected_api = f"{rt.group}/{version}"
-        if body.get("apiVersion") != expected_api:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the API version in the data ({body.get('apiVersion')}) "
-                f"does not match the expected API version ({expected_api})",
-            )
-        if body.get("kind") != rt.kind:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the kind in the data ({body.get('kind')}) does not "
-                f"match the expected kind ({rt.kind})",
-            )
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-        name = meta.get("name") or ""
-        if not name and meta.get("generateName"):
-            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
-        if not name:
-            cause = Cause(
-                "FieldValueRequired",
-                "metadata.name",
-                "Required value: name or generateName is required",
-            )
-            raise invalid(rt, "", [cause])
-        if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-            message = (
-                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
-                "lower case alphanumeric characters, '-' or '.', and must start and end "
-                "with an alphanumeric character"
-            )
-            raise invalid(rt, name, [Cause("FieldValueInvalid", "metadata.name", message)])
-        if ns is not None and meta.get("namespace") not in (None, "", ns):
-            raise ApiError(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match "
-                "the namespace sent on the request",
-            )
+        _check_type_meta(rt, expected_api, body)
+        meta = _object_meta(body)
+        name = _name_to_create(rt, meta)
+        _check_namespace(meta, ns)
         store = self._objects[(rt.group, rt.plural)]
         if (ns or "", name) in store:
             raise ApiError(
@@ -587,15 +552,7 @@ class ApiServer:
         if rt.versions[version].status_subresource:
             obj.pop("status", None)
         obj, dropped = self._prune_and_validate(rt, version, name, obj, strict)
-        new_meta = {
-            k: v
-            for k, v in copy.deepcopy(meta).items()
-            if k not in (*_SYSTEM_METADATA, "deletionTimestamp", "managedFields")
-        }
-        new_meta["name"] = name
-        if ns is not None:
-            new_meta["namespace"] = ns
-        new_meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=now_rfc3339())
+        new_meta = _created_metadata(meta, name, ns)
         obj["metadata"] = new_meta
         obj["apiVersion"], obj["kind"] = expected_api, rt.kind
         if rt.plural == CRD_PLURAL and rt.group == CRD_GROUP:
@@ -655,74 +612,48 @@ class ApiServer:
         strict: bool,
         events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
     ) -> Response:
+        """PUT or PATCH of an object or its ``/status``: the object exists, the candidate's
+        name, namespace and resourceVersion preconditions hold, the write (of the status or of
+        the rest) passes the schema; then stored unless it changes nothing."""
         old = self._get(rt, ns, name)
         if not isinstance(candidate, dict):
             raise ApiError(400, "BadRequest", "the object must be a JSON object")
-        meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), dict) else {}
-        if meta.get("name") not in (None, name):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the name of the object ({meta.get('name')}) does "
-                f"not match the name on the URL ({name})",
-            )
-        if ns is not None and meta.get("namespace") not in (None, "", ns):
-            raise ApiError(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match "
-                "the namespace sent on the request",
-            )
-        wanted = meta.get("resourceVersion")
-        if require_version and not wanted:
-            message = "Invalid value: 0x0: must be specified for an update"
-            raise invalid(
-                rt, name, [Cause("FieldValueInvalid", "metadata.resourceVersion", message)]
-            )
-        if wanted and wanted != old["metadata"]["resourceVersion"]:
-            raise conflict(rt, name, STALE)
+        meta = _object_meta(candidate)
+        _check_name(meta, name)
+        _check_namespace(meta, ns)
+        _check_resource_version(rt, name, meta, old, require_version)
         has_status = rt.versions[version].status_subresource
         if sub == "status":
-            new = copy.deepcopy(old)
-            if "status" in candidate:
-                new["status"] = copy.deepcopy(candidate["status"])
-            else:
-                new.pop("status", None)
+            new = _status_write(old, candidate)
         else:
-            new = {k: copy.deepcopy(v) for k, v in candidate.items() if k != "metadata"}
-            new_meta = {
-                k: copy.deepcopy(v)
-                for k, v in meta.items()
-                if k not in (*_SYSTEM_METADATA, "name", "namespace", "managedFields")
-            }
-            for key in ("name", "namespace", *_SYSTEM_METADATA):
-                if key in old["metadata"]:
-                    new_meta[key] = old["metadata"][key]
-            new["metadata"] = new_meta
-            if has_status:
-                if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
-                else:
-                    new.pop("status", None)
+            new = _object_write(old, candidate, meta, has_status)
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         new, dropped = self._prune_and_validate(rt, version, name, new, strict)
         if json_equal(new, old):
             return Response(200, self._present(rt, version, old), self._warnings(dropped))
-
-        def content(obj: dict[str, Any]) -> dict[str, Any]:
-            skip = ("metadata", "status") if has_status else ("metadata",)
-            return {k: v for k, v in obj.items() if k not in skip}
-
-        if not json_equal(content(new), content(old)):
+        if _spec_changed(old, new, has_status):
             new["metadata"]["generation"] = old["metadata"]["generation"] + 1
         if dry_run:
             return Response(200, self._present(rt, version, new), self._warnings(dropped))
+        self._store_update(rt, version, ns, name, old, new, events)
+        return Response(200, self._present(rt, version, new), self._warnings(dropped))
+
+    def _store_update(
+        self,
+        rt: ResourceType,
+        version: str,
+        ns: str | None,
+        name: str,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        events: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]],
+    ) -> None:
+        """Store ``new`` in place of ``old`` at a new resourceVersion; queue its write event."""
         new["metadata"]["resourceVersion"] = self._next_revision()
         self._objects[(rt.group, rt.plural)][(ns or "", name)] = new
         events.append(
             (self._object_path(rt, version, ns, name), copy.deepcopy(old), copy.deepcopy(new))
         )
-        return Response(200, self._present(rt, version, new), self._warnings(dropped))
 
     # ------------------------------------------------------------------ scale subresource
     def _scale_request(
@@ -796,6 +727,146 @@ class ApiServer:
         return Response(200, self._present(rt, version, old))
 
 
+def _object_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object's ``metadata`` (``{}`` when absent or not a JSON object)."""
+    return obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+
+
+def _check_type_meta(rt: ResourceType, expected_api: str, body: Any) -> None:
+    """400 unless a created object is a JSON object of the URL's apiVersion and kind."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+    if body.get("apiVersion") != expected_api:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the API version in the data ({body.get('apiVersion')}) "
+            f"does not match the expected API version ({expected_api})",
+        )
+    if body.get("kind") != rt.kind:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the kind in the data ({body.get('kind')}) does not "
+            f"match the expected kind ({rt.kind})",
+        )
+
+
+def _name_to_create(rt: ResourceType, meta: dict[str, Any]) -> str:
+    """A new object's name: ``metadata.name``, else ``generateName`` and 5 random characters;
+    422 if there is none or it is no DNS-1123 subdomain."""
+    name = meta.get("name") or ""
+    if not name and meta.get("generateName"):
+        name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+    if not name:
+        cause = Cause(
+            "FieldValueRequired",
+            "metadata.name",
+            "Required value: name or generateName is required",
+        )
+        raise invalid(rt, "", [cause])
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        message = (
+            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+            "lower case alphanumeric characters, '-' or '.', and must start and end "
+            "with an alphanumeric character"
+        )
+        raise invalid(rt, name, [Cause("FieldValueInvalid", "metadata.name", message)])
+    return name
+
+
+def _created_metadata(meta: dict[str, Any], name: str, ns: str | None) -> dict[str, Any]:
+    """A new object's metadata: the client's, less what the server owns, with its name,
+    namespace, uid, generation 1 and creation time (the resourceVersion is set on storing)."""
+    new_meta = {
+        k: v
+        for k, v in copy.deepcopy(meta).items()
+        if k not in (*_SYSTEM_METADATA, "deletionTimestamp", "managedFields")
+    }
+    new_meta["name"] = name
+    if ns is not None:
+        new_meta["namespace"] = ns
+    new_meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=now_rfc3339())
+    return new_meta
+
+
+def _check_name(meta: dict[str, Any], name: str) -> None:
+    """400 if a written object names another object than the URL does."""
+    if meta.get("name") not in (None, name):
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({meta.get('name')}) does "
+            f"not match the name on the URL ({name})",
+        )
+
+
+def _check_namespace(meta: dict[str, Any], ns: str | None) -> None:
+    """400 if a written object is in another namespace than the URL."""
+    if ns is not None and meta.get("namespace") not in (None, "", ns):
+        raise ApiError(
+            400,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
+
+
+def _check_resource_version(
+    rt: ResourceType, name: str, meta: dict[str, Any], old: dict[str, Any], require_version: bool
+) -> None:
+    """An update's ``metadata.resourceVersion``: 422 if required (PUT) and missing, 409
+    ``Conflict`` if stale."""
+    wanted = meta.get("resourceVersion")
+    if require_version and not wanted:
+        message = "Invalid value: 0x0: must be specified for an update"
+        raise invalid(rt, name, [Cause("FieldValueInvalid", "metadata.resourceVersion", message)])
+    if wanted and wanted != old["metadata"]["resourceVersion"]:
+        raise conflict(rt, name, STALE)
+
+
+def _status_write(old: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """The object after a write to its ``/status``: the candidate's status, nothing else."""
+    new = copy.deepcopy(old)
+    if "status" in candidate:
+        new["status"] = copy.deepcopy(candidate["status"])
+    else:
+        new.pop("status", None)
+    return new
+
+
+def _object_write(
+    old: dict[str, Any], candidate: dict[str, Any], meta: dict[str, Any], has_status: bool
+) -> dict[str, Any]:
+    """The object after a write to it: the candidate, with the stored name, namespace and
+    system metadata, and the stored status when ``/status`` is a subresource."""
+    new = {k: copy.deepcopy(v) for k, v in candidate.items() if k != "metadata"}
+    new_meta = {
+        k: copy.deepcopy(v)
+        for k, v in meta.items()
+        if k not in (*_SYSTEM_METADATA, "name", "namespace", "managedFields")
+    }
+    for key in ("name", "namespace", *_SYSTEM_METADATA):
+        if key in old["metadata"]:
+            new_meta[key] = old["metadata"][key]
+    new["metadata"] = new_meta
+    if has_status:
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+    return new
+
+
+def _spec_changed(old: dict[str, Any], new: dict[str, Any], has_status: bool) -> bool:
+    """Whether a write changes more than metadata (and status, when a subresource): what
+    moves ``generation``."""
+    skip = ("metadata", "status") if has_status else ("metadata",)
+    return not json_equal(
+        {k: v for k, v in new.items() if k not in skip},
+        {k: v for k, v in old.items() if k not in skip},
+    )
+
+
 def _path_value(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
     node: Any = obj
     for key in keys:
@@ -836,14 +907,8 @@ def _scale_replicas(candidate: Any, name: str, current: str, rt: ResourceType) -
     """The replicas a written Scale asks for, after the checks the real server makes."""
     if not isinstance(candidate, dict):
         raise ApiError(400, "BadRequest", "the Scale must be a JSON object")
-    meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), dict) else {}
-    if meta.get("name") not in (None, name):
-        raise ApiError(
-            400,
-            "BadRequest",
-            f"the name of the object ({meta.get('name')}) does not match the name on the URL "
-            f"({name})",
-        )
+    meta = _object_meta(candidate)
+    _check_name(meta, name)
     spec = candidate.get("spec") if isinstance(candidate.get("spec"), dict) else {}
     replicas = spec.get("replicas", 0)
     if isinstance(replicas, bool) or not isinstance(replicas, int):
