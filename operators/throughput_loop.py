@@ -76,7 +76,9 @@ class ThroughputLoop:
         if demand is None:
             self._set_reason(diag, "predict_failed")
             return None
-        sized = self._size(*demand, diag)
+        demand_rps, isl, osl = demand
+        idle = config.zero_demand_to_min_endpoint and not demand_rps > 0
+        sized = self._size(demand_rps, isl, osl, idle, diag)
         if any(c.replicas is None for c in sized.values()):
             for role, c in sized.items():
                 self._set_role_reason(
@@ -84,7 +86,6 @@ class ThroughputLoop:
                 )
             diag.throughput_decision_reason = "model_not_ready"
             return self._hold_at_min_endpoints(diag)
-        idle = config.zero_demand_to_min_endpoint and not demand[0] > 0
         capped = {
             role: self._change_capped(role, 0 if idle else c.replicas)  # idle: the floor alone
             for role, c in sized.items()
@@ -131,16 +132,17 @@ class ThroughputLoop:
         return demand_rps, isl, osl
 
     def _size(
-        self, demand_rps: float, isl: float, osl: float, diag: TickDiagnostics
+        self, demand_rps: float, isl: float, osl: float, idle: bool, diag: TickDiagnostics
     ) -> dict[Role, Capacity]:
         """Every role's capacity for the demand, without the endpoint floor, which comes after
         the step cap (:meth:`_floored`): a limits change then refits the lower bounds to the
-        new floor (:meth:`refit_lower_bounds`). The engine rates go to ``diag``."""
+        new floor (:meth:`refit_lower_bounds`). ``idle``: no demand, which needs the endpoint
+        floor alone. The engine rates go to ``diag``."""
         fleet, config = self.fleet, self.fleet.config
         sized = {
             role: fleet.capacity(role, demand_rps, isl, osl, floor=False) for role in config.roles
         }
-        if config.zero_demand_to_min_endpoint and not demand_rps > 0:
+        if idle:
             # ours: no requests need the endpoint floor, whatever the models can answer (the
             # zero lengths forecast before any traffic make every capacity query answer 0)
             sized = {role: idle_capacity(c, fleet.min_endpoint(role)) for role, c in sized.items()}
