@@ -8,7 +8,9 @@ at its true time, and a stray that ends its input is merged where it lies."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -76,9 +78,18 @@ def expected(tmp_path: Path, events: list[dict], stray: dict, where: str) -> dic
     """What one recording decides: without the stray — or, one that ends the input, with it at
     the end of the recording (nothing follows it there either)."""
     whole = [*events, stray] if where == "last" else events
-    done = run_recorded(CONFIG, [write_stream(tmp_path / "whole.jsonl", whole)], tmp_path / "one")
+    done = decided(json.dumps(whole))
     assert done["decisions"], "the recording must decide something"
     return done
+
+
+@functools.cache
+def decided(recording: str) -> dict:
+    """:func:`run_recorded` of the one recording ``recording`` (its events as a JSON list),
+    run once per test process: most tests here compare with the same unsplit recording."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_stream(Path(scratch) / "whole.jsonl", json.loads(recording))
+        return run_recorded(CONFIG, [path], Path(scratch) / "one")
 
 
 def assert_one_stray(dead: list[dict], time: float) -> None:
