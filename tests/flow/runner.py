@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -83,6 +85,16 @@ def run_recorded(config: Path, inputs: list[Path], out: Path) -> dict:
         "dead letters of 2 workers differ from a single worker's"
     )
     return one
+
+
+@functools.cache
+def run_recorded_text(config: Path, recording: str) -> dict:
+    """:func:`run_recorded` of one recording given as its JSONL text, run once per test
+    process: many tests compare what they split or poison with the same whole recording."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "whole.jsonl"
+        path.write_text(recording)
+        return run_recorded(config, [path], Path(scratch) / "out")
 
 
 def canonical(record: dict) -> str:

@@ -26,6 +26,7 @@ from tests.flow.runner import (
     flowplanner,
     read_jsonl,
     run_recorded,
+    run_recorded_text,
     start_flowplanner,
     write_config,
 )
@@ -99,10 +100,9 @@ def test_one_stray_timestamp_is_refused_and_changes_nothing(
 ):
     lines = shifted((EXAMPLE / "decode_burst.jsonl").read_text().splitlines(), shift)
     assert json.loads(lines[stray_at])["type"] == "fpm"
-    clean_stream = tmp_path / "clean.jsonl"
-    clean_stream.write_text("\n".join(lines) + "\n")
-    clean, dead = run(tmp_path, clean_stream, "clean")
-    assert clean and dead == []
+    done = run_recorded_text(EXAMPLE / "decode.yaml", "\n".join(lines) + "\n")
+    clean = done["decisions"]
+    assert clean and done["dead"] == []
     poisoned = tmp_path / "poisoned.jsonl"
     poisoned.write_text("\n".join(with_stray(lines, stray_at, stray_time)) + "\n")
 
@@ -115,7 +115,7 @@ def test_one_stray_timestamp_is_refused_and_changes_nothing(
 
 def test_a_real_gap_of_days_is_crossed(tmp_path):
     lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
-    once, _ = run(tmp_path, EXAMPLE / "decode_burst.jsonl", "once")
+    once = run_recorded_text(EXAMPLE / "decode.yaml", "\n".join(lines) + "\n")["decisions"]
     twice = tmp_path / "twice.jsonl"
     twice.write_text("\n".join(lines + shifted(lines, 8 * DAY)) + "\n")
     decisions, dead = run(tmp_path, twice, "twice")
@@ -155,7 +155,7 @@ def test_snapshots_waiting_behind_a_held_event_at_the_end_are_used(tmp_path):
 def test_a_sparse_recording_that_moves_on_by_minutes_loses_nothing(tmp_path):
     # every event more than a minute past the one before is held, and the next one confirms it
     lines = (EXAMPLE / "decode_burst.jsonl").read_text().splitlines()
-    once, _ = run(tmp_path, EXAMPLE / "decode_burst.jsonl", "once")
+    once = run_recorded_text(EXAMPLE / "decode.yaml", "\n".join(lines) + "\n")["decisions"]
     spread = [*lines, *shifted(lines, 600.0), *shifted(lines, 1300.0)]
     sparse = tmp_path / "sparse.jsonl"
     sparse.write_text("\n".join(spread) + "\n")

@@ -8,9 +8,7 @@ at its true time, and a stray that ends its input is merged where it lies."""
 from __future__ import annotations
 
 import copy
-import functools
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,13 @@ import connectors.recorded
 from connectors.kafka import ensure_topic
 from connectors.merged import MergedSource
 from connectors.recorded import RecordedSource
-from tests.flow.runner import flowplanner, read_jsonl, run_recorded, write_config
+from tests.flow.runner import (
+    flowplanner,
+    read_jsonl,
+    run_recorded,
+    run_recorded_text,
+    write_config,
+)
 from tests.flow.streams import DECODE_CONFIG, decode_ramp, write_stream
 from tests.flow.test_recorded_files import clock_line, positions, read_all
 
@@ -78,18 +82,9 @@ def expected(tmp_path: Path, events: list[dict], stray: dict, where: str) -> dic
     """What one recording decides: without the stray — or, one that ends the input, with it at
     the end of the recording (nothing follows it there either)."""
     whole = [*events, stray] if where == "last" else events
-    done = decided(json.dumps(whole))
+    done = run_recorded_text(CONFIG, "".join(json.dumps(e) + "\n" for e in whole))
     assert done["decisions"], "the recording must decide something"
     return done
-
-
-@functools.cache
-def decided(recording: str) -> dict:
-    """:func:`run_recorded` of the one recording ``recording`` (its events as a JSON list),
-    run once per test process: most tests here compare with the same unsplit recording."""
-    with tempfile.TemporaryDirectory() as scratch:
-        path = write_stream(Path(scratch) / "whole.jsonl", json.loads(recording))
-        return run_recorded(CONFIG, [path], Path(scratch) / "one")
 
 
 def assert_one_stray(dead: list[dict], time: float) -> None:
