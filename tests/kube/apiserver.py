@@ -826,9 +826,13 @@ def _check_resource_version(
 
 def _status_write(old: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
     """The object after a write to its ``/status``: the candidate's status, nothing else."""
-    new = copy.deepcopy(old)
-    if "status" in candidate:
-        new["status"] = copy.deepcopy(candidate["status"])
+    return _with_status_of(copy.deepcopy(old), candidate)
+
+
+def _with_status_of(new: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with a copy of ``source``'s status, or without any when it has none."""
+    if "status" in source:
+        new["status"] = copy.deepcopy(source["status"])
     else:
         new.pop("status", None)
     return new
@@ -849,12 +853,7 @@ def _object_write(
         if key in old["metadata"]:
             new_meta[key] = old["metadata"][key]
     new["metadata"] = new_meta
-    if has_status:
-        if "status" in old:
-            new["status"] = copy.deepcopy(old["status"])
-        else:
-            new.pop("status", None)
-    return new
+    return _with_status_of(new, old) if has_status else new
 
 
 def _spec_changed(old: dict[str, Any], new: dict[str, Any], has_status: bool) -> bool:
