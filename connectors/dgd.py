@@ -6,10 +6,11 @@ Finding the DGD
     ``DYN_PARENT_DGD_K8S_NAME``; its namespace from the config, else the pod's service account
     (``/var/run/secrets/kubernetes.io/serviceaccount/namespace``), else ``default``. The API
     server, its CA and our credentials come from the in-cluster config (the pod's service
-    account), with the local kubeconfig as fallback (see :func:`kube_api_client`). An explicit
-    host URL (``dgd://NS/NAME?host=URL``) overrides only the server address: the credentials
-    and CA of that configuration are kept when there is one, and none are needed when there is
-    not (a local test server). ``?token_file=PATH`` (a bearer token, re-read on every request,
+    account), with the local kubeconfig as fallback (see
+    :func:`connectors.dgd_api.kube_api_client`). An explicit host URL
+    (``dgd://NS/NAME?host=URL``) overrides only the server address: the credentials and CA of
+    that configuration are kept when there is one, and none are needed when there is not (a
+    local test server). ``?token_file=PATH`` (a bearer token, re-read on every request,
     as rotated tokens need) and ``?ca=PATH`` (a private CA bundle) override those.
 
 Bounded requests
@@ -165,7 +166,6 @@ missing, expired or wrong, a 403 a service account without these grants.)
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -173,17 +173,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from prometheus_client import Counter
 from pydantic import ValidationError
 
+from connectors.dgd_api import (
+    REQUEST_ERRORS,
+    MalformedResponseError,
+    RequestDeadlineError,
+    answer_lost,
+    error_text,
+    kube_api_client,
+    names_object,
+    pod_namespace,
+    retry_after,
+    transient,
+)
 from connectors.dgd_graph import (
     DGD_GROUP,
     DGD_PLURAL,
@@ -221,24 +229,14 @@ __all__ = [
     "DgdUnavailableError",
     "DgdValidationError",
     "FleetReading",
-    "RequestDeadlineError",
-    "kube_api_client",
-    "pod_namespace",
 ]
 
 log = logging.getLogger(__name__)
 
 DGD_NAME_ENV = "DYN_PARENT_DGD_K8S_NAME"
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 MERGE_PATCH = "application/merge-patch+json"
 LAST_DECISION_ANNOTATION = "flowplanner/last-decision"
 """The DGD annotation naming the decision whose replicas our last patch set."""
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-UNAUTHORISED = "unauthorised: the token is missing, expired or wrong"
-FORBIDDEN = (
-    f"forbidden: the service account needs get/patch on {DGD_PLURAL}.{DGD_GROUP} (and on "
-    f"{DGDSA_PLURAL}/scale for services with a scaling adapter)"
-)
 T = TypeVar("T")
 
 DGD_ACTIONS = Counter(
@@ -317,231 +315,14 @@ class DgdUnavailableError(RuntimeError):
         object is missing, not the resource type (no CRD, or not at this version)."""
 
 
-def pod_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
-    """The namespace of the pod we run in (service account file), else ``default``.
-
-    >>> pod_namespace(Path("/nonexistent"))
-    'default'
-    """
-    try:
-        return path.read_text().strip() or "default"
-    except OSError:
-        return "default"
-
-
-def kube_api_client(
-    host: str | None = None,
-    token: str | None = None,
-    *,
-    token_file: str | None = None,
-    ca_cert: str | None = None,
-) -> k8s.ApiClient:
-    """An API client configured in-cluster, else from the kubeconfig (``$KUBECONFIG``, else
-    ``~/.kube/config``, read now), with these overrides:
-
-    * ``host``: the server address only; the credentials and CA of the configuration found
-      are kept (a private address of the same cluster still needs them). With no
-      configuration, the client has none (a local test server); without ``host`` that is an
-      error (:class:`ConfigException` saying what to set).
-    * ``token`` / ``token_file``: the bearer token, as given or read from the file before
-      every request (rotated service-account tokens); an unreadable file fails here.
-    * ``ca_cert``: the CA bundle that signs the server's certificate.
-
-    urllib3 retries only failed connection attempts (three times, immediately): a request
-    that reached the server is never re-sent by urllib3, neither on a read timeout nor on a
-    429/503 carrying ``Retry-After`` (it would sleep out of the actuator's sight). The
-    actuator's own bounded loop, with its injectable ``sleep``, retries those.
-
-    >>> kube_api_client("http://127.0.0.1:1").configuration.host
-    'http://127.0.0.1:1'
-    """
-    cfg = _OverriddenConfiguration()
-    cfg.retries = urllib3.util.Retry(
-        total=3, connect=3, read=False, other=0, respect_retry_after_header=False
-    )
-    missing = _load_cluster_config(cfg)
-    if missing is not None and not host:
-        raise ConfigException(
-            f"no Kubernetes API server to talk to: {missing}; set KUBECONFIG or give the "
-            "address (dgd://NAMESPACE/NAME?host=URL)"
-        )
-    if missing is not None:
-        log.debug("talking to %s without in-cluster or kubeconfig credentials (%s)", host, missing)
-    override = _overrides(host, token, token_file, ca_cert)
-    try:
-        override(cfg)
-    except OSError as exc:
-        raise ConfigException(f"cannot read the token file {token_file}: {exc}") from exc
-    cfg.overrides = override
-    return k8s.ApiClient(cfg)
-
-
-def _load_cluster_config(cfg: k8s.Configuration) -> str | None:
-    """Load the in-cluster configuration, else the kubeconfig, into ``cfg``; why neither
-    loaded when that is so."""
-    try:
-        k8s_config.load_incluster_config(client_configuration=cfg)
-        return None
-    except ConfigException:
-        pass
-    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
-    try:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    except ConfigException as exc:
-        return f"not inside a pod (no service account) and no usable kubeconfig ({exc})"
-    return None
-
-
-def _overrides(
-    host: str | None,
-    token: str | None,
-    token_file: str | None,
-    ca_cert: str | None,
-) -> Callable[[k8s.Configuration], None]:
-    """What :func:`kube_api_client`'s arguments change in a loaded configuration (the token
-    file read anew at each call)."""
-
-    def override(cfg: k8s.Configuration) -> None:
-        if host:
-            cfg.host = host
-        bearer = Path(token_file).read_text().strip() if token_file else token
-        if bearer:
-            cfg.api_key = {"BearerToken": f"Bearer {bearer}"}
-            cfg.api_key_prefix = {}
-        elif token_file and not cfg.api_key:  # empty now, and no other credential: the client
-            # runs its refresh hook (which reads the file again) only while a token is set
-            cfg.api_key = {"BearerToken": "Bearer"}
-            cfg.api_key_prefix = {}
-        if ca_cert:
-            cfg.ssl_ca_cert = ca_cert
-
-    return override
-
-
-class _OverriddenConfiguration(k8s.Configuration):  # type: ignore[misc]  # untyped base
-    """A client configuration whose ``overrides`` run after every refresh hook assigned to it.
-
-    The client runs ``refresh_api_key_hook`` before every request, and the loaders' hooks
-    (in-cluster, kubeconfig token) write their own server address and token back *and assign
-    themselves again* each time they run. Wrapping the hook once is so undone after the first
-    request; a property wraps whatever hook is assigned, so ``host=`` / ``token_file=`` / ``ca=``
-    hold for every request.
-    """
-
-    def __init__(self) -> None:
-        self._loader_hook: Callable[[k8s.Configuration], None] | None = None
-        self.overrides: Callable[[k8s.Configuration], None] | None = None
-        super().__init__()
-
-    @property  # type: ignore[override]  # the base declares a plain attribute
-    def refresh_api_key_hook(self) -> Callable[[k8s.Configuration], None] | None:
-        """The hook assigned (by a loader), followed by ``overrides``."""
-        loader_hook, overrides = self._loader_hook, self.overrides
-        if overrides is None:
-            return loader_hook
-
-        def refreshed(config: k8s.Configuration) -> None:
-            if loader_hook is not None:
-                loader_hook(config)
-            overrides(config)
-
-        return refreshed
-
-    @refresh_api_key_hook.setter
-    def refresh_api_key_hook(self, hook: Callable[[k8s.Configuration], None] | None) -> None:
-        self._loader_hook = hook
-
-
-class RequestDeadlineError(TimeoutError):
-    """A request to the API server took longer, as a whole, than the request timeout (an
-    answer trickling in, or none at all); a ``TimeoutError``, so it is retried like one.
-
-    >>> isinstance(RequestDeadlineError("GET cut off after 2 s: no whole answer by then"), OSError)
-    True
-    """
-
-
-class _MalformedResponseError(ValueError):
-    """A request succeeded but its answer is not the object asked for."""
-
-
-_REQUEST_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
-"""What a request can raise: HTTP errors, transport errors, and an answer that cannot be
-decoded (``ValueError``: malformed JSON, not UTF-8, not a DGD)."""
-
-
 def _check_dgd(obj: object) -> dict[str, Any]:
     """``obj`` if it looks like a stored object (a JSON object with a resourceVersion)."""
     if not isinstance(obj, dict):
-        raise _MalformedResponseError(f"a {type(obj).__name__}, not an object: {str(obj)[:80]!r}")
+        raise MalformedResponseError(f"a {type(obj).__name__}, not an object: {str(obj)[:80]!r}")
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict) or not metadata.get("resourceVersion"):
-        raise _MalformedResponseError("an object without metadata.resourceVersion")
+        raise MalformedResponseError("an object without metadata.resourceVersion")
     return obj
-
-
-def _error_text(err: Exception) -> str:
-    """One line on a failed request; a 401 and a 403 say what to check.
-
-    >>> _error_text(ApiException(status=401, reason="Unauthorized"))
-    'HTTP 401: Unauthorized (unauthorised: the token is missing, expired or wrong)'
-    """
-    if isinstance(err, _MalformedResponseError):
-        return f"malformed response: {err}"
-    if isinstance(err, ValueError):
-        return f"malformed response: {type(err).__name__}: {err}"
-    if isinstance(err, RequestDeadlineError):
-        return str(err)
-    if isinstance(err, ApiException):
-        message = err.reason or ""
-        try:
-            body = json.loads(err.body or "")
-            message = body.get("message") or message
-        except (ValueError, AttributeError):
-            pass
-        hint = {401: UNAUTHORISED, 403: FORBIDDEN}.get(err.status)
-        return f"HTTP {err.status}: {message}" + (f" ({hint})" if hint else "")
-    return f"{type(err).__name__}: {err}"
-
-
-def _names_object(err: Exception) -> bool:
-    """The error is an API Status naming an object (``details.name``), as a 404 of a missing
-    object does; the 404 of a resource type the server does not serve names none.
-
-    >>> missing = ApiException(status=404)
-    >>> missing.body = '{"kind": "Status", "reason": "NotFound", "details": {"name": "llama"}}'
-    >>> _names_object(missing), _names_object(ApiException(status=404))
-    (True, False)
-    """
-    if not isinstance(err, ApiException):
-        return False
-    try:
-        details = json.loads(err.body or "").get("details")
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(details, dict) and bool(details.get("name"))
-
-
-def _retry_after(err: Exception) -> float | None:
-    headers = getattr(err, "headers", None)
-    if not headers:
-        return None
-    try:
-        return float(headers.get("Retry-After"))
-    except (TypeError, ValueError):
-        return None
-
-
-def _transient(err: Exception) -> bool:
-    if isinstance(err, ApiException):
-        return err.status in RETRYABLE_STATUS or not err.status
-    return isinstance(err, urllib3.exceptions.HTTPError | OSError | ValueError)
-
-
-def _answer_lost(err: Exception) -> bool:
-    """No HTTP status came back (timeout, dropped connection, unreadable answer): the request
-    may have been carried out."""
-    return not isinstance(err, ApiException) or not err.status
 
 
 @dataclass(frozen=True)
@@ -562,14 +343,14 @@ class _AdapterScale:
         _AdapterScale(service='dw', adapter='d-dw', replicas=0, resource_version='7')
         """
         if not isinstance(scale, dict):
-            raise _MalformedResponseError(f"a {type(scale).__name__}, not a Scale")
+            raise MalformedResponseError(f"a {type(scale).__name__}, not a Scale")
         spec, metadata = scale.get("spec"), scale.get("metadata")
         replicas = spec.get("replicas", 0) if isinstance(spec, dict) else None
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise _MalformedResponseError(f"a Scale whose spec.replicas is {replicas!r}")
+            raise MalformedResponseError(f"a Scale whose spec.replicas is {replicas!r}")
         if not isinstance(version, str) or not version:
-            raise _MalformedResponseError("a Scale without metadata.resourceVersion")
+            raise MalformedResponseError("a Scale without metadata.resourceVersion")
         return cls(service, adapter, replicas, version)
 
 
@@ -588,7 +369,7 @@ class _RequestFailed(Exception):
         steps: str = "",
         adapter_of: str | None = None,
     ) -> None:
-        super().__init__(f"{stage}: {_error_text(error)}")
+        super().__init__(f"{stage}: {error_text(error)}")
         self.error = error
         self.patch = patch
         self.write = write
@@ -608,7 +389,7 @@ def _step(
     """``request()``; a request error is raised as :class:`_RequestFailed` of ``stage``."""
     try:
         return request()
-    except _REQUEST_ERRORS as err:
+    except REQUEST_ERRORS as err:
         raise _RequestFailed(
             stage, err, patch=patch, write=write, steps=steps, adapter_of=adapter_of
         ) from err
@@ -694,11 +475,11 @@ class _ApplyRun:
                 "through this DynamoGraphDeploymentScalingAdapter, with no fallback to the DGD; "
                 "is the operator's adapter missing?)"
             )
-        if not (_transient(err) or (failed.write and self.last_status == 409)):
+        if not (transient(err) or (failed.write and self.last_status == 409)):
             reason = self.last_error + self.partly()
             return self.result("failed", reason, failed.patch, self.last_status)
-        if failed.write and failed.patch is not None and _answer_lost(err):
-            self.lost = (failed.patch, failed.steps, _error_text(err))
+        if failed.write and failed.patch is not None and answer_lost(err):
+            self.lost = (failed.patch, failed.steps, error_text(err))
         return None
 
 
@@ -883,7 +664,7 @@ class DgdActuator:
 
     def _backoff(self, attempt: int, err: Exception | None = None) -> float:
         delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-        hinted = _retry_after(err) if err is not None else None
+        hinted = retry_after(err) if err is not None else None
         if hinted is not None:
             delay = min(self.max_backoff_s, max(delay, hinted))
         return delay
@@ -896,16 +677,16 @@ class DgdActuator:
         for attempt in range(1, attempts + 1):
             try:
                 return self._get()
-            except _REQUEST_ERRORS as err:
+            except REQUEST_ERRORS as err:
                 last = err
-                if not _transient(err):
+                if not transient(err):
                     break
                 if attempt < attempts:
                     self.sleep(self._backoff(attempt, err))
         assert last is not None
         status = last.status if isinstance(last, ApiException) else None
         raise DgdUnavailableError(
-            f"cannot read DGD {self.dgd}: {_error_text(last)}", status, _names_object(last)
+            f"cannot read DGD {self.dgd}: {error_text(last)}", status, names_object(last)
         )
 
     def delivered(self) -> DeliveredDecision | None:

@@ -60,7 +60,8 @@ from bytewax.outputs import Sink
 
 from connectors.address import address_options, has_host_port
 from connectors.console import JsonlFileSink, LineSink
-from connectors.dgd import DGD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE, pod_namespace
+from connectors.dgd import DGD_NAME_ENV
+from connectors.dgd_api import SERVICE_ACCOUNT_NAMESPACE, pod_namespace
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from connectors.dgd_graph import check_backend
 from connectors.kafka import KafkaConnectorError, KafkaDecisionSink, ensure_topic

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from connectors.dgd import LAST_DECISION_ANNOTATION, DgdActuator, kube_api_client
+from connectors.dgd import LAST_DECISION_ANNOTATION, DgdActuator
+from connectors.dgd_api import kube_api_client
 from tests.decisions import decision
 
 from .apiserver import MERGE_PATCH, ApiServer

@@ -14,7 +14,8 @@ from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSource
 from prometheus_client import REGISTRY
 
-from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError, kube_api_client
+from connectors.dgd import ApplyResult, DgdActuator, DgdValidationError
+from connectors.dgd_api import kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink, parse_dgd_target
 from flows.endpoints import wire
 from schemas import DeadLetter, PlannerConfig, TickRecord, WorkerCounts

@@ -25,7 +25,8 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from connectors.dgd import ApplyResult, DgdActuator, kube_api_client
+from connectors.dgd import ApplyResult, DgdActuator
+from connectors.dgd_api import kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource, DgdSink
 from schemas import InventoryEvent
 from tests.decisions import decision

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors.dgd import ApplyResult, DgdActuator, DgdUnavailableError, kube_api_client
+from connectors.dgd import ApplyResult, DgdActuator, DgdUnavailableError
+from connectors.dgd_api import kube_api_client
 from connectors.dgd_dataflow import DgdInventorySource
 from tests.decisions import decision
 

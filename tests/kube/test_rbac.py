@@ -12,7 +12,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from connectors.dgd import DgdActuator, kube_api_client
+from connectors.dgd import DgdActuator
+from connectors.dgd_api import kube_api_client
 from tests.decisions import decision
 from tests.deploy.test_kubernetes import MANIFESTS
 

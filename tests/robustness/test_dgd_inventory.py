@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors.dgd import DgdActuator, kube_api_client
+from connectors.dgd import DgdActuator
+from connectors.dgd_api import kube_api_client
 from tests.kube.conftest import Sleeps, poll_inventory
 from tests.kube.scripted_server import Reply, ScriptedServer
 
