@@ -69,13 +69,8 @@ from connectors.kafka.sink import DECISIONS_TOPIC_CONFIG
 from connectors.kafka.source import KafkaTopicSource
 from connectors.kafka.url import KafkaUrl
 from connectors.merged import MergedSource, TimedSource
-from connectors.prometheus import (
-    PrometheusClient,
-    PrometheusSettings,
-    PrometheusTrafficInput,
-    PrometheusTrafficSource,
-    SpecDecodeBackend,
-)
+from connectors.prometheus import PrometheusTrafficInput, PrometheusTrafficSource, SpecDecodeBackend
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from connectors.recorded import RecordedSource, Refusal
 from connectors.virtual import AckSource, newest_acks
 from connectors.zmq_source import EndpointSpec, ZmqFpmSource

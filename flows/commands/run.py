@@ -30,7 +30,7 @@ from connectors.diagnostics import DiagnosticsReportSink
 from connectors.kafka import KafkaConnectorError
 from connectors.metrics import MetricsServer, MetricsSink, PlannerMetrics
 from connectors.profiles import load_profile, read_benchmark
-from connectors.prometheus import PrometheusQueryError
+from connectors.prometheus_api import PrometheusQueryError
 from connectors.stopping import end_inputs, stop_waiting
 from connectors.traces import read_warmup_trace
 from flows.cli import MAX_WORKERS, port_number, worker_count

@@ -16,8 +16,8 @@ from connectors.dgd import (
     DgdActuator,
     DgdUnavailableError,
     DgdValidationError,
-    kube_api_client,
 )
+from connectors.dgd_api import kube_api_client
 from schemas import DeliveredDecision, WorkerCounts
 from tests.decisions import decision
 from tests.services.process import wait_until

@@ -21,8 +21,8 @@ from connectors.dgd import (
     DgdActuator,
     DgdUnavailableError,
     DgdValidationError,
-    kube_api_client,
 )
+from connectors.dgd_api import kube_api_client
 from connectors.dgd_dataflow import DgdSink
 from tests.decisions import decision
 from tests.flow.cluster import run_flow

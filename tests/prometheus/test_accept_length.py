@@ -17,7 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from connectors.prometheus import PrometheusClient, PrometheusSettings, PrometheusTrafficSource
+from connectors.prometheus import PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from tests.services.prometheus import PrometheusServer, prometheus_server
 
 WINDOW_S = 600.0

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.prometheus import DEFAULT_ENDPOINT, PrometheusSettings, window_literal
+from connectors.prometheus import window_literal
+from connectors.prometheus_api import DEFAULT_ENDPOINT, PrometheusSettings
 
 
 def test_defaults_without_environment() -> None:

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from connectors.prometheus import PrometheusClient, PrometheusSettings
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 
 EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
 

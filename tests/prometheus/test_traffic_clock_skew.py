@@ -18,13 +18,8 @@ import pytest
 from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink
 
-from connectors.prometheus import (
-    PrometheusClient,
-    PrometheusReading,
-    PrometheusSettings,
-    PrometheusTrafficInput,
-    PrometheusTrafficSource,
-)
+from connectors.prometheus import PrometheusReading, PrometheusTrafficInput, PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from tests.flow.cluster import run_flow
 from tests.prometheus.fleet_exporter import scraped_frontend
 from tests.services.prometheus import PrometheusServer

@@ -13,12 +13,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from connectors.prometheus import (
-    MetricsSource,
-    PrometheusClient,
-    PrometheusSettings,
-    PrometheusTrafficSource,
-)
+from connectors.prometheus import MetricsSource, PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from tests.prometheus.fleet_exporter import FleetExporter
 from tests.prometheus.test_traffic_failures import unknown_count
 from tests.services.prometheus import PrometheusServer, prometheus_server

@@ -7,7 +7,8 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from connectors.prometheus import PrometheusClient, PrometheusSettings, PrometheusTrafficSource
+from connectors.prometheus import PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from schemas import TrafficObservation
 from tests.prometheus.fleet_exporter import FleetExporter
 from tests.services.prometheus import prometheus_server

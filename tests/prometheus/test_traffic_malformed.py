@@ -30,12 +30,8 @@ from bytewax.testing import TestingSink
 from prometheus_client import REGISTRY
 
 from connectors.http_deadline import Deadline
-from connectors.prometheus import (
-    PrometheusClient,
-    PrometheusSettings,
-    PrometheusTrafficInput,
-    PrometheusTrafficSource,
-)
+from connectors.prometheus import PrometheusTrafficInput, PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from schemas import TrafficEvent, TrafficObservation
 from tests.flow.cluster import run_flow
 
@@ -451,8 +447,8 @@ def test_the_startup_probe_reports_an_integer_beyond_a_float(
 HUNG_READ = """
     import socket, time
     from datetime import UTC, datetime
-    from connectors.prometheus import (
-        PrometheusClient, PrometheusSettings, PrometheusTrafficSource, _TrafficPartition)
+    from connectors.prometheus import PrometheusTrafficSource, _TrafficPartition
+    from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 
     listener = socket.socket()  # accepts connections (backlog) and never answers
     listener.bind(("127.0.0.1", 0))

@@ -19,12 +19,8 @@ from pathlib import Path
 import pytest
 from bytewax.testing import TestingSink
 
-from connectors.prometheus import (
-    PrometheusClient,
-    PrometheusSettings,
-    PrometheusTrafficInput,
-    PrometheusTrafficSource,
-)
+from connectors.prometheus import PrometheusTrafficInput, PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from connectors.zmq_publisher import FpmPublisher
 from connectors.zmq_source import ZmqFpmSource
 from flows.commands.run import preload

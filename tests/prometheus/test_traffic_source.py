@@ -19,12 +19,8 @@ from bytewax.dataflow import Dataflow
 from bytewax.testing import TestingSink, TestingSource
 from prometheus_client import REGISTRY
 
-from connectors.prometheus import (
-    PrometheusClient,
-    PrometheusSettings,
-    PrometheusTrafficInput,
-    PrometheusTrafficSource,
-)
+from connectors.prometheus import PrometheusTrafficInput, PrometheusTrafficSource
+from connectors.prometheus_api import PrometheusClient, PrometheusSettings
 from schemas import PlannerConfig, TrafficEvent, TrafficObservation
 from tests.flow.cluster import run_flow
 from tests.prometheus.fleet_exporter import FleetExporter
