@@ -1,6 +1,7 @@
 """Wire and config contracts of flowplanner (pydantic v2). Imports nothing else of ours."""
 
-from schemas.config import ConfigError, PlannerConfig, PlannerFile, load_config
+from schemas.config import PlannerConfig
+from schemas.config_file import ConfigError, PlannerFile, load_config
 from schemas.decision import (
     LOAD_REASONS,
     MAX_RAW_CHARS,

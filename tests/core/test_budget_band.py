@@ -376,7 +376,7 @@ def test_config_refuses_an_unusable_band(fields: dict, message: str) -> None:
 
 
 def test_config_file_takes_min_gpu_budget(tmp_path) -> None:
-    from schemas.config import load_config
+    from schemas.config_file import load_config
 
     path = tmp_path / "planner.yaml"
     path.write_text("deployments:\n  a:\n    min_gpu_budget: 6\n    max_gpu_budget: 12\n")

@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import ConfigError, PlannerConfig, load_config
-from schemas.config import REFERENCE_FIELD_HINTS
+from schemas.config_file import REFERENCE_FIELD_HINTS
 
 SPEC: dict[str, Any] = {
     # §9.1 Core

@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import EngineCapabilities, PlannerConfig, WorkerCapabilities, WorkerCounts
-from schemas.config import ConfigError, load_config
+from schemas.config_file import ConfigError, load_config
 from tests.core.planner_inputs import run_tick
 from tests.core.test_easy_scaling import (
     decode_engines,

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from schemas import PlannerConfig
-from schemas.config import ConfigError, load_config
+from schemas.config_file import ConfigError, load_config
 from tests.flow.streams import DECODE_CONFIG, decode_ramp
 from tests.robustness.inline_flow import run_lines
 
