@@ -21,7 +21,7 @@ import msgspec
 import zmq
 
 from schemas import ForwardPassMetrics, FpmRow
-from schemas.events import row_request_fields
+from schemas.fpm_rows import row_request_fields
 
 _ENCODER = msgspec.msgpack.Encoder()
 

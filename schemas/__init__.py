@@ -19,8 +19,6 @@ from schemas.decision import (
 from schemas.errors import describe_validation_error
 from schemas.events import (
     EVENT_ADAPTER,
-    FPM_BATCH_COLUMNS,
-    FPM_COLUMN,
     MAX_ACCEPT_LENGTH,
     AckEvent,
     Acknowledgement,
@@ -32,7 +30,6 @@ from schemas.events import (
     FpmBatch,
     FpmBatchEvent,
     FpmEvent,
-    FpmRow,
     InventoryEvent,
     Limits,
     LimitsEvent,
@@ -44,9 +41,6 @@ from schemas.events import (
     TrafficObservation,
     WorkerCapabilities,
     WorkerCounts,
-    fpm_from_row,
-    fpm_to_row,
-    mean_fpm,
     parse_event,
 )
 from schemas.fpm import (
@@ -54,6 +48,14 @@ from schemas.fpm import (
     ForwardPassMetrics,
     QueuedRequestMetrics,
     ScheduledRequestMetrics,
+)
+from schemas.fpm_rows import (
+    FPM_BATCH_COLUMNS,
+    FPM_COLUMN,
+    FpmRow,
+    fpm_from_row,
+    fpm_to_row,
+    mean_fpm,
 )
 
 __all__ = [

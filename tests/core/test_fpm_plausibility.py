@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from connectors.zmq_source import FpmDecodeError, FpmWireDecoder
 from schemas import FPM_BATCH_COLUMNS, ForwardPassMetrics, fpm_to_row, parse_event
-from schemas.events import row_problem
 from schemas.fpm import FPM_CEILINGS, implausibility
+from schemas.fpm_rows import row_problem
 
 
 def fields_with(path: str, value: float) -> dict:
