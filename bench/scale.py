@@ -437,7 +437,8 @@ def blas_threads_ab(ticks: int, throughput_interval_s: float) -> list[tuple[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every scale (flow, then steps), then the history run; print three tables."""
+    """Run every scale (flow, then steps), then the history and OpenBLAS runs; print a table
+    of each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default=None, help=f"comma-separated DxExS ({DEFAULT_SCALES})")
     parser.add_argument("--fpm-hz", type=int, default=10, help="forward passes per engine per s")
@@ -461,6 +462,21 @@ def main(argv: list[str] | None = None) -> int:
         f"decode fleet: {args.fpm_hz} FPM/s + 1 heartbeat/s per engine, {args.req_hz} req/s per "
         f"deployment; load tick 5 s, throughput tick {args.throughput_interval:g} s (selector)"
     )
+    flows, steps = _measure_scales(scales, args)
+    _print_flows(scales, flows)
+    _print_steps(scales, steps)
+    if history > 0:
+        _print_history(history, args.throughput_interval)
+    if blas_ticks > 0:
+        _print_blas(blas_ticks, args.throughput_interval)
+    return 0
+
+
+def _measure_scales(
+    scales: list[Scale], args: argparse.Namespace
+) -> tuple[list[FlowRun | None], list[StepTimes]]:
+    """Each scale through the dataflow (unless ``--no-flow``) and through the bare steps,
+    after an untimed warm-up of both."""
     # statsmodels loads lazily on the first fit: pay the import outside the measurements
     history_costs(12, args.throughput_interval)
     # so do the first dataflow and the first decodes: a tiny fleet through both, untimed
@@ -488,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(run_steps(raws, configs))
         del raws
         gc.unfreeze()
+    return flows, steps
 
+
+def _print_flows(scales: list[Scale], flows: list[FlowRun | None]) -> None:
     print("\n1. flow (bytewax, 1 worker): events per CPU second, ratio to the first scale")
     print(
         f"{'scale':<28} {'events':>9} {'cpu s':>7} {'wall s':>7} {'events/s':>9} {'ratio':>6} "
@@ -504,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{run.ticks:>6}"
         )
 
+
+def _print_steps(scales: list[Scale], steps: list[StepTimes]) -> None:
     print(
         "\n2. steps (same operators, no bytewax): CPU µs per event; tick costs per deployment, "
         "ratio to the first scale"
@@ -526,41 +547,43 @@ def main(argv: list[str] | None = None) -> int:
         shares = sorted(((v / s.total, k) for k, v in s.seconds.items()), reverse=True)
         print(f"  {scale.label:<26} " + ", ".join(f"{k} {100 * f:.0f}%" for f, k in shares[:5]))
 
-    if history > 0:
-        costs, per_model = history_costs(history, args.throughput_interval)
-        block = max(1, history // 6)
+
+def _print_history(history: int, throughput_interval: float) -> None:
+    costs, per_model = history_costs(history, throughput_interval)
+    block = max(1, history // 6)
+    print(
+        f"\n3. one deployment's throughput tick (3 series x 5 forecasters) over {history} "
+        "ticks: mean / max CPU ms per block"
+    )
+    for a in range(0, history, block):
+        seg = costs[a : a + block]
         print(
-            f"\n3. one deployment's throughput tick (3 series x 5 forecasters) over {history} "
-            "ticks: mean / max CPU ms per block"
+            f"  ticks {a + 1:>4}-{a + len(seg):<4} mean {1000 * statistics.mean(seg):>8.1f}"
+            f"  max {1000 * max(seg):>8.1f}"
         )
-        for a in range(0, history, block):
-            seg = costs[a : a + block]
-            print(
-                f"  ticks {a + 1:>4}-{a + len(seg):<4} mean {1000 * statistics.mean(seg):>8.1f}"
-                f"  max {1000 * max(seg):>8.1f}"
-            )
-        total = sum(per_model.values())
+    total = sum(per_model.values())
+    print(
+        "  share by forecaster: "
+        + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in per_model.items())
+    )
+
+
+def _print_blas(blas_ticks: int, throughput_interval: float) -> None:
+    runs = blas_threads_ab(blas_ticks, throughput_interval)
+    print(
+        f"\n4. the same {blas_ticks} throughput ticks in fresh processes, by OpenBLAS "
+        "threads (statsmodels' fits): CPU and wall ratio to 1 thread (sections 1-3 ran "
+        f"with {BLAS_ENV}={os.environ.get(BLAS_ENV)})"
+    )
+    one = runs[-1][1]
+    for label, probe in runs:
         print(
-            "  share by forecaster: "
-            + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in per_model.items())
+            f"  {label:<54} cpu {probe['cpu']:>6.2f} s ({probe['cpu'] / one['cpu']:.2f}x)  "
+            f"wall {probe['wall']:>6.2f} s ({probe['wall'] / one['wall']:.2f}x)  "
+            f"forecasts {probe['digest']}"
         )
-    if blas_ticks > 0:
-        runs = blas_threads_ab(blas_ticks, args.throughput_interval)
-        print(
-            f"\n4. the same {blas_ticks} throughput ticks in fresh processes, by OpenBLAS "
-            "threads (statsmodels' fits): CPU and wall ratio to 1 thread (sections 1-3 ran "
-            f"with {BLAS_ENV}={os.environ.get(BLAS_ENV)})"
-        )
-        one = runs[-1][1]
-        for label, probe in runs:
-            print(
-                f"  {label:<54} cpu {probe['cpu']:>6.2f} s ({probe['cpu'] / one['cpu']:.2f}x)  "
-                f"wall {probe['wall']:>6.2f} s ({probe['wall'] / one['wall']:.2f}x)  "
-                f"forecasts {probe['digest']}"
-            )
-        same = len({probe["digest"] for _, probe in runs}) == 1
-        print(f"  forecasts identical: {'yes' if same else 'NO'}")
-    return 0
+    same = len({probe["digest"] for _, probe in runs}) == 1
+    print(f"  forecasts identical: {'yes' if same else 'NO'}")
 
 
 if __name__ == "__main__":
