@@ -56,7 +56,7 @@ from operators.ack_gate import AckGate, keeps_the_count
 from operators.engine_limits import engine_limit_breach, within_scheduler_limits
 from operators.length_histogram import LengthHistogram
 from operators.state_machine import PlannerStateMachine
-from operators.tick import FpmObservations, ScheduledTick, TickInput
+from operators.tick import FpmObservations, ScaleTarget, ScheduledTick, TickInput
 from operators.window import EngineId, TickWindow, evenly_spaced, merge_capabilities, time_average
 from schemas import (
     FPM_COLUMN,
@@ -537,30 +537,7 @@ class DeploymentPlanner:
 
     # --- ticks ---------------------------------------------------------------------------
     def _tick(self, tick: ScheduledTick, now_s: float) -> TickRecord:
-        traffic = rate_traffic = None
-        rate_unknown = False
-        if tick.need_traffic_metrics:
-            traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
-        window = self.config.load_rate_window_seconds
-        if tick.run_load_scaling and 0 < window != tick.traffic_metrics_duration_s:
-            # the tick's own traffic read spans another duration: read the rate window apart
-            rate_traffic = self.traffic_over(window, now_s, readings_stand=True)
-            rate_unknown = rate_traffic is None  # not the interval's traffic: unknown
-        tick_input = TickInput(
-            now_s=now_s,
-            traffic=traffic,
-            rate_traffic=rate_traffic,
-            rate_traffic_unknown=rate_unknown,
-            worker_counts=self.inventory,
-            fpm_observations=self._observations() if tick.need_worker_fpm else None,
-            # None: the core trains on the latest FPM of each engine, heartbeats too (the
-            # reference, ``fpm_samples_per_engine_per_tick = 1``)
-            training_fpms=(
-                self._training()
-                if tick.need_worker_fpm and self.config.fpm_samples_per_engine_per_tick > 1
-                else None
-            ),
-        )
+        tick_input = self._tick_input(tick, now_s)
         effects = self.machine.on_tick(tick, tick_input)
         if tick.run_throughput_scaling:
             self._warn_of_lengthless_demand(effects.diagnostics)
@@ -571,29 +548,7 @@ class DeploymentPlanner:
         decision = None
         delivered = False
         if effects.scale_to is not None:
-            self.decisions += 1  # a decision delivered before a restart keeps its id
-            delivered = self._delivered_before(now_s)
-            if not delivered:
-                self.decisions = max(self.decisions, self._first_new_id)
-            target = effects.scale_to
-            decision = ScalingDecision(
-                deployment=self.deployment,
-                decision_id=self.decisions,
-                time=now_s,
-                num_prefill=target.num_prefill,
-                num_decode=target.num_decode,
-                current_prefill=self.inventory.ready_num_prefill if self.inventory else None,
-                current_decode=self.inventory.ready_num_decode if self.inventory else None,
-                expected_prefill=self.inventory.expected_num_prefill if self.inventory else None,
-                expected_decode=self.inventory.expected_num_decode if self.inventory else None,
-                source=target.source,
-                reason=target.reason,
-                prefill_reason=target.prefill_reason,
-                decode_reason=target.decode_reason,
-                diagnostics=effects.diagnostics,
-            )
-            if self.gate is not None and not delivered:
-                decision = self.gate.offer(decision)
+            decision, delivered = self._decision(effects.scale_to, effects.diagnostics, now_s)
         elif self.gate is not None:
             diagnostics = effects.diagnostics
             ran = [
@@ -613,11 +568,69 @@ class DeploymentPlanner:
             delivered_before=delivered,
             diagnostics=effects.diagnostics,
             engines=self._engine_loads(),
-            observed_traffic=traffic,
+            observed_traffic=tick_input.traffic,
             gpus_per_prefill=self.machine.gpus_per_replica("prefill"),
             gpus_per_decode=self.machine.gpus_per_replica("decode"),
             perf_samples_set_aside=self.machine.perf_samples_set_aside,
         )
+
+    def _tick_input(self, tick: ScheduledTick, now_s: float) -> TickInput:
+        """What the core sees at this tick: the traffic of its window (and of the load loop's
+        rate window, when that spans another duration), the inventory, the engines' passes."""
+        traffic = rate_traffic = None
+        rate_unknown = False
+        if tick.need_traffic_metrics:
+            traffic = self.traffic_over(tick.traffic_metrics_duration_s, now_s)
+        window = self.config.load_rate_window_seconds
+        if tick.run_load_scaling and 0 < window != tick.traffic_metrics_duration_s:
+            # the tick's own traffic read spans another duration: read the rate window apart
+            rate_traffic = self.traffic_over(window, now_s, readings_stand=True)
+            rate_unknown = rate_traffic is None  # not the interval's traffic: unknown
+        return TickInput(
+            now_s=now_s,
+            traffic=traffic,
+            rate_traffic=rate_traffic,
+            rate_traffic_unknown=rate_unknown,
+            worker_counts=self.inventory,
+            fpm_observations=self._observations() if tick.need_worker_fpm else None,
+            # None: the core trains on the latest FPM of each engine, heartbeats too (the
+            # reference, ``fpm_samples_per_engine_per_tick = 1``)
+            training_fpms=(
+                self._training()
+                if tick.need_worker_fpm and self.config.fpm_samples_per_engine_per_tick > 1
+                else None
+            ),
+        )
+
+    def _decision(
+        self, target: ScaleTarget, diagnostics: TickDiagnostics, now_s: float
+    ) -> tuple[ScalingDecision | None, bool]:
+        """The decision of a tick that scales to ``target`` (``None`` when the ack gate holds
+        it back), and whether it reached the outputs before a restart."""
+        self.decisions += 1  # a decision delivered before a restart keeps its id
+        delivered = self._delivered_before(now_s)
+        if not delivered:
+            self.decisions = max(self.decisions, self._first_new_id)
+        inventory = self.inventory
+        decision = ScalingDecision(
+            deployment=self.deployment,
+            decision_id=self.decisions,
+            time=now_s,
+            num_prefill=target.num_prefill,
+            num_decode=target.num_decode,
+            current_prefill=inventory.ready_num_prefill if inventory else None,
+            current_decode=inventory.ready_num_decode if inventory else None,
+            expected_prefill=inventory.expected_num_prefill if inventory else None,
+            expected_decode=inventory.expected_num_decode if inventory else None,
+            source=target.source,
+            reason=target.reason,
+            prefill_reason=target.prefill_reason,
+            decode_reason=target.decode_reason,
+            diagnostics=diagnostics,
+        )
+        if self.gate is not None and not delivered:
+            return self.gate.offer(decision), delivered
+        return decision, delivered
 
     def _delivered_before(self, now_s: float) -> bool:
         """Whether a decision at ``now_s`` reached the outputs before a restart."""
