@@ -201,6 +201,7 @@ class PrometheusTrafficSource:
     ``metrics_source`` is the config's ``throughput_metrics_source``; ``worker_suffix`` defaults
     to ``DYN_NAMESPACE_WORKER_SUFFIX``.
 
+    >>> from connectors.prometheus_api import PrometheusClient, PrometheusSettings
     >>> client = PrometheusClient(PrometheusSettings(endpoint="http://prometheus:9090"))
     >>> source = PrometheusTrafficSource(client, deployment="llama", model="Llama-3",
     ...                                  namespace="dynamo-prod", metrics_source="router")
@@ -441,6 +442,7 @@ class PrometheusTrafficSource:
     def accept_length_query(self, window_s: float) -> str | None:
         """The backend's accept-length PromQL (spec §10.2); None without a backend.
 
+        >>> from connectors.prometheus_api import PrometheusClient, PrometheusSettings
         >>> client = PrometheusClient(PrometheusSettings(endpoint="http://prometheus:9090"))
         >>> source = PrometheusTrafficSource(client, deployment="d", namespace="ns",
         ...                                  spec_decode_backend="sglang")
@@ -583,6 +585,7 @@ class PrometheusTrafficInput(FixedPartitionedSource[PrometheusReading, None]):
     When the first of its partitions is built, each distinct endpoint is probed once
     (:meth:`_probe`), in the background; :attr:`probes` holds each probe's future by endpoint.
 
+    >>> from connectors.prometheus_api import PrometheusClient, PrometheusSettings
     >>> settings = PrometheusSettings(endpoint="http://127.0.0.1:9")
     >>> source = PrometheusTrafficSource(PrometheusClient(settings), deployment="llama")
     >>> PrometheusTrafficInput([source], interval_seconds=180).list_parts()
