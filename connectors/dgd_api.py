@@ -187,7 +187,12 @@ class RequestDeadlineError(TimeoutError):
 
 
 class MalformedResponseError(ValueError):
-    """A request succeeded but its answer is not the object asked for."""
+    """A request succeeded but its answer is not the object asked for; a ``ValueError``, so
+    it is one of the :data:`REQUEST_ERRORS` and retried like an undecodable answer.
+
+    >>> isinstance(MalformedResponseError("GET returned a JSON list, not a DGD"), ValueError)
+    True
+    """
 
 
 REQUEST_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
