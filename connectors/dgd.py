@@ -72,26 +72,11 @@ Applying a decision (:meth:`DgdActuator.apply`)
     as not Ready, with a warning naming what is wrong.
 
     One exception (spec §17 item 7): a target that only *retracts our own* unfinished scale-up
-    is applied even then, so pods stuck Pending for lack of GPUs can be given back. A target is
-    such a retraction when, for every service the patch changes, all of these hold:
-
-    * it lies below the spec while the spec asks for more than are ready (``target < spec``,
-      ``ready < spec``); the patch gives back the replicas not ready, down to the target or to
-      ready, whichever is more (``max(target, ready)``): a target below ready is a scale-down,
-      which waits, like any change, for the DGD to be Ready again;
-    * the spec in flight is ours: the ``flowplanner/last-decision`` annotation is of the same
-      deployment and its ``num_prefill`` / ``num_decode`` equals the service's current spec
-      (a scale-up by a person or another controller is never retracted);
-    * the decision is newer than that patch's (a higher ``decision_id``) and was made after
-      seeing its scale-up: the decision's ``expected_prefill`` / ``expected_decode`` (the
-      counts asked for, as the planner's inventory showed them when it decided) equal the spec
-      in flight. Newer is not enough: the decision right after ours is typically made from an
-      inventory read before our patch landed (it asks for 2 believing 1 is asked for, not
-      knowing 4 are on the way), and applying it would stack a change on the one in flight
-      (spec §17 item 10).
-
-    Anything else inside that range is gated like any change (not Ready, in flight), and the
-    skip reason says why it was not a retraction.
+    (below a spec that asks for more than are ready, after a patch of ours that this decision
+    saw) is applied even then, giving back only the replicas not ready, so pods stuck Pending
+    for lack of GPUs can be given back. The rule, and the planning of every apply, are in
+    :mod:`connectors.dgd_plan`; anything else inside that range is gated like any change, and
+    the skip reason says why it was not a retraction.
 
     Services with a scaling adapter (reference spec §11.1, path 1). A service that declares
     ``scalingAdapter: {enabled: true}`` has its replicas owned by its DGD Scaling Adapter
@@ -173,7 +158,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -198,18 +183,29 @@ from connectors.dgd_graph import (
     DGD_VERSION,
     DGDSA_PLURAL,
     DgdValidationError,
-    ServiceState,
     default_service_name,
     gpu_power_limits,
-    ready_condition,
     resolve_services,
     roles_for_mode,
     scaling_adapter_name,
-    service_state,
     spec_problems,
     status_problems,
     uses_scaling_adapter,
     worker_counts,
+)
+from connectors.dgd_plan import (
+    LAST_DECISION_ANNOTATION,
+    AdapterScale,
+    ApplyResult,
+    Outcome,
+    adapters_ahead,
+    asked_counts,
+    carries,
+    describe_change,
+    last_decision,
+    patch_body,
+    plan_patch,
+    spec_of,
 )
 from connectors.http_deadline import bounded, watch_pools
 from schemas import (
@@ -235,8 +231,6 @@ log = logging.getLogger(__name__)
 
 DGD_NAME_ENV = "DYN_PARENT_DGD_K8S_NAME"
 MERGE_PATCH = "application/merge-patch+json"
-LAST_DECISION_ANNOTATION = "flowplanner/last-decision"
-"""The DGD annotation naming the decision whose replicas our last patch set."""
 T = TypeVar("T")
 
 DGD_ACTIONS = Counter(
@@ -245,42 +239,6 @@ DGD_ACTIONS = Counter(
 DGD_READ_ERRORS = Counter(
     "flowplanner_dgd_read_errors", "Failed reads of a DGD (inventory polls)", ["dgd"]
 )
-
-Outcome = Literal[
-    "applied",
-    "no_change",
-    "skipped_not_ready",
-    "skipped_in_flight",
-    "stale",
-    "superseded",
-    "failed",
-]
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    """What became of one scaling decision.
-
-    ``patch`` maps service names to the replicas written (``applied``) or that would have been
-    written (skips, failures). ``attempts`` counts PATCH requests sent; ``status_code`` is the
-    HTTP status of the last failed request, if any.
-
-    >>> ApplyResult("d", 1, "applied", "scaled", {"VllmDecodeWorker": 3}, attempts=1).ok
-    True
-    """
-
-    deployment: str
-    decision_id: int
-    outcome: Outcome
-    reason: str
-    patch: dict[str, int] = field(default_factory=dict)
-    attempts: int = 0
-    status_code: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        """The DGD now asks for the decision's targets (applied, or already equal)."""
-        return self.outcome in ("applied", "no_change")
 
 
 @dataclass(frozen=True)
@@ -323,35 +281,6 @@ def _check_dgd(obj: object) -> dict[str, Any]:
     if not isinstance(metadata, dict) or not metadata.get("resourceVersion"):
         raise MalformedResponseError("an object without metadata.resourceVersion")
     return obj
-
-
-@dataclass(frozen=True)
-class _AdapterScale:
-    """The Scale of a service's DGD Scaling Adapter: the replicas it asks for, as of
-    ``resource_version``."""
-
-    service: str
-    adapter: str
-    replicas: int
-    resource_version: str
-
-    @classmethod
-    def of(cls, service: str, adapter: str, scale: object) -> _AdapterScale:
-        """Read an ``autoscaling/v1`` Scale (``spec.replicas`` is left out when 0).
-
-        >>> _AdapterScale.of("dw", "d-dw", {"metadata": {"resourceVersion": "7"}, "spec": {}})
-        _AdapterScale(service='dw', adapter='d-dw', replicas=0, resource_version='7')
-        """
-        if not isinstance(scale, dict):
-            raise MalformedResponseError(f"a {type(scale).__name__}, not a Scale")
-        spec, metadata = scale.get("spec"), scale.get("metadata")
-        replicas = spec.get("replicas", 0) if isinstance(spec, dict) else None
-        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise MalformedResponseError(f"a Scale whose spec.replicas is {replicas!r}")
-        if not isinstance(version, str) or not version:
-            raise MalformedResponseError("a Scale without metadata.resourceVersion")
-        return cls(service, adapter, replicas, version)
 
 
 class _RequestFailed(Exception):
@@ -417,7 +346,7 @@ class _ApplyRun:
     """This apply's DGD patch is in: what is left is ``pending``, ungated (module docs)."""
 
     def plan_write(
-        self, patch: dict[str, int], steps: str, scales: dict[str, _AdapterScale]
+        self, patch: dict[str, int], steps: str, scales: dict[str, AdapterScale]
     ) -> None:
         """Note the DGD write about to be sent and the adapter writes that are to follow it."""
         self.sent, self.steps, self.dgd_in = dict(patch), steps, False
@@ -627,7 +556,7 @@ class DgdActuator:
             ),
         )
 
-    def _get_scale(self, service: str) -> _AdapterScale:
+    def _get_scale(self, service: str) -> AdapterScale:
         adapter = scaling_adapter_name(self.name, service)
         scale = self._bounded(
             f"GET of adapter {adapter}",
@@ -641,9 +570,9 @@ class DgdActuator:
                 _request_timeout=self.request_timeout_s,
             ),
         )
-        return _AdapterScale.of(service, adapter, scale)
+        return AdapterScale.of(service, adapter, scale)
 
-    def _patch_scale(self, scale: _AdapterScale, replicas: int) -> None:
+    def _patch_scale(self, scale: AdapterScale, replicas: int) -> None:
         body: dict[str, Any] = {"spec": {"replicas": replicas}}
         if self.resource_version_precondition:
             body["metadata"] = {"resourceVersion": scale.resource_version}
@@ -694,7 +623,7 @@ class DgdActuator:
 
         An annotation that does not parse is passed over with a warning.
         """
-        mark, problem = _last_decision(self.read())
+        mark, problem = last_decision(self.read())
         if problem is not None:
             log.warning(
                 "DGD %s: ignored annotation %s (%s)", self.dgd, LAST_DECISION_ANNOTATION, problem
@@ -838,7 +767,8 @@ class DgdActuator:
         if run.lost is not None:  # the last PATCH got no answer: did it commit?
             try:
                 dgd = _step("read", self._get)
-                asked = self._asked(dgd, self._adapter_scales(dgd, services, run.lost[0]))
+                scales = self._adapter_scales(dgd, services, run.lost[0])
+                asked = asked_counts(dgd, services, scales)
             except _RequestFailed:
                 pass
             else:
@@ -858,16 +788,19 @@ class DgdActuator:
         """One pass of :meth:`apply`: read (the DGD and every adapter's Scale), check, write (the
         DGD, then the adapters); raises :class:`_RequestFailed` when a request fails."""
         dgd = _step("read", self._get)
-        moved = {services[r]: n for r, n in targets.items() if self._spec_of(dgd, services[r]) != n}
+        moved = {services[r]: n for r, n in targets.items() if spec_of(dgd, services[r]) != n}
         scales = self._adapter_scales(dgd, services, moved)
-        asked = self._asked(dgd, scales)
+        asked = asked_counts(dgd, services, scales)
         if (done := run.committed(asked)) is not None:
             return done
-        if run.pending and (run.dgd_in or _carries(dgd, run.decision)):
+        if run.pending and (run.dgd_in or carries(dgd, run.decision)):
             run.dgd_in = True
             return self._finish(run, scales)
+        self._note_status(dgd)
         try:
-            patch, skip = self._plan(dgd, services, targets, run.decision, asked)
+            patch, skip = plan_patch(
+                dgd, services, targets, run.decision, asked, allow_retraction=self.allow_retraction
+            )
         except Exception as err:  # a DGD body no check above foresaw: never crash the flow
             log.warning("DGD %s: cannot plan on this DGD body", self.dgd, exc_info=True)
             return run.result("failed", f"malformed DGD: {type(err).__name__}: {err}")
@@ -875,19 +808,34 @@ class DgdActuator:
             return run.result("no_change", "the DGD already asks for these replicas")
         if skip is not None:
             return run.result(skip[0], skip[1], patch)
-        if lagging := self._adapters_ahead(dgd, scales):
+        if lagging := adapters_ahead(dgd, scales):
             return run.result("skipped_in_flight", lagging, patch)
         try:
-            body = self._dgd_patch(dgd, services, patch, scales, run.decision)
+            body = patch_body(
+                dgd,
+                services,
+                patch,
+                scales,
+                run.decision,
+                resource_version_precondition=self.resource_version_precondition,
+            )
         except ValidationError as err:  # a decision the annotation cannot record
             return run.result("failed", f"decision: {describe_validation_error(err)}", patch)
-        run.plan_write(patch, self._steps(dgd, services, targets, patch, scales), scales)
+        run.plan_write(patch, describe_change(dgd, services, targets, patch, scales), scales)
         run.attempts += 1
         _step("patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=run.steps)
         run.dgd_in = True
         return self._finish(run, scales)
 
-    def _finish(self, run: _ApplyRun, scales: dict[str, _AdapterScale]) -> ApplyResult:
+    def _note_status(self, dgd: dict[str, Any]) -> None:
+        """Warn when the DGD's status turns malformed (it then counts as not Ready), once per
+        change of what is wrong."""
+        malformed = "; ".join(status_problems(dgd))
+        if malformed and malformed != self._status_problems:
+            log.warning("DGD %s: malformed status, taken as not ready: %s", self.dgd, malformed)
+        self._status_problems = malformed
+
+    def _finish(self, run: _ApplyRun, scales: dict[str, AdapterScale]) -> ApplyResult:
         """Write the adapters of this apply's DGD patch, which is in: not gated again (the DGD
         rolling out is this apply's own change), but an adapter someone else set meanwhile is
         not overwritten (a failure naming what is half-done)."""
@@ -912,11 +860,11 @@ class DgdActuator:
 
     def _adapter_scales(
         self, dgd: dict[str, Any], services: dict[Role, str], moved: dict[str, int]
-    ) -> dict[str, _AdapterScale]:
+    ) -> dict[str, AdapterScale]:
         """The Scale of every managed service that declares an adapter (one GET each, every
         attempt: an adapter ahead of the DGD gates any decision, module docs); raises
         :class:`_RequestFailed` (its ``patch`` ``moved``)."""
-        scales: dict[str, _AdapterScale] = {}
+        scales: dict[str, AdapterScale] = {}
         for service in services.values():
             if uses_scaling_adapter(dgd, service):
                 scales[service] = _step(
@@ -927,185 +875,3 @@ class DgdActuator:
                     adapter_of=service,
                 )
         return scales
-
-    def _asked(
-        self, dgd: dict[str, Any], scales: dict[str, _AdapterScale]
-    ) -> dict[str, int | None]:
-        """What each managed service asks for now: its adapter's Scale if it has one, else the
-        DGD's spec."""
-        asked: dict[str, int | None] = {s: self._spec_of(dgd, s) for s in self.services.values()}
-        asked.update({service: scale.replicas for service, scale in scales.items()})
-        return asked
-
-    def _adapters_ahead(self, dgd: dict[str, Any], scales: dict[str, _AdapterScale]) -> str:
-        """Why a change of an adapter is still on its way to the DGD (empty: none is)."""
-        ahead = [
-            f"{service}: its scaling adapter {scale.adapter} asks for {scale.replicas}, the DGD "
-            f"for {self._spec_of(dgd, service)}"
-            for service, scale in scales.items()
-            if scale.replicas != self._spec_of(dgd, service)
-        ]
-        return "adapter change not yet in the DGD: " + "; ".join(ahead) if ahead else ""
-
-    def _dgd_patch(
-        self,
-        dgd: dict[str, Any],
-        services: dict[Role, str],
-        patch: dict[str, int],
-        scales: dict[str, _AdapterScale],
-        decision: ScalingDecision,
-    ) -> dict[str, Any]:
-        """The DGD merge patch: the last-decision annotation, the ``resourceVersion``
-        precondition and the replicas of the services without an adapter (module docs)."""
-        # what each managed service is left asking for: the patch, else the spec as read
-        left = {r: patch.get(svc, self._spec_of(dgd, svc)) for r, svc in services.items()}
-        targets_left = {"num_prefill": left.get("prefill"), "num_decode": left.get("decode")}
-        mark = DeliveredDecision.of(decision.model_copy(update=targets_left)).model_dump_json()
-        metadata: dict[str, Any] = {"annotations": {LAST_DECISION_ANNOTATION: mark}}
-        if self.resource_version_precondition:
-            metadata["resourceVersion"] = dgd["metadata"]["resourceVersion"]
-        body: dict[str, Any] = {"metadata": metadata}
-        direct = {svc: {"replicas": n} for svc, n in patch.items() if svc not in scales}
-        if direct:
-            body["spec"] = {"services": direct}
-        return body
-
-    def _steps(
-        self,
-        dgd: dict[str, Any],
-        services: dict[Role, str],
-        targets: dict[Role, int],
-        patch: dict[str, int],
-        scales: dict[str, _AdapterScale],
-    ) -> str:
-        """The changes, one per service, for the log and the result."""
-        steps = ", ".join(
-            f"{svc} {self._spec_of(dgd, svc)} → {n}"
-            + (f" (through scaling adapter {scales[svc].adapter})" if svc in scales else "")
-            for svc, n in sorted(patch.items())
-        )
-        if any(patch.get(services[r], n) != n for r, n in targets.items()):
-            steps += (
-                " (a retraction gives back only the replicas not ready; the rest waits for "
-                "the DGD to be Ready)"
-            )
-        return steps
-
-    @staticmethod
-    def _spec_of(dgd: dict[str, Any], service: str) -> int | None:
-        return service_state(dgd, service).spec_replicas
-
-    def _plan(
-        self,
-        dgd: dict[str, Any],
-        services: dict[Role, str],
-        targets: dict[Role, int],
-        decision: ScalingDecision,
-        asked: dict[str, int | None],
-    ) -> tuple[dict[str, int], tuple[Outcome, str] | None]:
-        """The services to patch (whose target differs from what they ask for, ``asked``: an
-        adapter's count, else the spec) and, if the patch must not be sent (yet), why."""
-        states: dict[Role, ServiceState] = {
-            role: service_state(dgd, name) for role, name in services.items()
-        }
-        patch = {services[r]: n for r, n in targets.items() if asked[services[r]] != n}
-        if not patch:
-            return patch, None
-        problems = spec_problems(dgd, services.values())
-        if problems:
-            return patch, ("failed", "; ".join(problems))
-        malformed = "; ".join(status_problems(dgd))
-        if malformed and malformed != self._status_problems:
-            log.warning("DGD %s: malformed status, taken as not ready: %s", self.dgd, malformed)
-        self._status_problems = malformed
-        moved = {r: n for r, n in targets.items() if services[r] in patch}
-        note = ""
-        if self.allow_retraction and all(_retracts(states[r], n) for r, n in moved.items()):
-            why_not = self._not_a_retraction(dgd, states, moved, decision)
-            if why_not is None:  # never below ready: the rest of a scale-down waits for Ready
-                return {services[r]: max(n, states[r].ready or 0) for r, n in moved.items()}, None
-            note = f"; not a retraction: {why_not}"
-        status, why = ready_condition(dgd)
-        if status != "True":
-            return patch, ("skipped_not_ready", f"DGD Ready condition is {status} ({why}){note}")
-        unstable = [s.describe() for s in states.values() if not s.stable]
-        if unstable:
-            return patch, (
-                "skipped_in_flight",
-                "previous change still rolling out: " + "; ".join(unstable) + note,
-            )
-        return patch, None
-
-    def _not_a_retraction(
-        self,
-        dgd: dict[str, Any],
-        states: dict[Role, ServiceState],
-        moved: dict[Role, int],
-        decision: ScalingDecision,
-    ) -> str | None:
-        """Why targets below a spec that asks for more than are ready (``moved``) may not
-        retract the scale-up in flight; ``None`` when they may (the rule is in the module
-        docs)."""
-        mark, problem = _last_decision(dgd)
-        if mark is None:
-            return problem or f"the DGD has no {LAST_DECISION_ANNOTATION} annotation of ours"
-        if mark.deployment != decision.deployment:
-            return f"the last patch of ours was for deployment {mark.deployment!r}"
-        for role in moved:
-            prefill = role == "prefill"
-            ours = mark.num_prefill if prefill else mark.num_decode
-            seen = decision.expected_prefill if prefill else decision.expected_decode
-            spec = states[role].spec_replicas
-            if ours != spec:
-                return (
-                    f"{states[role].name} spec {spec} is not what our last patch (decision "
-                    f"{mark.decision_id}) set ({ours}): someone else changed it"
-                )
-            if decision.decision_id <= mark.decision_id:
-                return (
-                    f"decision {decision.decision_id} is not newer than decision "
-                    f"{mark.decision_id}, which set the spec in flight"
-                )
-            if seen != spec:
-                return (
-                    f"decision {decision.decision_id} was made seeing {seen} {role} replicas "
-                    f"asked for, not the {spec} in flight: it did not see the scale-up"
-                )
-        return None
-
-
-def _last_decision(dgd: dict[str, Any]) -> tuple[DeliveredDecision | None, str | None]:
-    """The decision the ``flowplanner/last-decision`` annotation names, and why there is none
-    when the annotation is present but unreadable."""
-    metadata = dgd.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    raw = annotations.get(LAST_DECISION_ANNOTATION) if isinstance(annotations, dict) else None
-    if raw is None:
-        return None, None
-    if not isinstance(raw, str):
-        return None, f"not a string but {type(raw).__name__}"
-    try:
-        return DeliveredDecision.model_validate_json(raw), None
-    except ValidationError as err:
-        return None, describe_validation_error(err)
-
-
-def _carries(dgd: dict[str, Any], decision: ScalingDecision) -> bool:
-    """The DGD's last-decision annotation names ``decision``: its DGD patch is in."""
-    mark, _ = _last_decision(dgd)
-    return (
-        mark is not None
-        and mark.deployment == decision.deployment
-        and mark.decision_id == decision.decision_id
-    )
-
-
-def _retracts(state: ServiceState, target: int) -> bool:
-    """The target gives back some of an unfinished scale-up (target < spec, ready < spec):
-    the replicas not ready, down to the target or to ready, whichever is more."""
-    return (
-        state.ready is not None
-        and state.spec_replicas is not None
-        and state.ready < state.spec_replicas
-        and target < state.spec_replicas
-    )
