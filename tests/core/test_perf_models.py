@@ -435,6 +435,27 @@ def test_agg_sla_bound_batch() -> None:
     assert rps == pytest.approx(batch / (osl * forward(batch)), rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("isl", "osl", "mbt"), [(4000, 200, 8192), (300, 600, 1024), (900, 9, 512)]
+)
+def test_agg_best_rate_is_the_best_of_every_batch(isl: int, osl: int, mbt: int) -> None:
+    """The sweep stops early once admission falls below the best rate; what it returns must be
+    the best over every batch up to the caps, computed here batch by batch."""
+    model = agg_grid_model()
+    rps, _, itl_ms = model.find_best_engine_agg_rps(isl, osl, mbt, 1e9, 1e9)
+    ctx = isl + osl / 2
+    forward = lambda bs: 0.005 + 1e-5 * min(bs * isl / osl, mbt) + 1e-7 * bs * ctx  # noqa: E731
+    cap = min(1024, balanced_batch_limit(isl, osl, mbt, hard_cap=mbt - 1))
+    rates = {
+        bs: min(bs / (osl * forward(bs)), (mbt - bs) / (isl * forward(bs)))
+        for bs in range(1, cap + 1)
+    }
+    batch = max(rates, key=rates.__getitem__)
+    assert 1 < batch < cap  # an interior optimum: the batches past it were worth skipping
+    assert rps == pytest.approx(rates[batch], rel=1e-9)
+    assert itl_ms == pytest.approx(1000 * forward(batch), rel=1e-9)
+
+
 # -- exact least squares, rejection, relaxable features --------------------------------------
 
 
