@@ -206,7 +206,7 @@ class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
                 if best is None:
                     return egress, ttft_ms, itl_ms
                 break
-            admission = max(0.0, mbt - bs) / (isl_eff * wall) if isl_eff > 0 else egress
+            admission = (mbt - bs) / (isl_eff * wall)  # isl_eff > 0: hit <= 0.95; bs < mbt
             rate = min(egress, admission)
             if best is None or rate > best[0]:
                 best = (rate, ttft_ms, itl_ms)
