@@ -307,8 +307,8 @@ def patch_body(
     resource_version_precondition: bool = True,
 ) -> dict[str, Any]:
     """The DGD merge patch: the last-decision annotation, the ``resourceVersion``
-    precondition and the replicas of the services without an adapter (which are written
-    through their adapter's Scale instead). Raises :class:`pydantic.ValidationError` for a
+    precondition and the replicas of the services without an adapter (a service with one is
+    written through its adapter's Scale instead). Raises :class:`pydantic.ValidationError` for a
     decision the annotation cannot record."""
     # what each managed service is left asking for: the patch, else the spec as read
     left = {role: patch.get(svc, spec_of(dgd, svc)) for role, svc in services.items()}

@@ -210,7 +210,7 @@ class AggPerfModel(PrefillShape, DecodeShape, FpmRegressor):
             rate = min(egress, admission)
             if best is None or rate > best[0]:
                 best = (rate, ttft_ms, itl_ms)
-            elif wall > 0 and admission < best[0]:
+            elif admission < best[0]:
                 break  # admission only falls from here (wall never shrinks): none can do better
         assert best is not None
         return best
