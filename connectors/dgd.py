@@ -129,7 +129,9 @@ Applying a decision (:meth:`DgdActuator.apply`)
     committed: if the re-read (of the DGD, and of the adapters) then shows the targets in
     place, the outcome is ``applied``, with a note.
     ``apply`` never raises on API errors: it returns an :class:`ApplyResult` that the flow logs
-    and counts (``flowplanner_dgd_actions_total{dgd, outcome}``).
+    and counts (``flowplanner_dgd_actions_total{dgd, outcome}``). What an apply has done over
+    its attempts, and how a failed request ends it or retries, is kept in
+    :mod:`connectors.dgd_apply`.
 
 RBAC the planner's service account needs (namespace-scoped Role)::
 
@@ -156,7 +158,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -169,7 +171,6 @@ from connectors.dgd_api import (
     REQUEST_ERRORS,
     MalformedResponseError,
     RequestDeadlineError,
-    answer_lost,
     error_text,
     kube_api_client,
     names_object,
@@ -177,6 +178,7 @@ from connectors.dgd_api import (
     retry_after,
     transient,
 )
+from connectors.dgd_apply import ApplyRun, RequestFailed, request_step
 from connectors.dgd_graph import (
     DGD_GROUP,
     DGD_PLURAL,
@@ -197,7 +199,6 @@ from connectors.dgd_plan import (
     LAST_DECISION_ANNOTATION,
     AdapterScale,
     ApplyResult,
-    Outcome,
     adapters_ahead,
     asked_counts,
     carries,
@@ -281,135 +282,6 @@ def _check_dgd(obj: object) -> dict[str, Any]:
     if not isinstance(metadata, dict) or not metadata.get("resourceVersion"):
         raise MalformedResponseError("an object without metadata.resourceVersion")
     return obj
-
-
-class _RequestFailed(Exception):
-    """A request of an apply attempt failed: at which ``stage``, the ``error``, the ``patch``
-    planned, whether the request was a ``write`` (then ``steps`` describes it) and, for a
-    scaling adapter's request, the service it scales (``adapter_of``)."""
-
-    def __init__(
-        self,
-        stage: str,
-        error: Exception,
-        *,
-        patch: dict[str, int] | None = None,
-        write: bool = False,
-        steps: str = "",
-        adapter_of: str | None = None,
-    ) -> None:
-        super().__init__(f"{stage}: {error_text(error)}")
-        self.error = error
-        self.patch = patch
-        self.write = write
-        self.steps = steps
-        self.adapter_of = adapter_of
-
-
-def _step(
-    stage: str,
-    request: Callable[[], T],
-    *,
-    patch: dict[str, int] | None = None,
-    write: bool = False,
-    steps: str = "",
-    adapter_of: str | None = None,
-) -> T:
-    """``request()``; a request error is raised as :class:`_RequestFailed` of ``stage``."""
-    try:
-        return request()
-    except REQUEST_ERRORS as err:
-        raise _RequestFailed(
-            stage, err, patch=patch, write=write, steps=steps, adapter_of=adapter_of
-        ) from err
-
-
-@dataclass
-class _ApplyRun:
-    """What one :meth:`DgdActuator.apply` has done so far, over its attempts: PATCH requests
-    sent, the last error, and the write whose answer was lost (its patch, its steps, why)."""
-
-    decision: ScalingDecision
-    attempts: int = 0
-    last_error: str = ""
-    last_status: int | None = None
-    lost: tuple[dict[str, int], str, str] | None = None
-    sent: dict[str, int] = field(default_factory=dict)
-    """What the last DGD write planned: every service it changes, in the DGD or through an
-    adapter."""
-    steps: str = ""
-    """That change described, for the log and the result."""
-    pending: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Adapter writes of ``sent`` not yet done: service → (the adapter's count when planned,
-    the target)."""
-    dgd_in: bool = False
-    """This apply's DGD patch is in: what is left is ``pending``, ungated (module docs)."""
-
-    def plan_write(
-        self, patch: dict[str, int], steps: str, scales: dict[str, AdapterScale]
-    ) -> None:
-        """Note the DGD write about to be sent and the adapter writes that are to follow it."""
-        self.sent, self.steps, self.dgd_in = dict(patch), steps, False
-        self.pending = {s: (scales[s].replicas, n) for s, n in patch.items() if s in scales}
-
-    def partly(self) -> str:
-        """What a failure leaves written and not written once the DGD patch is in (empty
-        when nothing is half-done)."""
-        if not (self.dgd_in and self.pending):
-            return ""
-        done = [f"{s} → {n}" for s, n in sorted(self.sent.items()) if s not in self.pending]
-        left = ", ".join(f"{s} → {n}" for s, (_, n) in sorted(self.pending.items()))
-        return (
-            f" (partly applied: written the {LAST_DECISION_ANNOTATION} annotation of decision "
-            f"{self.decision.decision_id}{''.join(', ' + d for d in done)}; not written: {left} "
-            "through the scaling adapter)"
-        )
-
-    def result(
-        self,
-        outcome: Outcome,
-        reason: str,
-        patch: dict[str, int] | None = None,
-        status: int | None = None,
-    ) -> ApplyResult:
-        decision = self.decision
-        return ApplyResult(
-            decision.deployment,
-            decision.decision_id,
-            outcome,
-            reason,
-            dict(patch or {}),
-            self.attempts,
-            status,
-        )
-
-    def committed(self, asked: dict[str, int | None]) -> ApplyResult | None:
-        """``applied`` if a write whose answer was lost shows in ``asked`` (what each service
-        asks for, as read now)."""
-        if self.lost is None or any(asked.get(s) != n for s, n in self.lost[0].items()):
-            return None
-        sent, steps, why = self.lost
-        note = f"the PATCH response was lost: {why}; the re-read shows it committed"
-        return self.result("applied", f"{steps} ({note})", sent)
-
-    def request_failed(self, failed: _RequestFailed) -> ApplyResult | None:
-        """Note a failed request; the ``failed`` result when it is not to be retried (a 409
-        is, for a write: re-read, re-check, re-write)."""
-        err = failed.error
-        self.last_error = str(failed)
-        self.last_status = err.status if isinstance(err, ApiException) else None
-        if failed.adapter_of is not None and self.last_status == 404:
-            self.last_error += (
-                f" ({failed.adapter_of} declares scalingAdapter.enabled, so it is scaled only "
-                "through this DynamoGraphDeploymentScalingAdapter, with no fallback to the DGD; "
-                "is the operator's adapter missing?)"
-            )
-        if not (transient(err) or (failed.write and self.last_status == 409)):
-            reason = self.last_error + self.partly()
-            return self.result("failed", reason, failed.patch, self.last_status)
-        if failed.write and failed.patch is not None and answer_lost(err):
-            self.lost = (failed.patch, failed.steps, error_text(err))
-        return None
 
 
 class DgdActuator:
@@ -742,7 +614,7 @@ class DgdActuator:
         return {role: n for role, n in wanted.items() if n is not None and role in self.roles}
 
     def _apply(self, decision: ScalingDecision) -> ApplyResult:
-        run = _ApplyRun(decision)
+        run = ApplyRun(decision)
         newest = self._newest_decision.get(decision.deployment)
         if newest is not None and decision.decision_id <= newest:
             return run.result(
@@ -759,17 +631,17 @@ class DgdActuator:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return self._attempt(run, services, targets)
-            except _RequestFailed as failed:
+            except RequestFailed as failed:
                 if (done := run.request_failed(failed)) is not None:
                     return done
                 if attempt < self.max_attempts:
                     self.sleep(self._backoff(attempt, failed.error))
         if run.lost is not None:  # the last PATCH got no answer: did it commit?
             try:
-                dgd = _step("read", self._get)
+                dgd = request_step("read", self._get)
                 scales = self._adapter_scales(dgd, services, run.lost[0])
                 asked = asked_counts(dgd, services, scales)
-            except _RequestFailed:
+            except RequestFailed:
                 pass
             else:
                 if (done := run.committed(asked)) is not None:
@@ -783,11 +655,11 @@ class DgdActuator:
         )
 
     def _attempt(
-        self, run: _ApplyRun, services: dict[Role, str], targets: dict[Role, int]
+        self, run: ApplyRun, services: dict[Role, str], targets: dict[Role, int]
     ) -> ApplyResult:
         """One pass of :meth:`apply`: read (the DGD and every adapter's Scale), check, write (the
-        DGD, then the adapters); raises :class:`_RequestFailed` when a request fails."""
-        dgd = _step("read", self._get)
+        DGD, then the adapters); raises :class:`RequestFailed` when a request fails."""
+        dgd = request_step("read", self._get)
         moved = {services[r]: n for r, n in targets.items() if spec_of(dgd, services[r]) != n}
         scales = self._adapter_scales(dgd, services, moved)
         asked = asked_counts(dgd, services, scales)
@@ -823,7 +695,9 @@ class DgdActuator:
             return run.result("failed", f"decision: {describe_validation_error(err)}", patch)
         run.plan_write(patch, describe_change(dgd, services, targets, patch, scales), scales)
         run.attempts += 1
-        _step("patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=run.steps)
+        request_step(
+            "patch", partial(self._patch_dgd, body), patch=patch, write=True, steps=run.steps
+        )
         run.dgd_in = True
         return self._finish(run, scales)
 
@@ -835,7 +709,7 @@ class DgdActuator:
             log.warning("DGD %s: malformed status, taken as not ready: %s", self.dgd, malformed)
         self._status_problems = malformed
 
-    def _finish(self, run: _ApplyRun, scales: dict[str, AdapterScale]) -> ApplyResult:
+    def _finish(self, run: ApplyRun, scales: dict[str, AdapterScale]) -> ApplyResult:
         """Write the adapters of this apply's DGD patch, which is in: not gated again (the DGD
         rolling out is this apply's own change), but an adapter someone else set meanwhile is
         not overwritten (a failure naming what is half-done)."""
@@ -847,7 +721,7 @@ class DgdActuator:
                 return run.result("failed", reason + run.partly(), run.sent)
             if scale.replicas != target:
                 run.attempts += 1
-                _step(
+                request_step(
                     f"patch of scaling adapter {self.namespace}/{scale.adapter}",
                     partial(self._patch_scale, scale, target),
                     patch=run.sent,
@@ -863,11 +737,11 @@ class DgdActuator:
     ) -> dict[str, AdapterScale]:
         """The Scale of every managed service that declares an adapter (one GET each, every
         attempt: an adapter ahead of the DGD gates any decision, module docs); raises
-        :class:`_RequestFailed` (its ``patch`` ``moved``)."""
+        :class:`RequestFailed` (its ``patch`` ``moved``)."""
         scales: dict[str, AdapterScale] = {}
         for service in services.values():
             if uses_scaling_adapter(dgd, service):
-                scales[service] = _step(
+                scales[service] = request_step(
                     f"read of scaling adapter {self.namespace}/"
                     f"{scaling_adapter_name(self.name, service)}",
                     partial(self._get_scale, service),
