@@ -190,13 +190,13 @@ def plan_patch(
 ) -> tuple[dict[str, int], Skip | None]:
     """The services to patch (whose target differs from what they ask for, ``asked``) and, if
     the patch must not be sent (yet), why (the gates of the module docs)."""
-    states = {role: service_state(dgd, name) for role, name in services.items()}
     patch = {services[r]: n for r, n in targets.items() if asked[services[r]] != n}
     if not patch:
         return patch, None
     problems = spec_problems(dgd, services.values())
     if problems:
         return patch, ("failed", "; ".join(problems))
+    states = {role: service_state(dgd, name) for role, name in services.items()}
     moved = {r: n for r, n in targets.items() if services[r] in patch}
     note = ""
     if allow_retraction and all(retracts(states[r], n) for r, n in moved.items()):
